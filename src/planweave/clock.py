@@ -1,0 +1,88 @@
+"""Clocks: the real one, and a virtual one on which time jumps to the next timer whenever every task is waiting.
+
+The virtual clock is an event loop whose ``time()`` is virtual: ``asyncio.sleep``, ``asyncio.timeout`` and
+``loop.call_later`` all run on it, so a plan that takes years finishes in milliseconds, deterministically.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import time
+from collections.abc import Coroutine
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+class Clock(Protocol):
+    """Where the engine reads time. ``now()`` stamps events; waiting uses the running loop's timers."""
+
+    def now(self) -> float: ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class RealClock:
+    """Wall-clock time: ``now()`` is seconds since the Unix epoch."""
+
+    def now(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+    """A selector that, instead of blocking until the next timer, advances virtual time to it."""
+
+    loop: VirtualEventLoop
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:  # no timer at all: only real I/O (threads, sockets) can wake us, so block for it
+            return super().select(None)  # type: ignore[no-any-return]
+        ready = super().select(0)
+        if ready or timeout <= 0:
+            return ready  # type: ignore[no-any-return]
+        self.loop.advance_to_next_timer(timeout)
+        return []
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """An event loop on virtual time starting at 0.0 (see the module docstring)."""
+
+    def __init__(self) -> None:
+        selector = _JumpingSelector()
+        super().__init__(selector)
+        selector.loop = self
+        self._virtual_now = 0.0
+
+    def time(self) -> float:
+        return self._virtual_now
+
+    def advance_to_next_timer(self, timeout: float) -> None:
+        scheduled = getattr(self, "_scheduled", None)
+        if scheduled:
+            target = scheduled[0].when()
+        else:
+            target = self._virtual_now + timeout
+        self._virtual_now = max(self._virtual_now, target)
+
+
+class VirtualClock:
+    """Virtual time, read from the running :class:`VirtualEventLoop`; use :func:`run_virtual` to run on it."""
+
+    def now(self) -> float:
+        loop = asyncio.get_running_loop()
+        if not isinstance(loop, VirtualEventLoop):
+            raise RuntimeError("VirtualClock needs its event loop: run the program with planweave.clock.run_virtual()")
+        return loop.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+
+def run_virtual(main: Coroutine[Any, Any, T]) -> T:
+    """Run ``main`` to completion on a fresh :class:`VirtualEventLoop` (like ``asyncio.run``)."""
+    with asyncio.Runner(loop_factory=VirtualEventLoop) as runner:
+        return runner.run(main)

@@ -1,0 +1,389 @@
+"""The engine: runs plans event-driven on an asyncio loop, journaling every state change.
+
+A step is launched from the event that made it ready (its last dependency's success), never by a polling loop.
+Every run owns a TaskGroup; cancelling the run cancels its steps. The engine owns the runs' TaskGroup and one
+:class:`~planweave.engine.scheduler.Scheduler`, so runs share capacities.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import socket
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planweave.clock import Clock, RealClock
+from planweave.engine.context import StepContext, set_current_step
+from planweave.engine.events import Event, EventKind
+from planweave.engine.scheduler import Scheduler
+from planweave.engine.state import RunState
+from planweave.errors import JournalError, RunError, RunNotFound, ToolError
+from planweave.journal.base import Journal, OutputNotSerialisable
+from planweave.plan.catalog import ToolCatalog
+from planweave.plan.graph import Plan, parse_plan_document, validate_plan
+from planweave.plan.model import NEVER_RETRIED, PlanSpec, Step
+from planweave.plan.refs import RefResolutionError, render
+
+EventListener = Callable[[Event], None]
+_EMPTY: Mapping[str, Any] = {}
+
+
+def _owner() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname()}
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: status, the error naming the root cause, per-step outputs and the ``--json`` summary."""
+
+    run_id: str
+    status: str
+    error: str | None
+    outputs: Mapping[str, Any]
+    summary: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "succeeded"
+
+
+def _classify(exc: Exception, step: Step) -> tuple[str, bool, str, tuple[str, ...]]:
+    """Return (kind, retryable, message, exception class names) for a failed attempt."""
+    names = tuple(c.__name__ for c in type(exc).__mro__ if c not in (object, BaseException, Exception))
+    if isinstance(exc, TimeoutError):
+        limit = f" after {step.timeout:g}s" if step.timeout else ""
+        return "timeout", True, f"timed out{limit}", names
+    if isinstance(exc, ToolError):
+        return exc.kind, exc.retryable and exc.kind not in NEVER_RETRIED, str(exc), names
+    if isinstance(exc, OutputNotSerialisable):
+        return "output", False, str(exc), names
+    if isinstance(exc, RefResolutionError):
+        return "reference", False, str(exc), names
+    text = str(exc)
+    return type(exc).__name__, True, f"{type(exc).__name__}: {text}" if text else type(exc).__name__, names
+
+
+class Run:
+    """One execution of a plan inside an :class:`Engine`. Await :meth:`wait` for its result."""
+
+    def __init__(self, engine: Engine, run_id: str, plan: Plan, tools: ToolCatalog, state: RunState) -> None:
+        self.id = run_id
+        self.plan = plan
+        self.state = state
+        self.outputs: dict[str, Any] = {}
+        self._engine = engine
+        self._journal = engine.journal
+        self._clock = engine.clock
+        self._tools = tools
+        self._tg: asyncio.TaskGroup | None = None
+        self._done = asyncio.Event()
+        self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+        self._cancel_reason: str | None = None
+        self._listeners: list[EventListener] = list(engine._listeners)
+        self._durable = self._journal.durable
+
+    # -- public ------------------------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self._result.done()
+
+    async def wait(self) -> RunResult:
+        """Wait for the run to end; raise RunError if it was interrupted (the engine closed) instead."""
+        return await asyncio.shield(self._result)
+
+    def cancel(self, reason: str = "cancelled by user") -> None:
+        """Stop the run: every in-flight step is cancelled promptly and the journal records it."""
+        if self.finished or self._cancel_reason is not None or self._task is None:
+            return
+        self._cancel_reason = reason
+        self._emit("run_cancelled", None, {"reason": reason})
+        self._engine._scheduler.discard(lambda item: item[0] is not self)
+        self._task.cancel()
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Call ``listener`` with every event this run emits from now on."""
+        self._listeners.append(listener)
+
+    # -- event emission: the only place state changes -------------------------------------------------------------
+    def _emit(self, kind: EventKind, step: str | None, data: Mapping[str, Any]) -> None:
+        event = Event(self.id, kind, self._clock.now(), step, data)
+        ready = self.state.apply(event)
+        self._journal.append(event)
+        for listener in self._listeners:
+            listener(event)
+        if ready:
+            enqueue = self._engine._enqueue
+            for sid in ready:
+                enqueue(self, sid, event.at)
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
+        self._task = self._engine._tg.create_task(self._main(kind, data), name=f"planweave-run-{self.id}")
+
+    async def _main(self, kind: EventKind, data: Mapping[str, Any]) -> None:
+        crashed: BaseException | None = None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._emit(kind, None, data)
+                self._engine._pump()
+                if self.state.active:
+                    await self._done.wait()
+        except asyncio.CancelledError:
+            if self._cancel_reason is None:  # the engine is closing: leave the run resumable, record nothing
+                if not self._result.done():
+                    self._result.set_exception(RunError(f"run '{self.id}' was interrupted; resume it to continue"))
+                    self._result.exception()  # mark retrieved: nobody may be waiting
+                raise
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+        except Exception as exc:  # an engine bug must end the run visibly, not hang it
+            crashed = exc
+        finally:
+            self._tg = None
+        if crashed is not None:
+            status, error = "failed", f"internal error: {type(crashed).__name__}: {crashed}"
+        else:
+            status, error = self.state.outcome()
+        self._emit("run_finished", None, {"status": status, "error": error})
+        try:
+            await self._journal.flush()
+        except JournalError as exc:
+            error = f"{error}; and the journal could not be written: {exc}" if error else str(exc)
+        self._engine._runs_active.pop(self.id, None)
+        self._result.set_result(
+            RunResult(self.id, status, error, dict(self.outputs), self.state.summary())
+        )
+
+    def _launch(self, sid: str, claims: Mapping[str, int]) -> None:
+        tg = self._tg
+        if tg is None or self.state.records[sid].status != "ready":
+            self._engine._release(claims)
+            return
+        tg.create_task(self._execute(sid, claims))
+
+    async def _execute(self, sid: str, claims: Mapping[str, int]) -> None:
+        plan = self.plan
+        step = plan.steps[sid]
+        attempt = self.state.records[sid].attempts + 1
+        try:
+            self._emit("step_started", sid, {"attempt": attempt})
+            if self._durable and sid not in self.state.idempotent:
+                # Write-ahead: a non-idempotent step's start is durable before it can have effects.
+                await self._journal.flush()
+            set_current_step(StepContext(self.id, sid, attempt, self._clock))
+            tool = self._tools[step.tool]
+            args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else step.args
+            if step.timeout is None:
+                output = await tool.invoke(args)
+            else:
+                async with asyncio.timeout(step.timeout):
+                    output = await tool.invoke(args)
+            ref = self._journal.put_blob(output)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the run is being cancelled or the engine is closing
+            self._fail(sid, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
+        except Exception as exc:
+            self._fail(sid, step, attempt, exc)
+        else:
+            self.outputs[sid] = output
+            self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
+        finally:
+            self._engine._release(claims)
+            if not self.state.active:
+                self._done.set()
+
+    def _fail(self, sid: str, step: Step, attempt: int, exc: Exception) -> None:
+        kind, retryable, message, names = _classify(exc, step)
+        policy = step.retries
+        if retryable and attempt <= policy.max and policy.retries_on(kind, names):
+            delay = policy.delay(attempt, random.Random(f"{self.id}/{sid}/{attempt}").random())
+            self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
+                                            "retry_in": delay})
+            assert self._tg is not None
+            self._tg.create_task(self._retry_after(sid, delay))
+        else:
+            self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
+
+    async def _retry_after(self, sid: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        if self.state.records[sid].status == "ready":
+            self._engine._enqueue(self, sid, self._clock.now())
+            self._engine._pump()
+
+
+class Engine:
+    """Runs plans. Use as ``async with Engine(journal) as engine`` (or :func:`planweave.open_engine`)."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        clock: Clock | None = None,
+        concurrency: int | None = None,
+        capacities: Mapping[str, int] | None = None,
+        tools: ToolCatalog | None = None,
+        aging: float = 1.0,
+    ) -> None:
+        if concurrency is not None and concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.journal = journal
+        self.clock: Clock = clock or RealClock()
+        self.tools = tools
+        self._scheduler: Scheduler[tuple[Run, str]] = Scheduler(concurrency, capacities, aging=aging)
+        self._runs: dict[str, Run] = {}
+        self._runs_active: dict[str, Run] = {}
+        self._listeners: list[EventListener] = []
+        self._tg_cm = asyncio.TaskGroup()
+        self._tg = self._tg_cm
+        self._open = False
+
+    @property
+    def capacities(self) -> Mapping[str, int]:
+        return self._scheduler.capacities
+
+    @property
+    def concurrency(self) -> int | None:
+        return self._scheduler.concurrency
+
+    async def __aenter__(self) -> Engine:
+        await self._tg_cm.__aenter__()
+        self._open = True
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._open = False
+        for run in list(self._runs_active.values()):
+            if run._task is not None:
+                run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
+        await self._tg_cm.__aexit__(*exc_info)
+
+    def subscribe(self, listener: EventListener) -> None:
+        """Call ``listener`` with every event of every run started after this call."""
+        self._listeners.append(listener)
+
+    def get(self, run_id: str) -> Run:
+        """A run started or resumed by this engine."""
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFound(f"run '{run_id}' is not active in this engine") from None
+
+    # -- starting and resuming ------------------------------------------------------------------------------------
+    def _catalog(self, tools: ToolCatalog | None) -> ToolCatalog:
+        catalog = tools if tools is not None else self.tools
+        if catalog is None:
+            from planweave.tools import builtin_tools  # the default toolbox; the core only sees ToolCatalog
+
+            catalog = builtin_tools()
+        return catalog
+
+    def _adopt_capacities(self, spec: PlanSpec) -> None:
+        for name, amount in spec.capacities.items():
+            self._scheduler.capacities.setdefault(name, amount)
+            self._scheduler.in_use.setdefault(name, 0)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise RunError("the engine is not open: use 'async with Engine(...)' or planweave.open_engine()")
+
+    async def start(
+        self,
+        plan: Plan | PlanSpec | Mapping[str, Any],
+        *,
+        tools: ToolCatalog | None = None,
+        run_id: str | None = None,
+        source: str = "plan",
+    ) -> Run:
+        """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`."""
+        self._check_open()
+        catalog = self._catalog(tools)
+        if isinstance(plan, Plan):
+            spec = plan.spec
+        elif isinstance(plan, PlanSpec):
+            spec = plan
+        else:
+            spec = parse_plan_document(plan, source)
+        self._adopt_capacities(spec)
+        validated = validate_plan(spec, catalog, self._scheduler.capacities, source=source)
+        run_id = run_id or uuid.uuid4().hex[:12]
+        if run_id in self._runs or (self.journal.durable and await self.journal.read(run_id)):
+            raise RunError(f"run id '{run_id}' is already in the journal {self.journal.url}")
+        idempotent = [
+            sid for sid, step in validated.steps.items()
+            if (step.idempotent if step.idempotent is not None else catalog[step.tool].idempotent)
+        ]
+        state = RunState(run_id, validated, idempotent)
+        run = Run(self, run_id, validated, catalog, state)
+        self._runs[run_id] = run
+        self._runs_active[run_id] = run
+        run._begin("run_created", {
+            "plan": validated.spec,  # journals serialise it (off the hot path, in their writer)
+            "version": validated.version,
+            "idempotent": idempotent,
+            "source": source,
+            "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities)},
+            "owner": _owner(),
+        })
+        return run
+
+    async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False) -> Run:
+        """Continue an interrupted run from its journal: finished steps are not run again, their outputs reused.
+
+        Steps that were running are re-run if idempotent; otherwise they become ``unknown`` and the run stops short
+        of them unless ``retry_unknown``.
+        """
+        self._check_open()
+        if run_id in self._runs_active:
+            raise RunError(f"run '{run_id}' is already running in this engine")
+        events = await self.journal.read(run_id)
+        if not events:
+            raise RunNotFound(f"no run '{run_id}' in the journal {self.journal.url}")
+        created = events[0]
+        if created.kind != "run_created":
+            raise JournalError(f"run '{run_id}': first event is {created.kind}, not run_created")
+        catalog = self._catalog(tools)
+        raw_plan = created.data["plan"]
+        spec = raw_plan if isinstance(raw_plan, PlanSpec) else parse_plan_document(raw_plan, f"run '{run_id}'")
+        self._adopt_capacities(spec)
+        plan = validate_plan(spec, catalog, self._scheduler.capacities, version=int(created.data.get("version", 1)),
+                             source=f"run '{run_id}'")
+        state = RunState(run_id, plan, created.data.get("idempotent", ()))
+        for event in events:
+            state.apply(event)
+        if state.status in ("succeeded", "cancelled"):
+            raise RunError(f"run '{run_id}' already ended: {state.status}; there is nothing to resume")
+        refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
+        blobs = await self.journal.get_blobs(refs)
+        run = Run(self, run_id, plan, catalog, state)
+        for rec in state.records.values():
+            if rec.status == "succeeded" and rec.output_ref is not None:
+                if rec.output_ref not in blobs:
+                    raise JournalError(f"run '{run_id}': the output of step '{rec.id}' is missing from the journal")
+                run.outputs[rec.id] = blobs[rec.output_ref]
+        self._runs[run_id] = run
+        self._runs_active[run_id] = run
+        run._begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
+        return run
+
+    # -- scheduling ----------------------------------------------------------------------------------------------
+    def _enqueue(self, run: Run, sid: str, now: float) -> None:
+        step = run.plan.steps[sid]
+        self._scheduler.push((run, sid), rank=run.plan.rank[sid], ready_at=now, claims=step.resources)
+
+    def _pump(self) -> None:
+        for (run, sid), claims in self._scheduler.admit():
+            run._launch(sid, claims)
+
+    def _release(self, claims: Mapping[str, int]) -> None:
+        self._scheduler.release(claims)
+        if self._scheduler._heap:
+            self._pump()

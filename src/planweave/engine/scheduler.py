@@ -1,0 +1,108 @@
+"""Admission decisions: which ready steps start now, by critical-path priority within capacities (pure).
+
+Priority: a step's key is ``aging * ready_at - rank``; the smallest key starts first. So the step with the longest
+remaining critical path goes first, and every second a step waits counts like ``aging`` seconds of critical path,
+so nothing starves. A step starts only when its claims and a concurrency slot fit. When the best step does not fit,
+lower-priority steps may start ahead of it only if they claim none of the resources it is waiting for (they
+cannot delay it), so a large claim is never starved by a stream of small ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+_NO_CLAIMS: Mapping[str, int] = {}
+
+
+class CapacityExceeded(ValueError):
+    """A claim can never fit: it is larger than the capacity it claims from."""
+
+
+class Scheduler(Generic[T]):
+    """A priority queue of ready items plus the capacities they are admitted against."""
+
+    def __init__(
+        self,
+        concurrency: int | None = None,
+        capacities: Mapping[str, int] | None = None,
+        *,
+        aging: float = 1.0,
+        scan_limit: int = 256,
+    ) -> None:
+        self.concurrency = concurrency
+        self.capacities = dict(capacities or {})
+        self.aging = aging
+        self.scan_limit = scan_limit
+        self.in_use: dict[str, int] = {name: 0 for name in self.capacities}
+        self.running = 0
+        self._heap: list[tuple[float, int, T, Mapping[str, int]]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, item: T, *, rank: float, ready_at: float, claims: Mapping[str, int] = _NO_CLAIMS) -> None:
+        for name, amount in claims.items():
+            if name not in self.capacities:
+                raise CapacityExceeded(f"claim on '{name}', which has no capacity")
+            if amount > self.capacities[name]:
+                raise CapacityExceeded(f"claim of {amount} on '{name}' exceeds its capacity {self.capacities[name]}")
+        heapq.heappush(self._heap, (self.aging * ready_at - rank, next(self._seq), item, claims))
+
+    def _fits(self, claims: Mapping[str, int]) -> bool:
+        caps = self.capacities
+        in_use = self.in_use
+        for name, amount in claims.items():
+            if in_use[name] + amount > caps[name]:
+                return False
+        return True
+
+    def admit(self, alive: Callable[[T], bool] | None = None) -> list[tuple[T, Mapping[str, int]]]:
+        """Pop every item that may start now, marking its claims in use; ``alive`` drops stale items."""
+        heap = self._heap
+        admitted: list[tuple[T, Mapping[str, int]]] = []
+        if not heap:
+            return admitted
+        limit = self.concurrency
+        blocked: list[tuple[float, int, T, Mapping[str, int]]] = []
+        reserved: set[str] = set()
+        scanned = 0
+        while heap and (limit is None or self.running < limit) and scanned < self.scan_limit:
+            entry = heapq.heappop(heap)
+            item, claims = entry[2], entry[3]
+            if alive is not None and not alive(item):
+                continue
+            if not claims:
+                admitted.append((item, claims))
+                self.running += 1
+                continue
+            scanned += 1
+            if not reserved.isdisjoint(claims) or not self._fits(claims):
+                blocked.append(entry)
+                reserved.update(claims)
+                continue
+            for name, amount in claims.items():
+                self.in_use[name] += amount
+            admitted.append((item, claims))
+            self.running += 1
+        for entry in blocked:
+            heapq.heappush(heap, entry)
+        return admitted
+
+    def release(self, claims: Mapping[str, int]) -> None:
+        """Give back a slot and the claims of an item that finished."""
+        self.running -= 1
+        for name, amount in claims.items():
+            self.in_use[name] -= amount
+
+    def discard(self, keep: Callable[[T], bool]) -> int:
+        """Drop queued items for which ``keep`` is false; return how many were dropped."""
+        before = len(self._heap)
+        self._heap = [e for e in self._heap if keep(e[2])]
+        heapq.heapify(self._heap)
+        return before - len(self._heap)

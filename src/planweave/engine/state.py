@@ -1,0 +1,280 @@
+"""The step state machine and the fold of a run's events into its state (pure: no I/O).
+
+The engine applies each event to :class:`RunState` as it emits it; resume folds the journaled events through the same
+code, so a resumed run sees exactly the state the interrupted one had. Readiness and skipping are derived here, not
+journaled: :meth:`RunState.apply` returns the steps an event made ready.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from planweave.engine.events import Event
+from planweave.errors import JournalError
+from planweave.plan.graph import Plan
+from planweave.plan.model import StepStatus
+
+# Which status a step may move to from which: the state machine.
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "pending": frozenset({"ready", "skipped", "cancelled"}),
+    "ready": frozenset({"running", "cancelled", "skipped"}),
+    "running": frozenset({"succeeded", "failed", "ready", "cancelled", "unknown"}),
+    "unknown": frozenset({"ready", "cancelled"}),
+    "succeeded": frozenset(),
+    "failed": frozenset(),
+    "cancelled": frozenset(),
+    "skipped": frozenset(),
+}
+
+RunStatus = str  # "running" | "succeeded" | "failed" | "cancelled"
+
+
+class StepRecord:
+    """The mutable state of one step within a run."""
+
+    __slots__ = (
+        "attempt_log",
+        "attempts",
+        "error",
+        "error_kind",
+        "finished_at",
+        "id",
+        "output_ref",
+        "retry_at",
+        "started_at",
+        "status",
+    )
+
+    def __init__(self, step_id: str) -> None:
+        self.id = step_id
+        self.status: StepStatus = "pending"
+        self.attempts = 0
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.error: str | None = None
+        self.error_kind: str | None = None
+        self.output_ref: str | None = None
+        self.retry_at: float | None = None
+        # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
+        self.attempt_log: list[list[Any]] = []
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "attempts": self.attempts,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "error": self.error,
+        }
+
+
+@dataclass
+class RunOptions:
+    """How a run was started: limits recorded in its journal so that resume uses the same ones."""
+
+    concurrency: int | None = None
+    capacities: Mapping[str, int] | None = None
+
+
+class RunState:
+    """A run's state as the fold of its events."""
+
+    def __init__(self, run_id: str, plan: Plan, idempotent: Iterable[str]) -> None:
+        self.run_id = run_id
+        self.plan = plan
+        self.idempotent = frozenset(idempotent)
+        self.records = {sid: StepRecord(sid) for sid in plan.order}
+        self.waiting = {sid: len(plan.deps[sid]) for sid in plan.order}
+        self.status: RunStatus = "running"
+        self.created_at: float | None = None
+        self.finished_at: float | None = None
+        self.error: str | None = None
+        self.root_cause: str | None = None
+        self.active = 0  # steps that are ready or running: the run is over when this reaches zero
+        self.last_pos = 0
+        self.events_applied = 0
+
+    # -- the state machine -------------------------------------------------------------------------------------
+    def _move(self, rec: StepRecord, to: StepStatus, event: Event) -> None:
+        if to not in TRANSITIONS[rec.status]:
+            raise JournalError(
+                f"run '{self.run_id}': event {event.kind} moves step '{rec.id}' from {rec.status} to {to}, "
+                "which the step state machine does not allow"
+            )
+        was_active = rec.status in ("ready", "running")
+        now_active = to in ("ready", "running")
+        self.active += now_active - was_active
+        rec.status = to
+
+    def _skip_dependents(self, sid: str, reason: str, event: Event) -> None:
+        stack = list(self.plan.dependents[sid])
+        while stack:
+            child = self.records[stack.pop()]
+            if child.status == "pending":
+                self._move(child, "skipped", event)
+                child.error = reason
+                child.finished_at = event.at
+                stack.extend(self.plan.dependents[child.id])
+
+    def _release_dependents(self, sid: str, event: Event) -> list[str]:
+        ready = []
+        waiting = self.waiting
+        records = self.records
+        for child in self.plan.dependents[sid]:
+            waiting[child] -= 1
+            if waiting[child] == 0 and records[child].status == "pending":
+                self._move(records[child], "ready", event)
+                ready.append(child)
+        return ready
+
+    # -- the fold ----------------------------------------------------------------------------------------------
+    def apply(self, event: Event) -> list[str]:
+        """Apply one event; return the steps it made ready (in plan order)."""
+        self.events_applied += 1
+        if event.pos is not None:
+            self.last_pos = event.pos
+        kind = event.kind
+        if kind == "step_started":
+            rec = self.records[event.step]  # type: ignore[index]
+            self._move(rec, "running", event)
+            rec.attempts = event.data["attempt"]
+            rec.retry_at = None
+            if rec.started_at is None:
+                rec.started_at = event.at
+            rec.attempt_log.append([rec.attempts, event.at, None, "running"])
+            return []
+        if kind == "step_succeeded":
+            rec = self.records[event.step]  # type: ignore[index]
+            self._move(rec, "succeeded", event)
+            rec.finished_at = event.at
+            rec.output_ref = event.data.get("output")
+            rec.error = None
+            self._close_attempt(rec, event.at, "succeeded")
+            return self._release_dependents(rec.id, event)
+        if kind == "step_failed":
+            rec = self.records[event.step]  # type: ignore[index]
+            rec.error = event.data.get("error")
+            rec.error_kind = event.data.get("kind")
+            self._close_attempt(rec, event.at, "failed")
+            if event.data.get("final", True):
+                self._move(rec, "failed", event)
+                rec.finished_at = event.at
+                if self.root_cause is None:
+                    self.root_cause = rec.id
+                self._skip_dependents(rec.id, f"dependency '{rec.id}' failed", event)
+            else:
+                self._move(rec, "ready", event)
+                rec.retry_at = event.at + float(event.data.get("retry_in", 0.0))
+            return []
+        if kind == "step_cancelled":
+            rec = self.records[event.step]  # type: ignore[index]
+            if rec.status not in ("succeeded", "failed", "cancelled", "skipped"):
+                self._move(rec, "cancelled", event)
+                rec.finished_at = event.at
+                rec.error = event.data.get("reason", "cancelled")
+                self._close_attempt(rec, event.at, "cancelled")
+                self._skip_dependents(rec.id, f"dependency '{rec.id}' was cancelled", event)
+            return []
+        if kind == "run_created":
+            self.created_at = event.at
+            ready = [sid for sid in self.plan.order if self.waiting[sid] == 0]
+            for sid in ready:
+                self._move(self.records[sid], "ready", event)
+            return ready
+        if kind == "run_resumed":
+            return self._resume(event)
+        if kind == "run_cancelled":
+            reason = event.data.get("reason", "run cancelled")
+            for rec in self.records.values():
+                if rec.status in ("pending", "ready", "running", "unknown"):
+                    self._move(rec, "cancelled", event)
+                    rec.finished_at = event.at
+                    rec.error = reason
+                    self._close_attempt(rec, event.at, "cancelled")
+            self.status = "cancelled"
+            self.error = reason
+            return []
+        if kind == "run_finished":
+            self.status = event.data["status"]
+            self.error = event.data.get("error")
+            self.finished_at = event.at
+            return []
+        if kind == "run_cancel_requested":
+            return []
+        raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
+
+    def _close_attempt(self, rec: StepRecord, at: float, outcome: str) -> None:
+        if rec.attempt_log and rec.attempt_log[-1][2] is None:
+            rec.attempt_log[-1][2] = at
+            rec.attempt_log[-1][3] = outcome
+
+    def _resume(self, event: Event) -> list[str]:
+        retry_unknown = bool(event.data.get("retry_unknown"))
+        ready: list[str] = []
+        self.status = "running"
+        self.finished_at = None
+        self.error = None
+        for rec in self.records.values():
+            if rec.status == "running":
+                self._close_attempt(rec, event.at, "interrupted")
+                if rec.id in self.idempotent or retry_unknown:
+                    self._move(rec, "ready", event)
+                else:
+                    self._move(rec, "unknown", event)
+                    rec.error = (
+                        "was running when the run was interrupted and is not idempotent, so its outcome is unknown"
+                    )
+            elif rec.status == "unknown" and retry_unknown:
+                self._move(rec, "ready", event)
+                rec.error = None
+            if rec.status == "ready":
+                ready.append(rec.id)
+        return ready
+
+    # -- views -------------------------------------------------------------------------------------------------
+    def unknown_steps(self) -> list[str]:
+        return [r.id for r in self.records.values() if r.status == "unknown"]
+
+    def outcome(self) -> tuple[RunStatus, str | None]:
+        """The status and error a run that has no active step ends with."""
+        if self.status == "cancelled":
+            return "cancelled", self.error
+        failed = [r for r in self.records.values() if r.status == "failed"]
+        if failed:
+            root = self.records[self.root_cause] if self.root_cause else failed[0]
+            more = f" ({len(failed) - 1} other step(s) failed too)" if len(failed) > 1 else ""
+            return "failed", f"step '{root.id}' failed: {root.error}{more}"
+        unknown = self.unknown_steps()
+        if unknown:
+            names = ", ".join(f"'{u}'" for u in unknown)
+            return "failed", (
+                f"step(s) {names} were running when the run was interrupted and are not idempotent: their outcome is "
+                f"unknown. Check their effects, then run `planweave resume {self.run_id} --retry-unknown`."
+            )
+        blocked = [r.id for r in self.records.values() if r.status == "pending"]
+        if blocked:
+            return "failed", f"{len(blocked)} step(s) could not start: " + ", ".join(blocked[:10])
+        return "succeeded", None
+
+    def summary(self) -> dict[str, Any]:
+        """The run as the ``--json`` contract object."""
+        makespan = None
+        if self.created_at is not None and self.finished_at is not None:
+            makespan = self.finished_at - self.created_at
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "started_at": self.created_at,
+            "finished_at": self.finished_at,
+            "makespan_s": makespan,
+            "error": self.error,
+            "steps": {sid: rec.to_json() for sid, rec in self.records.items()},
+        }
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for rec in self.records.values():
+            out[rec.status] = out.get(rec.status, 0) + 1
+        return out

@@ -1,0 +1,84 @@
+"""The planweave error hierarchy: every error a user can see derives from :class:`PlanweaveError`."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+
+class PlanweaveError(Exception):
+    """Base of every error planweave raises on purpose."""
+
+
+class PlanError(PlanweaveError):
+    """A plan could not be read or is not valid."""
+
+
+@dataclass(frozen=True, slots=True)
+class PlanProblem:
+    """One thing wrong with a plan, located by step id and field (either may be empty)."""
+
+    step: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = []
+        if self.step:
+            where.append(f"step '{self.step}'")
+        if self.field:
+            where.append(self.field)
+        prefix = ", ".join(where)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+class PlanInvalid(PlanError):
+    """Raised when validation finds problems; ``problems`` lists every one of them."""
+
+    def __init__(self, problems: Iterable[PlanProblem], source: str = "plan") -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        lines = [f"{source} is not valid ({len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}):"]
+        lines += [f"  - {p}" for p in self.problems]
+        super().__init__("\n".join(lines))
+
+
+class RunError(PlanweaveError):
+    """A run could not be started, resumed or controlled."""
+
+
+class RunNotFound(RunError):
+    """The journal holds no run with the given id."""
+
+
+class JournalError(PlanweaveError):
+    """The journal could not be opened, read or written, or its contents are inconsistent."""
+
+
+class ToolError(PlanweaveError):
+    """A tool call failed; ``kind`` classifies the failure for retry policies.
+
+    Tools raise this (or any other exception, which is classified as ``error``) to fail a step.
+    ``retryable=False`` makes the failure final regardless of the step's retry policy.
+    """
+
+    def __init__(self, message: str, *, kind: str = "error", retryable: bool = True) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
+
+
+class StepFailed(PlanweaveError):
+    """A step failed for good; carries the step id and the last error text."""
+
+    def __init__(self, step: str, error: str) -> None:
+        super().__init__(f"step '{step}' failed: {error}")
+        self.step = step
+        self.error = error
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str:
+    """Return `` (did you mean 'x'?)`` for the closest candidate, or an empty string."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""

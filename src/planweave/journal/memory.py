@@ -1,0 +1,48 @@
+"""An in-memory journal: the same contract as the durable ones, for runs that need no durability."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from planweave.engine.events import Event
+from planweave.journal.base import decode_blob, encode_blob
+
+
+class MemoryJournal:
+    """Keeps events and blobs in lists and dicts of this process."""
+
+    durable = False
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self._events: list[Event] = []
+        self._blobs: dict[str, bytes] = {}
+        self._runs: dict[str, None] = {}
+
+    def append(self, event: Event) -> None:
+        self._events.append(event._replace(pos=len(self._events) + 1))
+        self._runs.setdefault(event.run_id)
+
+    def put_blob(self, value: Any) -> str:
+        ref, data = encode_blob(value)
+        self._blobs.setdefault(ref, data)
+        return ref
+
+    async def flush(self) -> None:
+        pass
+
+    async def read(self, run_id: str | None = None, after: int = 0) -> list[Event]:
+        events = self._events[after:]
+        if run_id is None:
+            return list(events)
+        return [e for e in events if e.run_id == run_id]
+
+    async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
+        return {r: decode_blob(self._blobs[r]) for r in refs if r in self._blobs}
+
+    async def run_ids(self) -> list[str]:
+        return list(self._runs)
+
+    async def close(self) -> None:
+        pass

@@ -1,0 +1,268 @@
+"""Validated plans: a plan spec checked against tools and capacities, with its graph precomputed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from pydantic import ValidationError
+
+from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
+from planweave.plan.catalog import ToolCatalog
+from planweave.plan.critical import critical_path, upward_ranks
+from planweave.plan.model import PlanSpec, Step
+from planweave.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
+
+_STEP_KEYS = tuple(Step.model_fields)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An immutable, validated plan version: steps in topological order plus the derived graph.
+
+    Build one with :func:`validate_plan`; never construct it directly.
+    """
+
+    spec: PlanSpec
+    version: int
+    parent: int | None
+    steps: Mapping[str, Step]
+    order: tuple[str, ...]
+    deps: Mapping[str, tuple[str, ...]]
+    dependents: Mapping[str, tuple[str, ...]]
+    templates: Mapping[str, Compiled]
+    refs: Mapping[str, tuple[Ref, ...]]
+    rank: Mapping[str, float]
+    makespan_lower_bound: float
+    critical_path: tuple[str, ...]
+    _meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @cached_property
+    def fingerprints(self) -> Mapping[str, str]:
+        """Per step, a hash of its tool, its argument template and its dependencies' fingerprints.
+
+        Equal fingerprints mean the same work on the same inputs, so a later plan version can reuse a result.
+        Computed on first use: runs that never splice never pay for it.
+        """
+        prints: dict[str, str] = {}
+        for sid in self.order:
+            prints[sid] = _fingerprint(self.steps[sid], [prints[d] for d in self.deps[sid]])
+        return prints
+
+    def to_document(self) -> dict[str, Any]:
+        """The plan as a JSON-ready plan-file document."""
+        return self.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+
+
+def _problem_from_pydantic(step: str, err: Any) -> PlanProblem:
+    loc = [str(p) for p in err["loc"]]
+    field_name = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        return PlanProblem(step, field_name, f"unknown key{did_you_mean(loc[-1], _STEP_KEYS)}")
+    return PlanProblem(step, field_name, err["msg"])
+
+
+def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
+    """Read a plan document (the parsed YAML/JSON) into a :class:`PlanSpec`, reporting every problem at once."""
+    if not isinstance(data, Mapping):
+        raise PlanInvalid([PlanProblem("", "", f"expected an object with a 'steps' list, got {type(data).__name__}")], source)
+    problems: list[PlanProblem] = []
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list):
+        problems.append(PlanProblem("", "steps", "missing or not a list"))
+        raw_steps = []
+    steps: list[Step] = []
+    for index, raw in enumerate(raw_steps):
+        label = f"#{index + 1}"
+        if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
+            label = raw["id"]
+        try:
+            steps.append(Step.model_validate(raw))
+        except ValidationError as exc:
+            problems.extend(_problem_from_pydantic(label, e) for e in exc.errors())
+    rest = {k: v for k, v in data.items() if k != "steps"}
+    try:
+        spec = PlanSpec.model_validate({**rest, "steps": []})
+    except ValidationError as exc:
+        for e in exc.errors():
+            loc = ".".join(str(p) for p in e["loc"])
+            msg = f"unknown key{did_you_mean(loc, PlanSpec.model_fields)}" if e["type"] == "extra_forbidden" else e["msg"]
+            problems.append(PlanProblem("", loc, msg))
+        spec = PlanSpec(steps=())
+    if problems:
+        raise PlanInvalid(problems, source)
+    return spec.model_copy(update={"steps": tuple(steps)})
+
+
+def _find_cycle(nodes: set[str], deps: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Return one cycle among ``nodes`` (each of which is on or leads to a cycle) as a closed path."""
+    start = min(nodes)
+    path: list[str] = []
+    seen: dict[str, int] = {}
+    node = start
+    while node not in seen:
+        seen[node] = len(path)
+        path.append(node)
+        node = next(d for d in sorted(deps[node]) if d in nodes)
+    cycle = path[seen[node] :] + [node]
+    cycle.reverse()  # edges point from dependency to dependent
+    return cycle
+
+
+def _fingerprint(step: Step, dep_prints: list[str]) -> str:
+    body = json.dumps(
+        {"tool": step.tool, "args": step.args, "deps": dep_prints},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def validate_plan(
+    spec: PlanSpec,
+    tools: ToolCatalog | None = None,
+    capacities: Mapping[str, int] | None = None,
+    *,
+    version: int = 1,
+    parent: int | None = None,
+    source: str = "plan",
+) -> Plan:
+    """Check a plan spec and build the :class:`Plan`; raise :class:`PlanInvalid` listing every problem.
+
+    ``tools`` None skips tool checks; ``capacities`` None skips claim checks (else every claimed resource must be
+    declared and no claim may exceed its capacity).
+    """
+    problems: list[PlanProblem] = []
+    steps: dict[str, Step] = {}
+    for step in spec.steps:
+        if step.id in steps:
+            problems.append(PlanProblem(step.id, "id", "duplicate step id"))
+        else:
+            steps[step.id] = step
+
+    templates: dict[str, Compiled] = {}
+    refs: dict[str, tuple[Ref, ...]] = {}
+    deps: dict[str, tuple[str, ...]] = {}
+    for sid, step in steps.items():
+        deferred: set[str] = set()
+        step_refs: list[Ref] = []
+        template: dict[str, Compiled] = {}
+        for name, value in step.args.items():
+            try:
+                template[name], found = compile_args(value)
+            except RefSyntaxError as exc:
+                problems.append(PlanProblem(sid, f"args.{name}", str(exc)))
+                template[name] = value
+                continue
+            if found:
+                deferred.add(name)
+            step_refs.extend(found)
+        dep_list: list[str] = []
+        dep_set: set[str] = set()
+        for ref in step_refs:
+            if ref.step == sid:
+                problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to the step itself"))
+            elif ref.step not in steps:
+                hint = did_you_mean(ref.step, steps)
+                problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
+            elif ref.step not in dep_set:
+                dep_list.append(ref.step)
+                dep_set.add(ref.step)
+        for index, other in enumerate(step.after):
+            if other == sid:
+                problems.append(PlanProblem(sid, f"after[{index}]", "a step cannot come after itself"))
+            elif other not in steps:
+                problems.append(
+                    PlanProblem(sid, f"after[{index}]", f"unknown step '{other}'{did_you_mean(other, steps)}")
+                )
+            elif other not in dep_set:
+                dep_list.append(other)
+                dep_set.add(other)
+        templates[sid] = template
+        refs[sid] = tuple(step_refs)
+        deps[sid] = tuple(dep_list)
+
+        if tools is not None:
+            tool = tools.get(step.tool)
+            if tool is None:
+                problems.append(PlanProblem(sid, "tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, tools)}"))
+            else:
+                for fld, msg in tool.check_args(step.args, frozenset(deferred)):
+                    problems.append(PlanProblem(sid, f"args.{fld}" if fld else "args", msg))
+        if capacities is not None:
+            for name, amount in step.resources.items():
+                if name not in capacities:
+                    hint = did_you_mean(name, capacities)
+                    problems.append(
+                        PlanProblem(
+                            sid,
+                            f"resources.{name}",
+                            f"no capacity is declared for '{name}'{hint} (use --capacity {name}=N or the plan's "
+                            "'capacities:')",
+                        )
+                    )
+                elif amount > capacities[name]:
+                    problems.append(
+                        PlanProblem(sid, f"resources.{name}", f"claims {amount} but the capacity is {capacities[name]}")
+                    )
+
+    # Topological order (Kahn), then cycles among what is left.
+    dependents: dict[str, list[str]] = {sid: [] for sid in steps}
+    indegree = {sid: 0 for sid in steps}
+    for sid, ds in deps.items():
+        for d in ds:
+            if d in steps:
+                dependents[d].append(sid)
+                indegree[sid] += 1
+    order: list[str] = [sid for sid in steps if indegree[sid] == 0]
+    i = 0
+    while i < len(order):
+        for child in dependents[order[i]]:
+            indegree[child] -= 1
+            if indegree[child] == 0:
+                order.append(child)
+        i += 1
+    if len(order) < len(steps):
+        remaining = set(steps) - set(order)
+        reported: set[str] = set()
+        while remaining - reported:
+            on_cycle = _find_cycle(remaining - reported, {k: tuple(d for d in v if d in remaining - reported) for k, v in deps.items()})
+            problems.append(PlanProblem(on_cycle[0], "after", "dependency cycle: " + " -> ".join(on_cycle)))
+            reported.update(on_cycle)
+            # Drop everything that only led into reported cycles to avoid repeating them.
+            changed = True
+            while changed:
+                changed = False
+                for s in list(remaining - reported):
+                    if not any(d in remaining - reported for d in deps[s]):
+                        reported.add(s)
+                        changed = True
+    if problems:
+        raise PlanInvalid(problems, source)
+
+    durations = {sid: steps[sid].duration_estimate for sid in order}
+    frozen_dependents = {sid: tuple(v) for sid, v in dependents.items()}
+    rank = upward_ranks(order, frozen_dependents, durations)
+    bound, path = critical_path(order, deps, frozen_dependents, rank)
+    return Plan(
+        spec=spec,
+        version=version,
+        parent=parent,
+        steps={sid: steps[sid] for sid in order},
+        order=tuple(order),
+        deps=deps,
+        dependents=frozen_dependents,
+        templates=templates,
+        refs=refs,
+        rank=rank,
+        makespan_lower_bound=bound,
+        critical_path=tuple(path),
+    )

@@ -1,0 +1,114 @@
+"""The plan model: steps, retry policies and immutable, versioned plans (pure data, no I/O)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+
+ErrorKind = str
+"""A failure classification: ``timeout``, ``error`` (the tool raised), ``output`` (unserialisable result),
+``exit_code`` (shell), or the class name of the exception a tool raised (e.g. ``ConnectionError``)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RetryPolicy(_Frozen):
+    """How often a step is retried and how long to wait between attempts.
+
+    The delay before retry ``n`` (1-based) is ``min(max_backoff, backoff * factor**(n-1))``, then multiplied by a
+    random factor in ``[1 - jitter, 1 + jitter]`` drawn from a generator seeded by run and step, so runs replay.
+    """
+
+    max: int = Field(0, ge=0, le=1000, description="Retries after the first attempt.")
+    backoff: float = Field(0.5, ge=0, description="Delay before the first retry, seconds.")
+    factor: float = Field(2.0, ge=1, description="Multiplier per further retry.")
+    max_backoff: float = Field(60.0, ge=0, description="Upper bound of one delay, seconds.")
+    jitter: float = Field(0.1, ge=0, le=1, description="Relative spread of the random factor.")
+    on: tuple[ErrorKind, ...] = Field(
+        ("timeout", "error"),
+        description="Error kinds that are retried; 'error' matches any exception a tool raises.",
+    )
+
+    def delay(self, retry: int, unit_random: float) -> float:
+        """Return the delay before retry number ``retry`` (1-based) given a uniform sample in [0, 1)."""
+        base = min(self.max_backoff, self.backoff * self.factor ** (retry - 1))
+        return max(0.0, base * (1.0 + self.jitter * (2.0 * unit_random - 1.0)))
+
+    def retries_on(self, kind: ErrorKind, exception_names: tuple[str, ...] = ()) -> bool:
+        """Whether a failure of ``kind`` (raised as one of ``exception_names``) is retried.
+
+        ``error`` in ``on`` matches every kind except ``timeout`` and the kinds that no retry can fix
+        (bad arguments, a bad reference, an unserialisable output).
+        """
+        if kind in self.on or any(name in self.on for name in exception_names):
+            return True
+        return "error" in self.on and kind not in NEVER_RETRIED and kind != "timeout"
+
+
+NEVER_RETRIED = frozenset({"output", "reference", "arguments"})
+
+
+NO_RETRIES = RetryPolicy()
+
+
+class Estimate(_Frozen):
+    """What a step is expected to take: seconds of wall time and cost in USD."""
+
+    duration: float = Field(0.0, ge=0)
+    cost: float = Field(0.0, ge=0)
+
+
+class Step(_Frozen):
+    """One tool call in a plan. ``args`` may contain ``${step}`` / ``${step.path[0]}`` references."""
+
+    id: str = Field(pattern=STEP_ID_PATTERN, max_length=200)
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+    after: tuple[str, ...] = ()
+    retries: RetryPolicy = NO_RETRIES
+    timeout: float | None = Field(None, gt=0, description="Seconds per attempt.")
+    resources: dict[str, int] = Field(default_factory=dict)
+    estimate: Estimate | None = None
+    idempotent: bool | None = Field(None, description="Defaults to the tool's own setting.")
+    description: str = ""
+
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _retries_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("must be a count or a retry policy object")
+        if isinstance(value, int):
+            return {"max": value}
+        return value
+
+    @field_validator("resources")
+    @classmethod
+    def _positive_claims(cls, value: dict[str, int]) -> dict[str, int]:
+        for name, amount in value.items():
+            if amount < 1:
+                raise ValueError(f"claim on '{name}' must be at least 1, got {amount}")
+        return value
+
+    @property
+    def duration_estimate(self) -> float:
+        return self.estimate.duration if self.estimate else 0.0
+
+
+class PlanSpec(_Frozen):
+    """A plan as written in a plan file: the steps plus optional defaults for running it."""
+
+    steps: tuple[Step, ...]
+    name: str = ""
+    goal: str = ""
+    capacities: dict[str, int] = Field(default_factory=dict)
+    concurrency: int | None = Field(None, ge=1)
+    schema_: str | None = Field(None, alias="$schema")
+
+
+StepStatus = Literal["pending", "ready", "running", "succeeded", "failed", "cancelled", "skipped", "unknown"]
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "skipped"})

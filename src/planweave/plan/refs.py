@@ -1,0 +1,166 @@
+"""References between steps: parse ``${step.path[0]}`` in arguments and resolve them against outputs.
+
+A string that is exactly one reference is replaced by the referenced value itself (any JSON type); a string with
+references inside text has each one interpolated (strings as they are, other values as compact JSON). ``$${`` writes
+a literal ``${``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+_REF = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+_SEGMENT = re.compile(r"\.([A-Za-z0-9_\-]+)|\[(-?\d+)\]|\[\"([^\"]*)\"\]")
+_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]*")
+
+PathPart = str | int
+
+
+class RefSyntaxError(ValueError):
+    """A ``${...}`` expression that cannot be parsed."""
+
+
+class RefResolutionError(LookupError):
+    """A reference points into an output where nothing is."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """A reference to step ``step``'s output, optionally a ``path`` into it."""
+
+    step: str
+    path: tuple[PathPart, ...]
+    text: str
+
+    def resolve(self, outputs: Mapping[str, Any]) -> Any:
+        value = outputs[self.step]
+        walked = self.step
+        for part in self.path:
+            if isinstance(part, int):
+                if not isinstance(value, list) or not -len(value) <= part < len(value):
+                    raise RefResolutionError(
+                        f"${{{self.text}}}: {walked} has no index {part} ({_describe(value)})"
+                    )
+                value = value[part]
+                walked += f"[{part}]"
+            else:
+                if not isinstance(value, Mapping) or part not in value:
+                    raise RefResolutionError(f"${{{self.text}}}: {walked} has no key '{part}' ({_describe(value)})")
+                value = value[part]
+                walked += f".{part}"
+        return value
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, Mapping):
+        keys = ", ".join(map(str, list(value)[:8]))
+        return f"an object with keys {keys}" if keys else "an empty object"
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    return f"a {type(value).__name__}"
+
+
+def parse_ref(expr: str) -> Ref:
+    """Parse the inside of ``${...}``."""
+    text = expr.strip()
+    head = _ID.match(text)
+    if head is None:
+        raise RefSyntaxError(f"'${{{expr}}}' does not start with a step id")
+    path: list[PathPart] = []
+    pos = head.end()
+    while pos < len(text):
+        seg = _SEGMENT.match(text, pos)
+        if seg is None:
+            raise RefSyntaxError(f"'${{{expr}}}': cannot read '{text[pos:]}' (use .key, [index] or [\"key\"])")
+        name, index, quoted = seg.groups()
+        path.append(int(index) if index is not None else (name if name is not None else quoted))
+        pos = seg.end()
+    return Ref(head.group(0), tuple(path), text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Interpolation:
+    parts: tuple[str | Ref, ...]
+
+    def render(self, outputs: Mapping[str, Any]) -> str:
+        out = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+            else:
+                value = part.resolve(outputs)
+                out.append(value if isinstance(value, str) else json.dumps(value, separators=(",", ":")))
+        return "".join(out)
+
+
+def _compile_string(text: str) -> str | Ref | _Interpolation:
+    if "$" not in text:
+        return text
+    parts: list[str | Ref] = []
+    pos = 0
+    for match in _REF.finditer(text):
+        parts.append(text[pos : match.start()])
+        if match.group(0) == "$${":
+            parts.append("${")
+        else:
+            parts.append(parse_ref(match.group(1)))
+        pos = match.end()
+    parts.append(text[pos:])
+    merged: list[str | Ref] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        elif part != "":
+            merged.append(part)
+    if len(merged) == 1 and isinstance(merged[0], Ref):
+        return merged[0]
+    if all(isinstance(p, str) for p in merged):
+        return "".join(p for p in merged if isinstance(p, str))
+    return _Interpolation(tuple(merged))
+
+
+Compiled = Any
+
+
+def compile_args(value: Any) -> tuple[Compiled, tuple[Ref, ...]]:
+    """Compile arguments into a template and list the references in it (raises RefSyntaxError)."""
+    refs: list[Ref] = []
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            c = _compile_string(v)
+            if isinstance(c, Ref):
+                refs.append(c)
+            elif isinstance(c, _Interpolation):
+                refs.extend(p for p in c.parts if isinstance(p, Ref))
+            return c
+        if isinstance(v, Mapping):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x) for x in v]
+        return v
+
+    template = walk(value)
+    return template, tuple(refs)
+
+
+def render(template: Compiled, outputs: Mapping[str, Any]) -> Any:
+    """Resolve a compiled template against step outputs (raises RefResolutionError)."""
+    if isinstance(template, Ref):
+        return template.resolve(outputs)
+    if isinstance(template, _Interpolation):
+        return template.render(outputs)
+    if isinstance(template, dict):
+        return {k: render(x, outputs) for k, x in template.items()}
+    if isinstance(template, list):
+        return [render(x, outputs) for x in template]
+    return template
+
+
+def find_refs_by_field(args: Mapping[str, Any]) -> dict[str, tuple[Ref, ...]]:
+    """Map each top-level argument name to the references it contains (raises RefSyntaxError)."""
+    return {name: compile_args(value)[1] for name, value in args.items()}

@@ -1,0 +1,169 @@
+"""The built-in tools every plan file can use: noop, sleep, shell, http.get, http.post, python."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import os
+import signal
+from typing import Any
+
+import httpx
+
+from planweave.errors import ToolError
+from planweave.tools.registry import Tool, Toolbox
+
+OUTPUT_LIMIT = 1_000_000  # characters of stdout/stderr/body kept; the rest is cut (and said so)
+
+
+def _cap(text: str) -> str:
+    if len(text) <= OUTPUT_LIMIT:
+        return text
+    return text[:OUTPUT_LIMIT] + f"\n[... {len(text) - OUTPUT_LIMIT} more characters cut]"
+
+
+async def noop(**kwargs: Any) -> dict[str, Any]:
+    """Return the arguments unchanged."""
+    return kwargs
+
+
+async def sleep(seconds: float, result: Any = None) -> Any:
+    """Wait ``seconds`` on the engine's clock (virtual or real), then return ``result`` (or the seconds waited)."""
+    if seconds < 0:
+        raise ToolError(f"seconds must be >= 0, got {seconds}", kind="arguments", retryable=False)
+    await asyncio.sleep(seconds)
+    return {"slept": seconds} if result is None else result
+
+
+async def shell(
+    argv: list[str],
+    cwd: str | None = None,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    check: bool = True,
+) -> dict[str, Any]:
+    """Run a program (argv list, no shell interpretation); return exit_code, stdout and stderr.
+
+    With ``check`` (default) a non-zero exit fails the step (kind ``exit_code``). ``env`` adds to the inherited
+    environment. On timeout or cancellation the whole process group is killed.
+    """
+    if not argv:
+        raise ToolError("argv must name a program", kind="arguments", retryable=False)
+    full_env = {**os.environ, **env} if env else None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=full_env,
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        raise ToolError(f"cannot run {argv[0]!r}: {exc.strerror or exc}", kind="arguments", retryable=False) from None
+    try:
+        async with asyncio.timeout(timeout):
+            out, err = await proc.communicate(input.encode() if input is not None else None)
+    except BaseException:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            await proc.wait()
+        raise
+    result = {
+        "exit_code": proc.returncode,
+        "stdout": _cap(out.decode(errors="replace")),
+        "stderr": _cap(err.decode(errors="replace")),
+    }
+    if check and proc.returncode != 0:
+        tail = result["stderr"].strip().splitlines()[-3:]
+        raise ToolError(
+            f"{argv[0]} exited with code {proc.returncode}" + (": " + " | ".join(tail) if tail else ""),
+            kind="exit_code",
+        )
+    return result
+
+
+def _response(resp: httpx.Response) -> dict[str, Any]:
+    out: dict[str, Any] = {"status": resp.status_code, "headers": dict(resp.headers), "text": _cap(resp.text)}
+    if resp.headers.get("content-type", "").startswith("application/json"):
+        try:
+            out["json"] = resp.json()
+        except ValueError:
+            pass
+    return out
+
+
+async def _request(method: str, url: str, raise_for_status: bool, timeout: float, **kw: Any) -> dict[str, Any]:
+    try:
+        async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
+            resp = await client.request(method, url, **kw)
+    except httpx.TimeoutException as exc:
+        raise ToolError(f"{method} {url}: timed out ({exc.__class__.__name__})", kind="timeout") from None
+    except httpx.HTTPError as exc:
+        raise ToolError(f"{method} {url}: {exc.__class__.__name__}: {exc}", kind="ConnectionError") from None
+    if raise_for_status and resp.status_code >= 400:
+        retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
+        raise ToolError(f"{method} {url}: HTTP {resp.status_code}", kind=f"http_{resp.status_code}",
+                        retryable=retryable)
+    return _response(resp)
+
+
+async def http_get(
+    url: str,
+    params: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+    raise_for_status: bool = True,
+) -> dict[str, Any]:
+    """HTTP GET; returns status, headers, text and (for JSON responses) json. 4xx/5xx fail the step."""
+    return await _request("GET", url, raise_for_status, timeout, params=params, headers=headers)
+
+
+async def http_post(
+    url: str,
+    json: Any = None,
+    data: dict[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30.0,
+    raise_for_status: bool = True,
+) -> dict[str, Any]:
+    """HTTP POST of a JSON body (``json``) or a form (``data``); returns like http.get."""
+    return await _request("POST", url, raise_for_status, timeout, json=json, data=data, headers=headers)
+
+
+async def python(function: str, kwargs: dict[str, Any] | None = None) -> Any:
+    """Call ``module:attr`` with keyword arguments ``kwargs``; sync functions run in a worker thread."""
+    module_name, _, attr = function.partition(":")
+    if not module_name or not attr:
+        raise ToolError(f"function must look like 'module:attr', got {function!r}", kind="arguments", retryable=False)
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise ToolError(f"cannot import {function!r}: {exc}", kind="arguments", retryable=False) from None
+    if isinstance(target, Tool):
+        return await target.invoke(kwargs or {})
+    if not callable(target):
+        raise ToolError(f"{function!r} is not callable", kind="arguments", retryable=False)
+    if inspect.iscoroutinefunction(target):
+        return await target(**(kwargs or {}))
+    return await asyncio.to_thread(target, **(kwargs or {}))
+
+
+def builtin_tools() -> Toolbox:
+    """A toolbox with the built-in tools."""
+    box = Toolbox()
+    box.add(noop, idempotent=True)
+    box.add(sleep, idempotent=True)
+    box.add(shell)
+    box.add(http_get, name="http.get", idempotent=True)
+    box.add(http_post, name="http.post")
+    box.add(python)
+    return box

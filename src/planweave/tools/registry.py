@@ -1,0 +1,199 @@
+"""Python tools: decorate a function; its type hints become the argument schema and its validation."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from planweave.errors import ToolError, did_you_mean
+
+
+def _model_for(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel] | None, bool]:
+    """Build an argument model from ``fn``'s signature; return (model, accepts_extra).
+
+    Parameters whose names clash with BaseModel attributes (``json``, ``copy``, ...) become fields with a trailing
+    underscore and the parameter name as alias.
+    """
+    sig = inspect.signature(fn)
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception:
+        hints = {}
+    fields: dict[str, Any] = {}
+    extra = False
+    for pname, param in sig.parameters.items():
+        if param.kind is inspect.Parameter.VAR_KEYWORD:
+            extra = True
+            continue
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            continue
+        annotation = hints.get(pname, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        if hasattr(BaseModel, pname):
+            fields[pname + "_"] = (annotation, Field(default, alias=pname))
+        else:
+            fields[pname] = (annotation, default)
+    if not fields and extra:
+        return None, True
+    config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True, populate_by_name=True)
+    model = create_model(f"{name.replace('.', '_')}_args", __config__=config, **fields)
+    return model, extra
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A callable tool with a name, a description, an argument schema and an idempotency default."""
+
+    name: str
+    fn: Callable[..., Any]
+    description: str = ""
+    idempotent: bool = False
+    args_model: type[BaseModel] | None = None
+    accepts_extra: bool = True
+    input_schema: Mapping[str, Any] = field(default_factory=dict)
+    is_async: bool = True
+
+    @classmethod
+    def from_function(
+        cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
+        idempotent: bool = False,
+    ) -> Tool:
+        tool_name = name or fn.__name__
+        doc = description if description is not None else inspect.getdoc(fn) or ""
+        model, extra = _model_for(fn, tool_name)
+        schema: dict[str, Any] = (
+            model.model_json_schema() if model is not None else {"type": "object", "additionalProperties": True}
+        )
+        schema.pop("title", None)
+        return cls(
+            name=tool_name,
+            fn=fn,
+            description=doc.strip(),
+            idempotent=idempotent,
+            args_model=model,
+            accepts_extra=extra,
+            input_schema=schema,
+            is_async=inspect.iscoroutinefunction(fn),
+        )
+
+    def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
+        """Validate literal arguments now; arguments holding references (``deferred``) are checked at call time."""
+        if self.args_model is None:
+            return []
+        problems: list[tuple[str, str]] = []
+        try:
+            self.args_model.model_validate(dict(args))
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = [str(p) for p in err["loc"]]
+                top = loc[0] if loc else ""
+                if top in deferred:
+                    continue
+                if err["type"] == "extra_forbidden":
+                    hint = did_you_mean(top, [f.alias or n for n, f in self.args_model.model_fields.items()])
+                    problems.append((top, f"tool '{self.name}' has no argument '{top}'{hint}"))
+                elif err["type"] == "missing":
+                    problems.append((top, f"required by tool '{self.name}'"))
+                else:
+                    problems.append((".".join(loc), err["msg"]))
+        return problems
+
+    def bind(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate and convert arguments for a call (raises ToolError, not retryable, on bad arguments)."""
+        if self.args_model is None:
+            return dict(args)
+        try:
+            model = self.args_model.model_validate(dict(args))
+        except ValidationError as exc:
+            details = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'args'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolError(f"bad arguments for tool '{self.name}': {details}", kind="arguments",
+                            retryable=False) from None
+        bound = {(f.alias or name): getattr(model, name) for name, f in self.args_model.model_fields.items()}
+        if model.model_extra:
+            bound.update(model.model_extra)
+        return bound
+
+    async def invoke(self, args: Mapping[str, Any]) -> Any:
+        """Call the tool: async functions are awaited, sync ones run in a worker thread."""
+        kwargs = self.bind(args)
+        if self.is_async:
+            result = await self.fn(**kwargs)
+        else:
+            result = await asyncio.to_thread(self.fn, **kwargs)
+        if isinstance(result, BaseModel):
+            return result.model_dump(mode="json")
+        return result
+
+
+ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
+
+
+class Toolbox(Mapping[str, Tool]):
+    """A set of tools by name; a :class:`~planweave.plan.ToolCatalog` for validation."""
+
+    def __init__(self, tools: Mapping[str, Tool] | None = None) -> None:
+        self._tools: dict[str, Tool] = dict(tools or {})
+
+    def __getitem__(self, name: str) -> Tool:
+        return self._tools[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tools)
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def add(self, item: Tool | ToolFunction, *, name: str | None = None, idempotent: bool = False) -> Tool:
+        """Add a tool (or a function, wrapped as one); a second tool of the same name is an error."""
+        t = item if isinstance(item, Tool) else Tool.from_function(item, name=name, idempotent=idempotent)
+        if t.name in self._tools and self._tools[t.name] is not t:
+            raise ValueError(f"tool '{t.name}' is already registered")
+        self._tools[t.name] = t
+        return t
+
+    @overload
+    def tool(self, fn: ToolFunction, /) -> ToolFunction: ...
+
+    @overload
+    def tool(
+        self, *, name: str | None = None, idempotent: bool = False
+    ) -> Callable[[ToolFunction], ToolFunction]: ...
+
+    def tool(
+        self, fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False
+    ) -> Any:
+        """Decorator registering a function as a tool; the function itself is returned unchanged."""
+
+        def register(f: ToolFunction) -> ToolFunction:
+            self.add(f, name=name, idempotent=idempotent)
+            return f
+
+        return register(fn) if fn is not None else register
+
+    def merged(self, *others: Mapping[str, Tool]) -> Toolbox:
+        """A new toolbox with these tools and those of ``others`` (later ones must not reuse names)."""
+        out = Toolbox(self._tools)
+        for other in others:
+            for t in other.values():
+                out.add(t)
+        return out
+
+
+def tool(
+    fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False,
+    description: str | None = None,
+) -> Any:
+    """Decorator turning a function into a :class:`Tool` (add it to a Toolbox, or pass it in ``tools=[...]``)."""
+
+    def wrap(f: ToolFunction) -> Tool:
+        return Tool.from_function(f, name=name, idempotent=idempotent, description=description)
+
+    return wrap(fn) if fn is not None else wrap
+
