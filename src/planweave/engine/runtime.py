@@ -245,6 +245,7 @@ class Engine:
         self._tg_cm = asyncio.TaskGroup()
         self._tg = self._tg_cm
         self._open = False
+        self._control_task: asyncio.Task[None] | None = None
 
     @property
     def capacities(self) -> Mapping[str, int]:
@@ -257,10 +258,32 @@ class Engine:
     async def __aenter__(self) -> Engine:
         await self._tg_cm.__aenter__()
         self._open = True
+        if self.journal.durable and isinstance(self.clock, RealClock):
+            self._control_task = self._tg.create_task(self._watch_control(), name="planweave-control")
         return self
+
+    async def _watch_control(self, interval: float = 0.5) -> None:
+        """Apply cancellations that other processes wrote to the shared journal (``planweave cancel``).
+
+        This is the control plane, not dispatch: steps are never started by it, so a coarse interval is fine.
+        """
+        seen = 0
+        events = await self.journal.read(None, after=0)
+        if events:
+            seen = events[-1].pos or 0
+        while True:
+            await asyncio.sleep(interval)
+            if not self._runs_active:
+                continue
+            for event in await self.journal.read(None, after=seen):
+                seen = max(seen, event.pos or 0)
+                if event.kind == "run_cancel_requested" and event.run_id in self._runs_active:
+                    self._runs_active[event.run_id].cancel(event.data.get("reason", "cancelled from another process"))
 
     async def __aexit__(self, *exc_info: Any) -> None:
         self._open = False
+        if self._control_task is not None:
+            self._control_task.cancel()
         for run in list(self._runs_active.values()):
             if run._task is not None:
                 run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
@@ -387,3 +410,46 @@ class Engine:
         self._scheduler.release(claims)
         if self._scheduler._heap:
             self._pump()
+
+
+def _process_alive(owner: Mapping[str, Any]) -> bool:
+    """Whether the process that owns a run is alive (only knowable on the same host)."""
+    if owner.get("host") != socket.gethostname():
+        return True  # another machine: assume it is, and let it pick the request up
+    try:
+        os.kill(int(owner["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def request_cancel(journal: Journal, run_id: str, reason: str = "cancelled by user") -> str:
+    """Cancel a run recorded in ``journal`` from outside the process running it; return what was done.
+
+    If the owning process is alive, a ``run_cancel_requested`` event is written and that process's engine cancels
+    the run within a second. If it is gone (crashed), the run is marked cancelled directly.
+    """
+    events = await journal.read(run_id)
+    if not events:
+        raise RunNotFound(f"no run '{run_id}' in the journal {journal.url}")
+    last_status = "running"
+    owner: Mapping[str, Any] = {}
+    for event in events:
+        if event.kind in ("run_created", "run_resumed"):
+            owner = event.data.get("owner", {})
+            last_status = "running"
+        elif event.kind == "run_finished":
+            last_status = event.data["status"]
+    if last_status in ("succeeded", "cancelled"):
+        raise RunError(f"run '{run_id}' already ended: {last_status}")
+    now = RealClock().now()
+    if last_status == "running" and _process_alive(owner):
+        journal.append(Event(run_id, "run_cancel_requested", now, None, {"reason": reason}))
+        await journal.flush()
+        return "requested"
+    journal.append(Event(run_id, "run_cancelled", now, None, {"reason": reason}))
+    journal.append(Event(run_id, "run_finished", now, None, {"status": "cancelled", "error": reason}))
+    await journal.flush()
+    return "cancelled"
