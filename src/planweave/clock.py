@@ -7,6 +7,7 @@ The virtual clock is an event loop whose ``time()`` is virtual: ``asyncio.sleep`
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 import time
 from collections.abc import Coroutine
@@ -62,11 +63,11 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def advance_to_next_timer(self, timeout: float) -> None:
         scheduled = getattr(self, "_scheduled", None)
-        if scheduled:
-            target = scheduled[0].when()
-        else:
-            target = self._virtual_now + timeout
+        target = scheduled[0].when() if scheduled else self._virtual_now + timeout
         self._virtual_now = max(self._virtual_now, target)
+        # The loop fires timers due before now + resolution; far from 0, one float ulp exceeds the default 1 ns,
+        # and a timer due exactly now would never fire.
+        self._clock_resolution = max(1e-9, 2 * math.ulp(self._virtual_now))
 
 
 class VirtualClock:

@@ -1,0 +1,202 @@
+"""Group commit: the buffering, batching and failure handling shared by the durable journals.
+
+``append`` and ``put_blob`` only add to an in-memory buffer (they sit on the engine's hot path). One background
+task per journal takes *everything* buffered so far and stores it as one transaction; whatever is appended while
+that transaction is being written forms the next batch. A durable commit (an fsync) therefore costs the same
+whether it carries one event or ten thousand, and throughput grows with load instead of collapsing under it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from typing import Any
+
+from planweave.engine.events import Event
+from planweave.errors import JournalError
+from planweave.journal.base import encode_blob
+
+
+class GroupCommitJournal(ABC):
+    """A journal whose buffered events and blobs are written by one background task, one transaction per batch.
+
+    Subclasses implement :meth:`_write` (store one batch atomically), the ``_select*`` read methods and
+    :meth:`_release`, and start the writer with :meth:`_start` once connected. All methods must be called from
+    the thread running the event loop the journal was opened on.
+
+    A failed write is final: every later ``flush`` (and ``close``) raises :class:`JournalError` naming the cause.
+    Retrying would store the events after the lost batch without it, and a replay of such a journal would be
+    wrong (a step succeeding that never started), so the journal refuses to pretend instead.
+    """
+
+    durable = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        #: Transactions committed by the writer so far (one per batch): lets tests and benchmarks see batching.
+        self.commits = 0
+        self._events: list[Event] = []
+        self._blobs: dict[str, bytes] = {}
+        self._wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        # Completes when the batch that will take the current buffer is committed.
+        self._next: asyncio.Future[None] = loop.create_future()
+        # Completes when the batch being written now is committed (None: no write in progress).
+        self._inflight: asyncio.Future[None] | None = None
+        self._failure: tuple[str, BaseException | None] | None = None
+        self._closed = False
+        self._released = False
+        self._stopping = False
+        self._writer: asyncio.Task[None] | None = None
+
+    # -- the hot path ---------------------------------------------------------------------------------------------
+    def append(self, event: Event) -> None:
+        """Buffer an event (its data is serialised later, by the writer); raises JournalError once closed."""
+        if self._closed:
+            raise JournalError(f"the journal {self.url} is closed: event '{event.kind}' was not recorded")
+        self._events.append(event)
+        self._wake.set()
+
+    def put_blob(self, value: Any) -> str:
+        """Buffer an output and return its content reference (raises OutputNotSerialisable right away)."""
+        ref, data = encode_blob(value)
+        if self._closed:
+            raise JournalError(f"the journal {self.url} is closed: an output was not recorded")
+        self._blobs[ref] = data
+        self._wake.set()
+        return ref
+
+    # -- waiting for durability -----------------------------------------------------------------------------------
+    async def flush(self) -> None:
+        """Return once every event and blob buffered before the call is committed (raises JournalError if not)."""
+        if self._failure is not None:
+            raise self._error()
+        if self._events or self._blobs:
+            done = self._next
+            self._wake.set()
+        elif self._inflight is not None:
+            done = self._inflight
+        else:
+            return
+        # shield: a cancelled flush must not cancel the future other flushes are waiting on.
+        await asyncio.shield(done)
+
+    async def read(self, run_id: str | None = None, after: int = 0) -> list[Event]:
+        """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs.
+
+        Events appended before the call are included: it waits for them to be stored first, so a journal reads
+        its own writes just like the in-memory one.
+        """
+        await self._settle()
+        return await self._select(run_id, after)
+
+    async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
+        """The outputs stored under ``refs`` (missing ones are left out), including ones buffered before the call."""
+        wanted = list(dict.fromkeys(refs))
+        await self._settle()
+        if not wanted:
+            return {}
+        return await self._select_blobs(wanted)
+
+    async def run_ids(self) -> list[str]:
+        """Every run in the journal (also those other processes wrote), oldest first."""
+        await self._settle()
+        return await self._select_run_ids()
+
+    async def close(self) -> None:
+        """Flush, stop the writer and release the connection; raises JournalError if buffered data was lost.
+
+        Resources are released even then. Closing again does nothing.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        error: JournalError | None = None
+        try:
+            await self.flush()
+        except JournalError as exc:
+            error = exc
+        self._stopping = True
+        self._wake.set()
+        if self._writer is not None:
+            # wait(), not await: a writer that was cancelled must not make close() look cancelled.
+            await asyncio.wait([self._writer])
+        self._released = True
+        try:
+            await self._release()
+        except Exception as exc:
+            if error is None:
+                error = JournalError(f"could not close the journal {self.url}: {exc}")
+        if error is not None:
+            raise error
+
+    # -- for subclasses -------------------------------------------------------------------------------------------
+    def _start(self) -> None:
+        self._writer = self._loop.create_task(self._write_loop(), name=f"planweave-journal-writer {self.url}")
+
+    @abstractmethod
+    async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
+        """Store ``blobs`` (each once) and ``events`` (in order) in ONE transaction; raise JournalError on failure."""
+
+    @abstractmethod
+    async def _select(self, run_id: str | None, after: int) -> list[Event]: ...
+
+    @abstractmethod
+    async def _select_blobs(self, refs: list[str]) -> dict[str, Any]: ...
+
+    @abstractmethod
+    async def _select_run_ids(self) -> list[str]: ...
+
+    @abstractmethod
+    async def _release(self) -> None:
+        """Close the connection (called once, after the writer has stopped)."""
+
+    # -- internals ------------------------------------------------------------------------------------------------
+    async def _settle(self) -> None:
+        if self._released:
+            raise JournalError(f"the journal {self.url} is closed")
+        await self.flush()
+
+    async def _write_loop(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                if not self._events and not self._blobs:
+                    if self._stopping:
+                        return
+                    continue
+                events, self._events = self._events, []
+                blobs, self._blobs = self._blobs, {}
+                done, self._next = self._next, self._loop.create_future()
+                self._inflight = done
+                await self._write(events, blobs)
+                self.commits += 1
+                self._inflight = None
+                done.set_result(None)
+        except JournalError as exc:
+            self._fail(str(exc), exc.__cause__)
+        except asyncio.CancelledError:
+            self._fail(f"the journal {self.url} stopped writing: its writer task was cancelled", None)
+            raise
+        except Exception as exc:  # a bug here must fail the flushes visibly, not leave them waiting forever
+            self._fail(f"the journal {self.url} stopped writing: {type(exc).__name__}: {exc}", exc)
+
+    def _fail(self, message: str, cause: BaseException | None) -> None:
+        if self._failure is None:
+            self._failure = (message, cause)
+        for fut in (self._inflight, self._next):
+            if fut is not None and not fut.done():
+                fut.set_exception(self._error())
+                fut.exception()  # mark retrieved: nobody may be flushing right now
+        self._inflight = None
+
+    def _error(self) -> JournalError:
+        # A fresh exception per raise: re-raising one instance would pile up tracebacks from every caller.
+        assert self._failure is not None
+        message, cause = self._failure
+        error = JournalError(message)
+        error.__cause__ = cause
+        return error

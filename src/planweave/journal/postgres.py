@@ -1,0 +1,221 @@
+"""A PostgreSQL journal (psycopg 3, async), with group commit; several processes may share one database.
+
+URL: any libpq URI (``postgresql://user@host:5432/db?sslmode=...``) plus an optional ``schema=NAME`` query
+parameter: the tables then live in that schema (created if missing), so tests or tenants can be kept apart.
+
+``pos`` is global and, across processes, follows commit order: every batch takes a transaction-level advisory
+lock before inserting, so a ``read(after=pos)`` that resumes from the last event it saw can never miss an event
+that a slower process committed later with a smaller ``pos``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import orjson
+import psycopg
+from psycopg import sql
+from psycopg.types.json import set_json_loads
+
+from planweave.engine.events import Event, EventKind
+from planweave.errors import JournalError
+from planweave.journal.base import decode_blob, encode_data
+from planweave.journal.group_commit import GroupCommitJournal
+
+__all__ = ["SCHEMA_VERSION", "PostgresJournal", "parse_url"]
+
+#: Version of the tables below, kept in ``planweave_meta``; bump it and add a migration when they change.
+SCHEMA_VERSION = 1
+#: Seconds to wait for the server when connecting, unless the URL sets ``connect_timeout``.
+CONNECT_TIMEOUT_S = 10
+# Advisory lock keys (two int4s: a planweave constant, then a per-schema or per-purpose key).
+_LOCK_CLASS = 0x706C_7776  # "plwv"
+_DDL_KEY = 0
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS planweave_events (
+        pos BIGSERIAL PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        kind TEXT NOT NULL,
+        step TEXT,
+        data JSONB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS planweave_events_run ON planweave_events (run_id, pos)",
+    # BYTEA, not JSONB: the canonical bytes are kept exactly (their hash is the ref) and need no parsing.
+    "CREATE TABLE IF NOT EXISTS planweave_blobs (ref TEXT PRIMARY KEY, data BYTEA NOT NULL)",
+)
+_COPY_EVENTS = "COPY planweave_events (run_id, at, kind, step, data) FROM STDIN"
+_INSERT_BLOB = "INSERT INTO planweave_blobs (ref, data) VALUES (%s, %s) ON CONFLICT (ref) DO NOTHING"
+_COLUMNS = "pos, run_id, at, kind, step, data"
+
+
+def parse_url(url: str) -> tuple[str, str | None, str]:
+    """Split a journal URL into libpq conninfo, the ``schema`` parameter and a password-free URL for messages."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = None
+    kept = []
+    for key, value in query:
+        if key == "schema":
+            schema = value
+        else:
+            kept.append((key, value))
+    if schema == "":
+        raise JournalError(f"journal URL '{redact(url)}' has an empty schema parameter")
+    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment))
+    return conninfo, schema, redact(url)
+
+
+def redact(url: str) -> str:
+    """``url`` with any password (in the authority or the query) replaced by ``***``."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(k == "password" for k, _ in query):
+        query = [(k, "***" if k == "password" else v) for k, v in query]
+        return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), parts.fragment))
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class PostgresJournal(GroupCommitJournal):
+    """A durable journal in PostgreSQL; open it with :meth:`open` (or :func:`planweave.journal.open_journal`).
+
+    One connection carries the writer's batches and the reads; a lock keeps a read from running inside a
+    batch's transaction (an error there would abort the batch). ``url`` is the URL without its password.
+    """
+
+    def __init__(self, url: str, conn: psycopg.AsyncConnection[Any], schema: str | None) -> None:
+        super().__init__(url)
+        self.schema = schema
+        self._conn = conn
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def open(cls, url: str) -> PostgresJournal:
+        """Connect to ``url`` and create the schema and tables if missing; raises JournalError if that fails."""
+        conninfo, schema, safe_url = parse_url(url)
+        options: dict[str, Any] = {}
+        if "connect_timeout" not in conninfo:
+            options["connect_timeout"] = CONNECT_TIMEOUT_S
+        try:
+            # autocommit: reads need no transaction; each batch opens its own with conn.transaction().
+            conn = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **options)
+        except psycopg.Error as exc:
+            raise JournalError(f"could not connect to the journal {safe_url}: {exc}") from exc
+        try:
+            await _prepare(conn, schema, safe_url)
+        except BaseException as exc:
+            await conn.close()
+            if isinstance(exc, psycopg.Error):
+                raise JournalError(f"could not set up the journal {safe_url}: {exc}") from exc
+            raise
+        set_json_loads(orjson.loads, conn)
+        journal = cls(safe_url, conn, schema)
+        journal._start()
+        return journal
+
+    async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
+        rows = [(e.run_id, e.at, e.kind, e.step, _jsonb_text(self.url, e)) for e in events]
+        try:
+            async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+                # Serialise batches of all processes on this schema, so pos order is commit order (module doc).
+                await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
+                if blobs:
+                    await cur.executemany(_INSERT_BLOB, list(blobs.items()))
+                if rows:
+                    async with cur.copy(_COPY_EVENTS) as copy:
+                        for row in rows:
+                            await copy.write_row(row)
+        except psycopg.Error as exc:
+            raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
+
+    async def _select(self, run_id: str | None, after: int) -> list[Event]:
+        if run_id is None:
+            query = f"SELECT {_COLUMNS} FROM planweave_events WHERE pos > %s ORDER BY pos"
+            params: tuple[Any, ...] = (after,)
+        else:
+            query = f"SELECT {_COLUMNS} FROM planweave_events WHERE run_id = %s AND pos > %s ORDER BY pos"
+            params = (run_id, after)
+        rows = await self._fetch(query, params)
+        return [Event(r, cast(EventKind, k), a, s, d, p) for p, r, a, k, s, d in rows]
+
+    async def _select_blobs(self, refs: list[str]) -> dict[str, Any]:
+        rows = await self._fetch("SELECT ref, data FROM planweave_blobs WHERE ref = ANY(%s)", (refs,))
+        return {ref: decode_blob(data) for ref, data in rows}
+
+    async def _select_run_ids(self) -> list[str]:
+        rows = await self._fetch("SELECT run_id FROM planweave_events GROUP BY run_id ORDER BY min(pos)", ())
+        return [r for (r,) in rows]
+
+    async def _fetch(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        try:
+            async with self._lock, self._conn.cursor() as cur:
+                await cur.execute(query, params)
+                return await cur.fetchall()
+        except psycopg.Error as exc:
+            raise JournalError(f"could not read the journal {self.url}: {exc}") from exc
+
+    async def _release(self) -> None:
+        await self._conn.close()
+
+
+async def _prepare(conn: psycopg.AsyncConnection[Any], schema: str | None, safe_url: str) -> None:
+    # A durable journal must not depend on the server's default: commits wait for the WAL flush.
+    await conn.execute("SET synchronous_commit = on")
+    async with conn.transaction():
+        # CREATE ... IF NOT EXISTS is not safe against a concurrent identical CREATE (unique violation on
+        # the catalog): processes opening the same new database take turns here.
+        await conn.execute("SELECT pg_advisory_xact_lock(%s, %s)", (_LOCK_CLASS, _DDL_KEY))
+        if schema is not None:
+            await conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            # A plain (not LOCAL) SET outlives the transaction: the session keeps using this schema.
+            await conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        await conn.execute("CREATE TABLE IF NOT EXISTS planweave_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        cur = await conn.execute("SELECT value FROM planweave_meta WHERE key = 'schema_version'")
+        row = await cur.fetchone()
+        version = int(row[0]) if row else 0
+        if version > SCHEMA_VERSION:
+            raise JournalError(
+                f"the journal {safe_url} has schema version {version}, newer than this planweave supports "
+                f"({SCHEMA_VERSION}): upgrade planweave"
+            )
+        if version < SCHEMA_VERSION:  # 0: new tables; later versions add their migration steps here
+            for statement in _SCHEMA:
+                await conn.execute(statement)
+            await conn.execute(
+                "INSERT INTO planweave_meta (key, value) VALUES ('schema_version', %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (str(SCHEMA_VERSION),),
+            )
+
+
+def _jsonb_text(url: str, event: Event) -> str:
+    try:
+        data = encode_data(event.data)
+    except TypeError as exc:
+        raise JournalError(
+            f"could not write to the journal {url}: the data of event '{event.kind}' of run '{event.run_id}' "
+            f"is not JSON-serialisable ({exc})"
+        ) from exc
+    if b"\\u0000" in data:
+        # JSONB cannot hold NUL characters (e.g. in a tool's error text): store U+FFFD in their place rather
+        # than lose the whole batch.
+        data = encode_data(_without_nul(event.data))
+    return data.decode()
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, Mapping):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_without_nul(v) for v in value]
+    return value

@@ -1,0 +1,235 @@
+"""A SQLite journal: one file, WAL mode, ``synchronous=FULL`` (durable against power loss), with group commit.
+
+Every database call runs on one dedicated thread that owns the only connection, so the event loop never
+blocks on disk and SQLite's objects never cross threads. Events are serialised on that thread too, keeping
+``append`` down to a list append. Several processes may share a file: writers queue on SQLite's write lock
+(``busy_timeout``) and WAL lets readers proceed meanwhile.
+
+URLs: ``sqlite:///relative/path.db`` (relative to the working directory), ``sqlite:////abs/path.db``,
+``sqlite:///:memory:`` (one connection, so it works, but nothing survives ``close``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar, cast
+from urllib.parse import unquote, urlsplit
+
+import orjson
+
+from planweave.engine.events import Event, EventKind
+from planweave.errors import JournalError
+from planweave.journal.base import decode_blob, encode_data
+from planweave.journal.group_commit import GroupCommitJournal
+
+__all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "SQLiteJournal"]
+
+T = TypeVar("T")
+
+#: Version of the tables below, kept in ``meta``; bump it and add a migration in ``_migrate`` when they change.
+SCHEMA_VERSION = 1
+#: How long a write waits for another process holding the file's write lock before it fails.
+BUSY_TIMEOUT_S = 30.0
+# SQLite limits the number of ``?`` in one statement (999 before 3.32); stay well below.
+_MAX_VARS = 500
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS events (
+        pos INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        at REAL NOT NULL,
+        kind TEXT NOT NULL,
+        step TEXT,
+        data BLOB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, pos)",
+    "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL)",
+)
+_INSERT_EVENT = "INSERT INTO events (run_id, at, kind, step, data) VALUES (?, ?, ?, ?, ?)"
+_INSERT_BLOB = "INSERT OR IGNORE INTO blobs (ref, data) VALUES (?, ?)"
+_COLUMNS = "pos, run_id, at, kind, step, data"
+
+
+def path_of(url: str) -> str:
+    """The file path a ``sqlite://`` URL names (``:memory:`` for an in-memory database); raises JournalError."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite" or parts.netloc:
+        raise JournalError(f"journal URL '{url}' is not a SQLite URL: use sqlite:///relative.db or sqlite:////abs.db")
+    # urlsplit keeps the slash after the (empty) host: drop it, so three slashes mean relative and four absolute.
+    path = unquote(parts.path)[1:]
+    if not path:
+        raise JournalError(f"journal URL '{url}' names no file: use sqlite:///relative.db or sqlite:////abs.db")
+    return path
+
+
+class SQLiteJournal(GroupCommitJournal):
+    """A durable journal in one SQLite file; open it with :meth:`open` (or :func:`planweave.journal.open_journal`)."""
+
+    def __init__(self, url: str, path: str, executor: ThreadPoolExecutor, conn: sqlite3.Connection) -> None:
+        super().__init__(url)
+        self.path = path
+        self._executor = executor
+        self._conn = conn
+
+    @classmethod
+    async def open(cls, url: str) -> SQLiteJournal:
+        """Open (creating the file, its parent directories and the tables if needed) the journal at ``url``."""
+        path = path_of(url)
+        # One worker, never replaced: the connection is created and used on this thread only.
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planweave-sqlite")
+        try:
+            conn = await asyncio.get_running_loop().run_in_executor(executor, _connect, url, path)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        journal = cls(url, path, executor, conn)
+        journal._start()
+        return journal
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(connection, *args)`` on the journal's thread (tests use it to reach the connection)."""
+        return await self._loop.run_in_executor(self._executor, fn, self._conn, *args)
+
+    async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
+        await self._call(_write_batch, self.url, events, blobs)
+
+    async def _select(self, run_id: str | None, after: int) -> list[Event]:
+        return await self._call(_select_events, self.url, run_id, after)
+
+    async def _select_blobs(self, refs: list[str]) -> dict[str, Any]:
+        return await self._call(_select_blobs, self.url, refs)
+
+    async def _select_run_ids(self) -> list[str]:
+        return await self._call(_select_run_ids, self.url)
+
+    async def _release(self) -> None:
+        try:
+            await self._call(_close)
+        finally:
+            self._executor.shutdown(wait=False)
+
+
+# -- everything below runs on the journal's thread ----------------------------------------------------------------
+def _connect(url: str, path: str) -> sqlite3.Connection:
+    try:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: no implicit transactions; batches use BEGIN IMMEDIATE explicitly (see _write_batch).
+        conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise JournalError(f"could not open the journal {url}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        # WAL: readers (also in other processes) never wait for the writer, and a commit is one sequential append.
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: the WAL is fsynced at every commit, so a flushed event survives power loss, not just a crash.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("BEGIN IMMEDIATE")  # the write lock: two processes opening a new file must not race
+        try:
+            _migrate(conn, url)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    except sqlite3.Error as exc:
+        conn.close()
+        raise JournalError(f"could not open the journal {url}: {exc}") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, url: str) -> None:
+    conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    version = int(row[0]) if row else 0
+    if version > SCHEMA_VERSION:
+        raise JournalError(
+            f"the journal {url} has schema version {version}, newer than this planweave supports "
+            f"({SCHEMA_VERSION}): upgrade planweave"
+        )
+    if version < SCHEMA_VERSION:  # 0: a new file; later versions add their migration steps here
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
+def _write_batch(conn: sqlite3.Connection, url: str, events: list[Event], blobs: dict[str, bytes]) -> None:
+    rows = []
+    for e in events:
+        try:
+            data = encode_data(e.data)
+        except TypeError as exc:
+            raise JournalError(
+                f"could not write to the journal {url}: the data of event '{e.kind}' of run '{e.run_id}' "
+                f"is not JSON-serialisable ({exc})"
+            ) from exc
+        rows.append((e.run_id, e.at, e.kind, e.step, data))
+    try:
+        # IMMEDIATE takes the write lock up front (waiting up to busy_timeout); a deferred transaction could
+        # instead fail with SQLITE_BUSY at its first insert, without waiting, when another process writes.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if blobs:
+                conn.executemany(_INSERT_BLOB, blobs.items())
+            if rows:
+                conn.executemany(_INSERT_EVENT, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not write to the journal {url}: {exc}") from exc
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass  # SQLite rolls back by itself on most errors; the original error is the one to report
+
+
+def _select_events(conn: sqlite3.Connection, url: str, run_id: str | None, after: int) -> list[Event]:
+    try:
+        if run_id is None:
+            cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE pos > ? ORDER BY pos", (after,))
+        else:
+            cursor = conn.execute(
+                f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND pos > ? ORDER BY pos", (run_id, after)
+            )
+        loads = orjson.loads
+        return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+
+
+def _select_blobs(conn: sqlite3.Connection, url: str, refs: list[str]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    try:
+        for i in range(0, len(refs), _MAX_VARS):
+            chunk = refs[i : i + _MAX_VARS]
+            marks = ", ".join("?" * len(chunk))
+            for ref, data in conn.execute(f"SELECT ref, data FROM blobs WHERE ref IN ({marks})", chunk):
+                found[ref] = decode_blob(data)
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+    return found
+
+
+def _select_run_ids(conn: sqlite3.Connection, url: str) -> list[str]:
+    try:
+        # Served from the (run_id, pos) index: MIN(pos) per run is its first entry there.
+        rows = conn.execute("SELECT run_id FROM events GROUP BY run_id ORDER BY MIN(pos)").fetchall()
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+    return [r for (r,) in rows]
+
+
+def _close(conn: sqlite3.Connection) -> None:
+    conn.close()

@@ -1,0 +1,171 @@
+"""Plan validation: every problem is reported at once, each naming the step and the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from planweave import PlanInvalid, builtin_tools, parse_plan_document, validate_plan
+from planweave.plan.graph import Plan
+
+
+def check(doc: dict, capacities: dict[str, int] | None = None) -> Plan:
+    return validate_plan(parse_plan_document(doc), builtin_tools(), capacities if capacities is not None else {})
+
+
+def problems(doc: dict, capacities: dict[str, int] | None = None) -> list[str]:
+    with pytest.raises(PlanInvalid) as info:
+        check(doc, capacities)
+    return [str(p) for p in info.value.problems]
+
+
+def test_valid_plan_has_topological_order_and_dependencies() -> None:
+    plan = check({"steps": [
+        {"id": "b", "tool": "noop", "args": {"x": "${a.items[0]}"}},
+        {"id": "a", "tool": "noop"},
+        {"id": "c", "tool": "noop", "after": ["a", "b"]},
+    ]})
+    assert plan.order == ("a", "b", "c")
+    assert plan.deps["b"] == ("a",)
+    assert set(plan.deps["c"]) == {"a", "b"}
+    assert plan.dependents["a"] == ("b", "c")
+
+
+def test_duplicate_ids_are_reported() -> None:
+    assert problems({"steps": [{"id": "a", "tool": "noop"}, {"id": "a", "tool": "noop"}]}) == [
+        "step 'a', id: duplicate step id"
+    ]
+
+
+def test_unknown_reference_suggests_the_closest_step() -> None:
+    found = problems({"steps": [
+        {"id": "search", "tool": "noop"},
+        {"id": "fetch", "tool": "noop", "args": {"q": "${serch.results}"}},
+    ]})
+    assert found == ["step 'fetch', args: ${serch.results} refers to unknown step 'serch' (did you mean 'search'?)"]
+
+
+def test_unknown_after_is_reported_with_its_index() -> None:
+    found = problems({"steps": [{"id": "a", "tool": "noop", "after": ["zzz"]}]})
+    assert found == ["step 'a', after[0]: unknown step 'zzz'"]
+
+
+def test_cycles_are_printed() -> None:
+    found = problems({"steps": [
+        {"id": "a", "tool": "noop", "after": ["c"]},
+        {"id": "b", "tool": "noop", "after": ["a"]},
+        {"id": "c", "tool": "noop", "args": {"v": "${b}"}},
+        {"id": "d", "tool": "noop", "after": ["c"]},
+    ]})
+    assert len(found) == 1
+    assert "dependency cycle: " in found[0]
+    cycle = found[0].split("dependency cycle: ")[1].split(" -> ")
+    assert cycle[0] == cycle[-1] and set(cycle) == {"a", "b", "c"}
+
+
+def test_self_reference_is_rejected() -> None:
+    assert problems({"steps": [{"id": "a", "tool": "noop", "args": {"x": "${a}"}}]}) == [
+        "step 'a', args: ${a} refers to the step itself"
+    ]
+
+
+def test_unknown_tool_suggests_a_name() -> None:
+    assert problems({"steps": [{"id": "a", "tool": "slep", "args": {"seconds": 1}}]}) == [
+        "step 'a', tool: unknown tool 'slep' (did you mean 'sleep'?)"
+    ]
+
+
+def test_arguments_are_checked_against_the_tool_schema() -> None:
+    found = problems({"steps": [
+        {"id": "a", "tool": "sleep", "args": {"second": 1}},
+        {"id": "b", "tool": "sleep", "args": {"seconds": "soon"}},
+        {"id": "c", "tool": "shell", "args": {}},
+    ]})
+    assert "step 'a', args.second: tool 'sleep' has no argument 'second' (did you mean 'seconds'?)" in found
+    assert "step 'a', args.seconds: required by tool 'sleep'" in found
+    assert any(p.startswith("step 'b', args.seconds:") and "number" in p for p in found)
+    assert "step 'c', args.argv: required by tool 'shell'" in found
+
+
+def test_arguments_holding_references_are_checked_at_call_time() -> None:
+    plan = check({"steps": [
+        {"id": "a", "tool": "noop"},
+        {"id": "b", "tool": "sleep", "args": {"seconds": "${a.n}"}},
+    ]})
+    assert plan.deps["b"] == ("a",)
+
+
+def test_claims_larger_than_capacity_or_undeclared_are_rejected() -> None:
+    found = problems(
+        {"steps": [
+            {"id": "a", "tool": "noop", "resources": {"browser": 3}},
+            {"id": "b", "tool": "noop", "resources": {"gpu": 1}},
+        ]},
+        capacities={"browser": 2},
+    )
+    assert found == [
+        "step 'a', resources.browser: claims 3 but the capacity is 2",
+        "step 'b', resources.gpu: no capacity is declared for 'gpu' (use --capacity gpu=N or the plan's 'capacities:')",
+    ]
+
+
+def test_schema_errors_name_step_and_key_and_all_are_reported() -> None:
+    with pytest.raises(PlanInvalid) as info:
+        parse_plan_document({"steps": [
+            {"id": "a", "tool": "noop", "retires": 2},
+            {"id": "b"},
+            {"id": "c", "tool": "noop", "timeout": -1},
+            {"id": "bad id", "tool": "noop"},
+        ]}, source="plan.yaml")
+    text = str(info.value)
+    assert text.startswith("plan.yaml is not valid (4 problems):")
+    assert "step 'a', retires: unknown key (did you mean 'retries'?)" in text
+    assert "step 'b', tool: Field required" in text
+    assert "step 'c', timeout:" in text
+    assert "step 'bad id', id:" in text
+
+
+def test_all_problem_kinds_are_reported_together() -> None:
+    found = problems({"steps": [
+        {"id": "a", "tool": "nope"},
+        {"id": "a", "tool": "noop"},
+        {"id": "b", "tool": "noop", "after": ["x"]},
+    ]})
+    assert len(found) == 3
+
+
+def test_retries_shorthand_and_policy() -> None:
+    plan = check({"steps": [
+        {"id": "a", "tool": "noop", "retries": 3},
+        {"id": "b", "tool": "noop", "retries": {"max": 2, "backoff": 1, "on": ["timeout"]}},
+    ]})
+    assert plan.steps["a"].retries.max == 3
+    assert plan.steps["b"].retries.on == ("timeout",)
+
+
+def test_not_a_mapping_is_a_clear_error() -> None:
+    with pytest.raises(PlanInvalid, match="expected an object with a 'steps' list"):
+        parse_plan_document(["a"])
+
+
+def test_fingerprints_follow_content_and_dependencies() -> None:
+    one = check({"steps": [{"id": "a", "tool": "noop", "args": {"x": 1}},
+                           {"id": "b", "tool": "noop", "args": {"y": "${a}"}}]})
+    renamed = check({"steps": [{"id": "a", "tool": "noop", "args": {"x": 1}},
+                               {"id": "z", "tool": "noop", "args": {"y": "${a}"}}]})
+    changed = check({"steps": [{"id": "a", "tool": "noop", "args": {"x": 2}},
+                               {"id": "b", "tool": "noop", "args": {"y": "${a}"}}]})
+    assert one.fingerprints["b"] == renamed.fingerprints["z"]
+    assert one.fingerprints["a"] != changed.fingerprints["a"]
+    assert one.fingerprints["b"] != changed.fingerprints["b"]  # its input changed
+
+
+def test_critical_path_and_makespan_lower_bound() -> None:
+    plan = check({"steps": [
+        {"id": "a", "tool": "noop", "estimate": {"duration": 2}},
+        {"id": "b", "tool": "noop", "after": ["a"], "estimate": {"duration": 5}},
+        {"id": "c", "tool": "noop", "after": ["a"], "estimate": {"duration": 1}},
+        {"id": "d", "tool": "noop", "after": ["b", "c"], "estimate": {"duration": 1}},
+    ]})
+    assert plan.rank == {"a": 8.0, "b": 6.0, "c": 2.0, "d": 1.0}
+    assert plan.makespan_lower_bound == 8.0
+    assert plan.critical_path == ("a", "b", "d")
