@@ -34,17 +34,17 @@ class RealClock:
         await asyncio.sleep(seconds)
 
 
-class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _JumpingSelector(selectors.DefaultSelector):
     """A selector that, instead of blocking until the next timer, advances virtual time to it."""
 
     loop: VirtualEventLoop
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         if timeout is None:  # no timer at all: only real I/O (threads, sockets) can wake us, so block for it
-            return super().select(None)  # type: ignore[no-any-return]
+            return super().select(None)
         ready = super().select(0)
         if ready or timeout <= 0:
-            return ready  # type: ignore[no-any-return]
+            return ready
         self.loop.advance_to_next_timer(timeout)
         return []
 

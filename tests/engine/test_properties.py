@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from planweave import Toolbox, builtin_tools
 from planweave.engine.scheduler import Scheduler
+from planweave.plan.model import Claim
 from tests.engine.conftest import run_plan
 
 
@@ -91,7 +92,7 @@ def test_scheduler_never_exceeds_capacity_and_admits_everything(
     sched: Scheduler[int] = Scheduler(concurrency, {"a": 3, "b": 2})
     for i, (a, b, rank) in enumerate(items):
         claims = {k: v for k, v in (("a", a), ("b", b)) if v}
-        sched.push(i, rank=rank, ready_at=0.0, claims=claims)
+        sched.push(i, rank=rank, ready_at=0.0, claim=Claim(claims) if claims else None)
     done = 0
     running: list[tuple[int, Any]] = []
     while done < len(items):
@@ -108,12 +109,83 @@ def test_scheduler_never_exceeds_capacity_and_admits_everything(
 
 def test_big_claim_is_not_starved_by_small_ones() -> None:
     sched: Scheduler[str] = Scheduler(None, {"gpu": 2})
-    sched.push("small0", rank=10, ready_at=0, claims={"gpu": 1})
+    sched.push("small0", rank=10, ready_at=0, claim=Claim({"gpu": 1}))
     assert [i for i, _ in sched.admit()] == ["small0"]
-    sched.push("big", rank=5, ready_at=0, claims={"gpu": 2})
-    sched.push("small1", rank=1, ready_at=1, claims={"gpu": 1})
+    sched.push("big", rank=5, ready_at=0, claim=Claim({"gpu": 2}))
+    sched.push("small1", rank=1, ready_at=1, claim=Claim({"gpu": 1}))
     sched.push("free", rank=0, ready_at=1)
     # 'big' waits for the gpu; 'small1' would take the free gpu ahead of it, so it must wait too.
     assert [i for i, _ in sched.admit()] == ["free"]
-    sched.release({"gpu": 1})
+    sched.release(Claim({"gpu": 1}))
     assert [i for i, _ in sched.admit()] == ["big"]
+
+
+def test_readers_share_and_writers_are_exclusive() -> None:
+    sched: Scheduler[str] = Scheduler(None, {})
+    sched.push("r1", rank=3, ready_at=0, claim=Claim({}, reads=("db",)))
+    sched.push("r2", rank=2, ready_at=0, claim=Claim({}, reads=("db",)))
+    sched.push("w", rank=1, ready_at=0, claim=Claim({}, writes=("db",)))
+    sched.push("r3", rank=0, ready_at=0, claim=Claim({}, reads=("db",)))
+    assert [i for i, _ in sched.admit()] == ["r1", "r2"]  # r3 may not overtake the waiting writer
+    sched.release(Claim({}, reads=("db",)))
+    assert sched.admit() == []
+    sched.release(Claim({}, reads=("db",)))
+    assert [i for i, _ in sched.admit()] == ["w"]
+    sched.release(Claim({}, writes=("db",)))
+    assert [i for i, _ in sched.admit()] == ["r3"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["r", "w", "-"]), st.sampled_from(["f1", "f2"]),
+                          st.sampled_from([0.5, 1, 2])), min_size=1, max_size=20))
+def test_two_writers_of_one_resource_never_run_at_once(spec: list[tuple[str, str, float]]) -> None:
+    # Writers of one file are chained (validation demands an order); readers float freely.
+    holders: dict[str, list[str]] = {"f1": [], "f2": []}
+    last_writer: dict[str, str] = {}
+    steps = []
+    for i, (mode, res, secs) in enumerate(spec):
+        step: dict[str, Any] = {"id": f"s{i}", "tool": "touch", "args": {"name": f"s{i}", "res": res, "mode": mode,
+                                                                            "seconds": secs}}
+        if mode == "w":
+            step["writes"] = [res]
+            if res in last_writer:
+                step["after"] = [last_writer[res]]
+            last_writer[res] = f"s{i}"
+        elif mode == "r":
+            step["reads"] = [res]
+        steps.append(step)
+    box: Toolbox = builtin_tools()
+
+    async def touch(name: str, res: str, mode: str, seconds: float) -> None:
+        if mode != "-":
+            current = holders[res]
+            if mode == "w":
+                assert not current, f"{name} writes {res} while {current} hold it"
+            else:
+                assert not any(h.startswith("w:") for h in current), f"{name} reads {res} during a write"
+            current.append(f"{mode}:{name}")
+        await asyncio.sleep(seconds)
+        if mode != "-":
+            holders[res].remove(f"{mode}:{name}")
+
+    box.add(touch)
+    assert run_plan({"steps": steps}, box).ok
+
+
+def test_unordered_writers_are_rejected_naming_both_steps() -> None:
+    from planweave import PlanInvalid, parse_plan_document, validate_plan
+
+    doc = {"steps": [
+        {"id": "a", "tool": "noop", "writes": ["./src/app.py"]},
+        {"id": "b", "tool": "noop", "writes": ["src/app.py"]},
+        {"id": "c", "tool": "noop", "writes": ["src/app.py"], "after": ["b"]},
+    ]}
+    try:
+        validate_plan(parse_plan_document(doc), builtin_tools(), {})
+    except PlanInvalid as exc:
+        assert [str(p) for p in exc.problems] == [
+            "step 'b', writes: writes 'src/app.py' like step 'a' with no order between them; add `after: [a]`",
+            "step 'c', writes: writes 'src/app.py' like step 'a' with no order between them; add `after: [a]`",
+        ]
+    else:
+        raise AssertionError("unordered writers were accepted")

@@ -29,7 +29,7 @@ def test_missing_path_names_what_exists() -> None:
     with pytest.raises(RefResolutionError, match=r"x.items has no index 5 \(a list of 2\)"):
         render(template, {"x": {"items": [1, 2]}})
     template, _ = compile_args("${x.nope}")
-    with pytest.raises(RefResolutionError, match="x has no key 'nope' .an object with keys items"):
+    with pytest.raises(RefResolutionError, match=r"x has no key 'nope' .an object with keys items"):
         render(template, {"x": {"items": [1, 2]}})
 
 

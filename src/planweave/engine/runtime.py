@@ -25,7 +25,7 @@ from planweave.errors import JournalError, RunError, RunNotFound, ToolError
 from planweave.journal.base import Journal, OutputNotSerialisable
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import Plan, parse_plan_document, validate_plan
-from planweave.plan.model import NEVER_RETRIED, PlanSpec, Step
+from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
 from planweave.plan.refs import RefResolutionError, render
 
 EventListener = Callable[[Event], None]
@@ -147,6 +147,7 @@ class Run:
             crashed = exc
         finally:
             self._tg = None
+        error: str | None
         if crashed is not None:
             status, error = "failed", f"internal error: {type(crashed).__name__}: {crashed}"
         else:
@@ -161,14 +162,14 @@ class Run:
             RunResult(self.id, status, error, dict(self.outputs), self.state.summary())
         )
 
-    def _launch(self, sid: str, claims: Mapping[str, int]) -> None:
+    def _launch(self, sid: str, claims: Claim | None) -> None:
         tg = self._tg
         if tg is None or self.state.records[sid].status != "ready":
             self._engine._release(claims)
             return
         tg.create_task(self._execute(sid, claims))
 
-    async def _execute(self, sid: str, claims: Mapping[str, int]) -> None:
+    async def _execute(self, sid: str, claims: Claim | None) -> None:
         plan = self.plan
         step = plan.steps[sid]
         attempt = self.state.records[sid].attempts + 1
@@ -399,14 +400,13 @@ class Engine:
 
     # -- scheduling ----------------------------------------------------------------------------------------------
     def _enqueue(self, run: Run, sid: str, now: float) -> None:
-        step = run.plan.steps[sid]
-        self._scheduler.push((run, sid), rank=run.plan.rank[sid], ready_at=now, claims=step.resources)
+        self._scheduler.push((run, sid), rank=run.plan.rank[sid], ready_at=now, claim=run.plan.claims[sid])
 
     def _pump(self) -> None:
         for (run, sid), claims in self._scheduler.admit():
             run._launch(sid, claims)
 
-    def _release(self, claims: Mapping[str, int]) -> None:
+    def _release(self, claims: Claim | None) -> None:
         self._scheduler.release(claims)
         if self._scheduler._heap:
             self._pump()

@@ -2,9 +2,11 @@
 
 Priority: a step's key is ``aging * ready_at - rank``; the smallest key starts first. So the step with the longest
 remaining critical path goes first, and every second a step waits counts like ``aging`` seconds of critical path,
-so nothing starves. A step starts only when its claims and a concurrency slot fit. When the best step does not fit,
-lower-priority steps may start ahead of it only if they claim none of the resources it is waiting for (they
-cannot delay it), so a large claim is never starved by a stream of small ones.
+so nothing starves. A step starts only when its claims and a concurrency slot fit. Claims are amounts of named
+capacities plus read/write locks on named resources (files, tables...): readers share a resource, a writer holds it
+alone. When the best step does not fit, lower-priority steps may start ahead of it only if they claim none of the
+resources it is waiting for (they cannot delay it), so a large claim or a writer is never starved by a stream of
+small claims or readers.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
+from planweave.plan.model import Claim
+
 T = TypeVar("T")
 
-_NO_CLAIMS: Mapping[str, int] = {}
 
 
 class CapacityExceeded(ValueError):
@@ -39,37 +42,48 @@ class Scheduler(Generic[T]):
         self.aging = aging
         self.scan_limit = scan_limit
         self.in_use: dict[str, int] = {name: 0 for name in self.capacities}
+        self.readers: dict[str, int] = {}
+        self.writers: set[str] = set()
         self.running = 0
-        self._heap: list[tuple[float, int, T, Mapping[str, int]]] = []
+        self._heap: list[tuple[float, int, T, Claim | None]] = []
         self._seq = itertools.count()
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, item: T, *, rank: float, ready_at: float, claims: Mapping[str, int] = _NO_CLAIMS) -> None:
-        for name, amount in claims.items():
+    def push(self, item: T, *, rank: float, ready_at: float, claim: Claim | None = None) -> None:
+        """Queue an item that is ready; ``claim`` None means it needs only a concurrency slot."""
+        for name, amount in claim.amounts.items() if claim else ():
             if name not in self.capacities:
                 raise CapacityExceeded(f"claim on '{name}', which has no capacity")
             if amount > self.capacities[name]:
                 raise CapacityExceeded(f"claim of {amount} on '{name}' exceeds its capacity {self.capacities[name]}")
-        heapq.heappush(self._heap, (self.aging * ready_at - rank, next(self._seq), item, claims))
+        heapq.heappush(self._heap, (self.aging * ready_at - rank, next(self._seq), item, claim))
 
-    def _fits(self, claims: Mapping[str, int]) -> bool:
+    def _fits(self, claim: Claim) -> bool:
         caps = self.capacities
         in_use = self.in_use
-        for name, amount in claims.items():
-            if in_use[name] + amount > caps[name]:
-                return False
-        return True
+        if any(in_use[name] + amount > caps[name] for name, amount in claim.amounts.items()):
+            return False
+        if any(w in self.writers or self.readers.get(w, 0) for w in claim.writes):
+            return False
+        return not any(r in self.writers for r in claim.reads)
 
-    def admit(self, alive: Callable[[T], bool] | None = None) -> list[tuple[T, Mapping[str, int]]]:
+    def _take(self, claim: Claim) -> None:
+        for name, amount in claim.amounts.items():
+            self.in_use[name] += amount
+        for r in claim.reads:
+            self.readers[r] = self.readers.get(r, 0) + 1
+        self.writers.update(claim.writes)
+
+    def admit(self, alive: Callable[[T], bool] | None = None) -> list[tuple[T, Claim | None]]:
         """Pop every item that may start now, marking its claims in use; ``alive`` drops stale items."""
         heap = self._heap
-        admitted: list[tuple[T, Mapping[str, int]]] = []
+        admitted: list[tuple[T, Claim | None]] = []
         if not heap:
             return admitted
         limit = self.concurrency
-        blocked: list[tuple[float, int, T, Mapping[str, int]]] = []
+        blocked: list[tuple[float, int, T, Claim | None]] = []
         reserved: set[str] = set()
         scanned = 0
         while heap and (limit is None or self.running < limit) and scanned < self.scan_limit:
@@ -77,28 +91,33 @@ class Scheduler(Generic[T]):
             item, claims = entry[2], entry[3]
             if alive is not None and not alive(item):
                 continue
-            if not claims:
-                admitted.append((item, claims))
+            if claims is None:
+                admitted.append((item, None))
                 self.running += 1
                 continue
             scanned += 1
-            if not reserved.isdisjoint(claims) or not self._fits(claims):
+            names = claims.names()
+            if not reserved.isdisjoint(names) or not self._fits(claims):
                 blocked.append(entry)
-                reserved.update(claims)
+                reserved.update(names)
                 continue
-            for name, amount in claims.items():
-                self.in_use[name] += amount
+            self._take(claims)
             admitted.append((item, claims))
             self.running += 1
         for entry in blocked:
             heapq.heappush(heap, entry)
         return admitted
 
-    def release(self, claims: Mapping[str, int]) -> None:
+    def release(self, claim: Claim | None) -> None:
         """Give back a slot and the claims of an item that finished."""
         self.running -= 1
-        for name, amount in claims.items():
+        if claim is None:
+            return
+        for name, amount in claim.amounts.items():
             self.in_use[name] -= amount
+        for r in claim.reads:
+            self.readers[r] -= 1
+        self.writers.difference_update(claim.writes)
 
     def discard(self, keep: Callable[[T], bool]) -> int:
         """Drop queued items for which ``keep`` is false; return how many were dropped."""

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.critical import critical_path, upward_ranks
-from planweave.plan.model import PlanSpec, Step
+from planweave.plan.model import Claim, PlanSpec, Step
 from planweave.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
 
 _STEP_KEYS = tuple(Step.model_fields)
@@ -37,6 +37,7 @@ class Plan:
     templates: Mapping[str, Compiled]
     refs: Mapping[str, tuple[Ref, ...]]
     rank: Mapping[str, float]
+    claims: Mapping[str, Claim | None]
     makespan_lower_bound: float
     critical_path: tuple[str, ...]
     _meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -72,7 +73,8 @@ def _problem_from_pydantic(step: str, err: Any) -> PlanProblem:
 def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
     """Read a plan document (the parsed YAML/JSON) into a :class:`PlanSpec`, reporting every problem at once."""
     if not isinstance(data, Mapping):
-        raise PlanInvalid([PlanProblem("", "", f"expected an object with a 'steps' list, got {type(data).__name__}")], source)
+        got = type(data).__name__
+        raise PlanInvalid([PlanProblem("", "", f"expected an object with a 'steps' list, got {got}")], source)
     problems: list[PlanProblem] = []
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
@@ -93,7 +95,8 @@ def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
     except ValidationError as exc:
         for e in exc.errors():
             loc = ".".join(str(p) for p in e["loc"])
-            msg = f"unknown key{did_you_mean(loc, PlanSpec.model_fields)}" if e["type"] == "extra_forbidden" else e["msg"]
+            extra = e["type"] == "extra_forbidden"
+            msg = f"unknown key{did_you_mean(loc, PlanSpec.model_fields)}" if extra else e["msg"]
             problems.append(PlanProblem("", loc, msg))
         spec = PlanSpec(steps=())
     if problems:
@@ -111,9 +114,39 @@ def _find_cycle(nodes: set[str], deps: Mapping[str, tuple[str, ...]]) -> list[st
         seen[node] = len(path)
         path.append(node)
         node = next(d for d in sorted(deps[node]) if d in nodes)
-    cycle = path[seen[node] :] + [node]
+    cycle = [*path[seen[node] :], node]
     cycle.reverse()  # edges point from dependency to dependent
     return cycle
+
+
+def _unordered_writers(
+    steps: Mapping[str, Step], order: list[str], deps: Mapping[str, tuple[str, ...]]
+) -> list[PlanProblem]:
+    """Report pairs of steps that write the same resource with no order between them (a race)."""
+    writers: dict[str, list[str]] = {}
+    for sid in order:
+        for resource in steps[sid].writes:
+            writers.setdefault(resource, []).append(sid)
+    contested = {r: ws for r, ws in writers.items() if len(ws) > 1}
+    if not contested:
+        return []
+    bit = {sid: 1 << i for i, sid in enumerate(order)}
+    ancestors: dict[str, int] = {}
+    for sid in order:
+        mask = 0
+        for d in deps[sid]:
+            mask |= ancestors[d] | bit[d]
+        ancestors[sid] = mask
+    problems = []
+    for resource, ws in contested.items():
+        for i, a in enumerate(ws):
+            for b in ws[i + 1 :]:  # b comes later in topological order, so only b can depend on a
+                if not ancestors[b] & bit[a]:
+                    problems.append(PlanProblem(
+                        b, "writes",
+                        f"writes '{resource}' like step '{a}' with no order between them; add `after: [{a}]`",
+                    ))
+    return problems
 
 
 def _fingerprint(step: Step, dep_prints: list[str]) -> str:
@@ -234,7 +267,8 @@ def validate_plan(
         remaining = set(steps) - set(order)
         reported: set[str] = set()
         while remaining - reported:
-            on_cycle = _find_cycle(remaining - reported, {k: tuple(d for d in v if d in remaining - reported) for k, v in deps.items()})
+            left = remaining - reported
+            on_cycle = _find_cycle(left, {k: tuple(d for d in v if d in left) for k, v in deps.items()})
             problems.append(PlanProblem(on_cycle[0], "after", "dependency cycle: " + " -> ".join(on_cycle)))
             reported.update(on_cycle)
             # Drop everything that only led into reported cycles to avoid repeating them.
@@ -245,6 +279,8 @@ def validate_plan(
                     if not any(d in remaining - reported for d in deps[s]):
                         reported.add(s)
                         changed = True
+    if not problems:
+        problems.extend(_unordered_writers(steps, order, deps))
     if problems:
         raise PlanInvalid(problems, source)
 
@@ -263,6 +299,11 @@ def validate_plan(
         templates=templates,
         refs=refs,
         rank=rank,
+        claims={
+            sid: Claim(steps[sid].resources, steps[sid].reads, steps[sid].writes)
+            if (steps[sid].resources or steps[sid].reads or steps[sid].writes) else None
+            for sid in order
+        },
         makespan_lower_bound=bound,
         critical_path=tuple(path),
     )

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import posixpath
+from collections.abc import Mapping
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
+
+
+def normalise_resource(name: str) -> str:
+    """The canonical name of a read/write resource: paths are normalised lexically (``./a/../b`` is ``b``)."""
+    if not name.strip():
+        raise ValueError("a resource name cannot be empty")
+    return posixpath.normpath(name) if "/" in name or name.startswith(".") else name
 
 ErrorKind = str
 """A failure classification: ``timeout``, ``error`` (the tool raised), ``output`` (unserialisable result),
@@ -73,6 +82,8 @@ class Step(_Frozen):
     retries: RetryPolicy = NO_RETRIES
     timeout: float | None = Field(None, gt=0, description="Seconds per attempt.")
     resources: dict[str, int] = Field(default_factory=dict)
+    reads: tuple[str, ...] = Field((), description="Resources (names or paths) read: readers run together.")
+    writes: tuple[str, ...] = Field((), description="Resources (names or paths) written: a writer runs alone.")
     estimate: Estimate | None = None
     idempotent: bool | None = Field(None, description="Defaults to the tool's own setting.")
     description: str = ""
@@ -94,6 +105,11 @@ class Step(_Frozen):
                 raise ValueError(f"claim on '{name}' must be at least 1, got {amount}")
         return value
 
+    @field_validator("reads", "writes")
+    @classmethod
+    def _normalise_resources(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(normalise_resource(v) for v in value))
+
     @property
     def duration_estimate(self) -> float:
         return self.estimate.duration if self.estimate else 0.0
@@ -112,3 +128,14 @@ class PlanSpec(_Frozen):
 
 StepStatus = Literal["pending", "ready", "running", "succeeded", "failed", "cancelled", "skipped", "unknown"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "skipped"})
+
+
+class Claim(NamedTuple):
+    """What a step holds while it runs: amounts of capacities, and resources it reads or writes."""
+
+    amounts: Mapping[str, int]
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+
+    def names(self) -> set[str]:
+        return {*self.amounts, *self.reads, *self.writes}

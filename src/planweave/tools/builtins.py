@@ -75,13 +75,10 @@ async def shell(
                 pass
             await proc.wait()
         raise
-    result = {
-        "exit_code": proc.returncode,
-        "stdout": _cap(out.decode(errors="replace")),
-        "stderr": _cap(err.decode(errors="replace")),
-    }
+    stderr = _cap(err.decode(errors="replace"))
+    result = {"exit_code": proc.returncode, "stdout": _cap(out.decode(errors="replace")), "stderr": stderr}
     if check and proc.returncode != 0:
-        tail = result["stderr"].strip().splitlines()[-3:]
+        tail = stderr.strip().splitlines()[-3:]
         raise ToolError(
             f"{argv[0]} exited with code {proc.returncode}" + (": " + " | ".join(tail) if tail else ""),
             kind="exit_code",

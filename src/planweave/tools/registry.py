@@ -6,7 +6,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -157,14 +157,6 @@ class Toolbox(Mapping[str, Tool]):
             raise ValueError(f"tool '{t.name}' is already registered")
         self._tools[t.name] = t
         return t
-
-    @overload
-    def tool(self, fn: ToolFunction, /) -> ToolFunction: ...
-
-    @overload
-    def tool(
-        self, *, name: str | None = None, idempotent: bool = False
-    ) -> Callable[[ToolFunction], ToolFunction]: ...
 
     def tool(
         self, fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False
