@@ -14,6 +14,7 @@ import socket
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from planweave.clock import Clock, RealClock
@@ -44,11 +45,16 @@ class RunResult:
     status: str
     error: str | None
     outputs: Mapping[str, Any]
-    summary: Mapping[str, Any] = field(repr=False)
+    state: RunState = field(repr=False)
 
     @property
     def ok(self) -> bool:
         return self.status == "succeeded"
+
+    @cached_property
+    def summary(self) -> Mapping[str, Any]:
+        """The ``planweave run --json`` object (built on first use: large runs need not pay for it)."""
+        return self.state.summary()
 
 
 def _classify(exc: Exception, step: Step) -> tuple[str, bool, str, tuple[str, ...]]:
@@ -159,7 +165,7 @@ class Run:
             error = f"{error}; and the journal could not be written: {exc}" if error else str(exc)
         self._engine._runs_active.pop(self.id, None)
         self._result.set_result(
-            RunResult(self.id, status, error, dict(self.outputs), self.state.summary())
+            RunResult(self.id, status, error, self.outputs, self.state)
         )
 
     def _launch(self, sid: str, claims: Claim | None) -> None:
