@@ -15,6 +15,8 @@ EventKind = Literal[
     "run_cancel_requested",  # data: reason (written by another process)
     "run_cancelled",  # data: reason
     "run_finished",  # data: status, error
+    "plan_version",  # data: plan (full spec), version, parent, trigger, seen, renamed, idempotent, the diff, meta
+    "steps_added",  # data: steps, version, idempotent, meta (model_started_at, model_finished_at, trigger)
 ]
 
 

@@ -8,11 +8,12 @@ Every run owns a TaskGroup; cancelling the run cancels its steps. The engine own
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import socket
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -21,11 +22,12 @@ from planweave.clock import Clock, RealClock
 from planweave.engine.context import StepContext, set_current_step
 from planweave.engine.events import Event, EventKind
 from planweave.engine.scheduler import Scheduler
-from planweave.engine.state import RunState
+from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
+from planweave.engine.state import RunState, StepRecord
 from planweave.errors import JournalError, RunError, RunNotFound, ToolError
 from planweave.journal.base import Journal, OutputNotSerialisable
 from planweave.plan.catalog import ToolCatalog
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
+from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
 from planweave.plan.refs import RefResolutionError, render
 
@@ -78,7 +80,6 @@ class Run:
 
     def __init__(self, engine: Engine, run_id: str, plan: Plan, tools: ToolCatalog, state: RunState) -> None:
         self.id = run_id
-        self.plan = plan
         self.state = state
         self.outputs: dict[str, Any] = {}
         self._engine = engine
@@ -92,8 +93,16 @@ class Run:
         self._cancel_reason: str | None = None
         self._listeners: list[EventListener] = list(engine._listeners)
         self._durable = self._journal.durable
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._holds = 0
+        self._ready = asyncio.Event()
 
     # -- public ------------------------------------------------------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        """The current plan version."""
+        return self.state.plan
+
     @property
     def finished(self) -> bool:
         return self._result.done()
@@ -128,8 +137,9 @@ class Run:
                 enqueue(self, sid, event.at)
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
+    async def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
         self._task = self._engine._tg.create_task(self._main(kind, data), name=f"planweave-run-{self.id}")
+        await self._ready.wait()  # the run's TaskGroup exists: its plan can change and it can be cancelled
 
     async def _main(self, kind: EventKind, data: Mapping[str, Any]) -> None:
         crashed: BaseException | None = None
@@ -137,9 +147,10 @@ class Run:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 self._emit(kind, None, data)
+                self._ready.set()
                 self._engine._pump()
-                if self.state.active:
-                    await self._done.wait()
+                self._check_done()
+                await self._done.wait()
         except asyncio.CancelledError:
             if self._cancel_reason is None:  # the engine is closing: leave the run resumable, record nothing
                 if not self._result.done():
@@ -168,19 +179,21 @@ class Run:
             RunResult(self.id, status, error, self.outputs, self.state)
         )
 
-    def _launch(self, sid: str, claims: Claim | None) -> None:
+    def _launch(self, rec: StepRecord, claims: Claim | None) -> None:
         tg = self._tg
-        if tg is None or self.state.records[sid].status != "ready":
-            self._engine._release(claims)
+        sid = rec.id
+        if tg is None or self.state.records.get(sid) is not rec or rec.status != "ready":
+            self._engine._release(claims)  # stale queue entry: cancelled, replaced by a new version, or a duplicate
             return
-        tg.create_task(self._execute(sid, claims))
+        attempt = rec.attempts + 1
+        self._emit("step_started", sid, {"attempt": attempt})  # now, so no second launch can see it ready
+        self._tasks[sid] = tg.create_task(self._execute(rec, attempt, claims))
 
-    async def _execute(self, sid: str, claims: Claim | None) -> None:
+    async def _execute(self, rec: StepRecord, attempt: int, claims: Claim | None) -> None:
         plan = self.plan
+        sid = rec.id
         step = plan.steps[sid]
-        attempt = self.state.records[sid].attempts + 1
         try:
-            self._emit("step_started", sid, {"attempt": attempt})
             if self._durable and sid not in self.state.idempotent:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
@@ -196,19 +209,25 @@ class Run:
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
-                raise  # the run is being cancelled or the engine is closing
-            self._fail(sid, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
+                raise  # the run is cancelled, the step was spliced out, or the engine is closing
+            self._fail(rec, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
         except Exception as exc:
-            self._fail(sid, step, attempt, exc)
+            self._fail(rec, step, attempt, exc)
         else:
             self.outputs[sid] = output
             self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
         finally:
+            if self._tasks.get(sid) is asyncio.current_task():
+                del self._tasks[sid]
             self._engine._release(claims)
-            if not self.state.active:
-                self._done.set()
+            self._check_done()
 
-    def _fail(self, sid: str, step: Step, attempt: int, exc: Exception) -> None:
+    def _check_done(self) -> None:
+        if not self.state.active and not self._holds:
+            self._done.set()
+
+    def _fail(self, rec: StepRecord, step: Step, attempt: int, exc: Exception) -> None:
+        sid = rec.id
         kind, retryable, message, names = _classify(exc, step)
         policy = step.retries
         if retryable and attempt <= policy.max and policy.retries_on(kind, names):
@@ -216,15 +235,96 @@ class Run:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
                                             "retry_in": delay})
             assert self._tg is not None
-            self._tg.create_task(self._retry_after(sid, delay))
+            self._tg.create_task(self._retry_after(rec, delay))
         else:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
 
-    async def _retry_after(self, sid: str, delay: float) -> None:
+    async def _retry_after(self, rec: StepRecord, delay: float) -> None:
         await asyncio.sleep(delay)
-        if self.state.records[sid].status == "ready":
-            self._engine._enqueue(self, sid, self._clock.now())
+        if self.state.records.get(rec.id) is rec and rec.status == "ready":
+            self._engine._enqueue(self, rec.id, self._clock.now())
             self._engine._pump()
+
+    # -- changing the plan while it runs ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Keep the run open while the block runs (a planner is still writing), even if no step is active."""
+        self._holds += 1
+        try:
+            yield
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Give back one hold (from :meth:`hold` or ``Engine.start(..., hold=True)``)."""
+        self._holds -= 1
+        self._check_done()
+
+    @property
+    def position(self) -> int:
+        """How many events the run's state has seen: what a re-planner records as the state it looked at."""
+        return self.state.events_applied
+
+    def _check_alive(self) -> None:
+        if self.finished or self._tg is None or self._cancel_reason is not None:
+            raise RunError(f"run '{self.id}' is not running: its plan can no longer change")
+
+    def _idempotent_ids(self, steps: Iterable[Step]) -> list[str]:
+        return [s.id for s in steps
+                if (s.idempotent if s.idempotent is not None else self._tools[s.tool].idempotent)]
+
+    def extend(self, steps: Sequence[Step | Mapping[str, Any]], *, version: int | None = None,
+               **meta: Any) -> list[str]:
+        """Add steps to the running plan (streaming admission); they start as soon as their inputs exist.
+
+        Raises :class:`PlanInvalid` naming every problem (nothing is added then). ``meta`` (e.g. ``trigger``,
+        ``model_started_at``, ``model_finished_at``) is recorded on the plan version.
+        """
+        self._check_alive()
+        parsed = [s if isinstance(s, Step) else parse_step(s) for s in steps]
+        version = self.plan.version if version is None else version
+        if parsed:
+            spec = self.plan.spec.model_copy(update={"steps": (*self.plan.spec.steps, *parsed)})
+            self._engine._adopt_capacities(spec)
+            validate_plan(spec, self._tools, self._engine.capacities, source=f"run '{self.id}'")
+        self._emit("steps_added", None, {"steps": parsed, "version": version,
+                                         "idempotent": self._idempotent_ids(parsed), **meta})
+        self._engine._pump()
+        return [s.id for s in parsed]
+
+    def propose(self, proposal: PlanSpec | Mapping[str, Any], *, trigger: str = "replan", seen: int | None = None,
+                max_staleness: int | None = None, **meta: Any) -> SpliceDiff:
+        """Splice a proposed remaining plan in as the next version, matched against the state *now*.
+
+        Finished steps it restates or refers to keep their results; running ones it restates are adopted; steps it
+        leaves out are cancelled (running) or dropped (waiting). Raises :class:`StaleProposal` when it depends on
+        steps that died since ``seen`` (a :attr:`position`) or when more than ``max_staleness`` events happened
+        since then, and :class:`PlanInvalid` when it is invalid. Returns the diff, which is also journaled.
+        """
+        self._check_alive()
+        if seen is not None and max_staleness is not None and self.position - seen > max_staleness:
+            raise StaleProposal(
+                f"the proposal is stale: {self.position - seen} events happened since the re-planner looked "
+                f"(limit {max_staleness})", [])
+        spec = proposal if isinstance(proposal, PlanSpec) else parse_plan_document(proposal, "proposal")
+        merged, renames = merge_proposal(spec, self.plan, self.state.records, source="proposal")
+        self._engine._adopt_capacities(merged)
+        version = self.plan.version + 1
+        new_plan = validate_plan(merged, self._tools, self._engine.capacities, version=version,
+                                 parent=self.plan.version, source="proposal")
+        diff = splice_diff(self.state.records, self.plan, new_plan)
+        self._emit("plan_version", None, {
+            "plan": merged, "version": version, "parent": self.plan.version, "trigger": trigger,
+            "seen": seen, "renamed": renames, "idempotent": self._idempotent_ids(new_plan.steps.values()),
+            **diff.as_dict(), **meta,
+        })
+        for sid in diff.cancelled:
+            task = self._tasks.pop(sid, None)
+            if task is not None:
+                task.cancel()
+        self._engine._pump()
+        self._check_done()
+        return diff
 
 
 class Engine:
@@ -245,7 +345,7 @@ class Engine:
         self.journal = journal
         self.clock: Clock = clock or RealClock()
         self.tools = tools
-        self._scheduler: Scheduler[tuple[Run, str]] = Scheduler(concurrency, capacities, aging=aging)
+        self._scheduler: Scheduler[tuple[Run, StepRecord]] = Scheduler(concurrency, capacities, aging=aging)
         self._runs: dict[str, Run] = {}
         self._runs_active: dict[str, Run] = {}
         self._listeners: list[EventListener] = []
@@ -332,8 +432,13 @@ class Engine:
         tools: ToolCatalog | None = None,
         run_id: str | None = None,
         source: str = "plan",
+        hold: bool = False,
     ) -> Run:
-        """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`."""
+        """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
+
+        ``hold=True`` starts the run holding it open even with nothing to do (a planner will add steps); the
+        caller must call :meth:`Run.release` once.
+        """
         self._check_open()
         catalog = self._catalog(tools)
         if isinstance(plan, Plan):
@@ -353,9 +458,10 @@ class Engine:
         ]
         state = RunState(run_id, validated, idempotent)
         run = Run(self, run_id, validated, catalog, state)
+        run._holds = int(hold)
         self._runs[run_id] = run
         self._runs_active[run_id] = run
-        run._begin("run_created", {
+        await run._begin("run_created", {
             "plan": validated.spec,  # journals serialise it (off the hot path, in their writer)
             "version": validated.version,
             "idempotent": idempotent,
@@ -401,16 +507,18 @@ class Engine:
                 run.outputs[rec.id] = blobs[rec.output_ref]
         self._runs[run_id] = run
         self._runs_active[run_id] = run
-        run._begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
+        await run._begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
         return run
 
     # -- scheduling ----------------------------------------------------------------------------------------------
     def _enqueue(self, run: Run, sid: str, now: float) -> None:
-        self._scheduler.push((run, sid), rank=run.plan.rank[sid], ready_at=now, claim=run.plan.claims[sid])
+        plan = run.state.plan
+        self._scheduler.push((run, run.state.records[sid]), rank=plan.rank[sid], ready_at=now,
+                             claim=plan.claims[sid])
 
     def _pump(self) -> None:
-        for (run, sid), claims in self._scheduler.admit():
-            run._launch(sid, claims)
+        for (run, rec), claims in self._scheduler.admit():
+            run._launch(rec, claims)
 
     def _release(self, claims: Claim | None) -> None:
         self._scheduler.release(claims)

@@ -95,6 +95,8 @@ class RunState:
         self.active = 0  # steps that are ready or running: the run is over when this reaches zero
         self.last_pos = 0
         self.events_applied = 0
+        self.retired: list[tuple[int, StepRecord]] = []  # (version, record) of steps later versions replaced
+        self.versions: list[dict[str, Any]] = []  # one entry per plan version: trigger, times and its diff
 
     # -- the state machine -------------------------------------------------------------------------------------
     def _move(self, rec: StepRecord, to: StepStatus, event: Event) -> None:
@@ -179,10 +181,19 @@ class RunState:
             return []
         if kind == "run_created":
             self.created_at = event.at
+            self.versions.append({
+                "version": self.plan.version, "parent": None, "trigger": event.data.get("trigger", "plan"),
+                "model_started_at": None, "model_finished_at": None, "spliced_at": event.at,
+                "added": list(self.plan.order), "kept": [], "adopted": [], "cancelled": [], "dropped": [],
+            })
             ready = [sid for sid in self.plan.order if self.waiting[sid] == 0]
             for sid in ready:
                 self._move(self.records[sid], "ready", event)
             return ready
+        if kind == "plan_version":
+            return self._plan_version(event)
+        if kind == "steps_added":
+            return self._steps_added(event)
         if kind == "run_resumed":
             return self._resume(event)
         if kind == "run_cancelled":
@@ -204,6 +215,97 @@ class RunState:
         if kind == "run_cancel_requested":
             return []
         raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
+
+    # -- plan versions ----------------------------------------------------------------------------------------------
+    def _plan_version(self, event: Event) -> list[str]:
+        from planweave.engine.splice import splice_diff  # splice builds on this module
+
+        new_plan = self._plan_from(event.data["plan"], int(event.data["version"]), event.data.get("parent"))
+        diff = splice_diff(self.records, self.plan, new_plan)
+        self.versions.append({
+            "version": new_plan.version, "parent": event.data.get("parent"),
+            "trigger": event.data.get("trigger", "replan"),
+            "model_started_at": event.data.get("model_started_at"),
+            "model_finished_at": event.data.get("model_finished_at"),
+            "spliced_at": event.at, "renamed": dict(event.data.get("renamed", {})), **diff.as_dict(),
+        })
+        return self._rebase(new_plan, set(diff.added), event)
+
+    def _steps_added(self, event: Event) -> list[str]:
+        from planweave.plan.model import Step
+
+        steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in event.data.get("steps", ())]
+        version = int(event.data.get("version", self.plan.version))
+        entry = self.versions[-1] if self.versions and self.versions[-1]["version"] == version else None
+        if entry is None:
+            entry = {"version": version, "parent": self.plan.version if version != self.plan.version else None,
+                     "trigger": event.data.get("trigger", "plan"), "model_started_at": None,
+                     "model_finished_at": None, "spliced_at": None, "added": [], "kept": [], "adopted": [],
+                     "cancelled": [], "dropped": []}
+            self.versions.append(entry)
+        for key in ("model_started_at", "model_finished_at", "trigger"):
+            if key in event.data:
+                entry[key] = event.data[key]
+        if not steps:
+            return []
+        if entry["spliced_at"] is None:
+            entry["spliced_at"] = event.at
+        entry["added"].extend(s.id for s in steps)
+        spec = self.plan.spec.model_copy(update={"steps": (*self.plan.spec.steps, *steps)})
+        new_plan = self._plan_from(spec, version, self.plan.parent)
+        return self._rebase(new_plan, {s.id for s in steps}, event)
+
+    def _plan_from(self, raw: Any, version: int, parent: int | None) -> Plan:
+        from planweave.plan.graph import parse_plan_document, validate_plan
+        from planweave.plan.model import PlanSpec
+
+        spec = raw if isinstance(raw, PlanSpec) else parse_plan_document(raw, f"run '{self.run_id}' version {version}")
+        return validate_plan(spec, version=version, parent=parent, source=f"run '{self.run_id}' version {version}")
+
+    def _rebase(self, new_plan: Plan, fresh: set[str], event: Event) -> list[str]:
+        """Switch to ``new_plan``: steps in ``fresh`` start over as pending, the others keep their records."""
+        old_version = self.plan.version
+        records: dict[str, StepRecord] = {}
+        for sid in new_plan.order:
+            rec = self.records.get(sid)
+            if rec is None or sid in fresh:
+                if rec is not None:
+                    self._retire(rec, old_version, event)
+                rec = StepRecord(sid)
+            records[sid] = rec
+        for sid, rec in self.records.items():
+            if sid not in new_plan.steps:
+                self._retire(rec, old_version, event)
+        self.plan = new_plan
+        self.records = records
+        self.idempotent = self.idempotent | frozenset(event.data.get("idempotent", ()))
+        # Recount what every waiting step still waits for, and what is active.
+        self.waiting = {}
+        self.active = 0
+        ready: list[str] = []
+        for sid in new_plan.order:
+            rec = records[sid]
+            self.waiting[sid] = sum(1 for d in new_plan.deps[sid] if records[d].status != "succeeded")
+            if rec.status == "pending" and any(records[d].status in ("failed", "skipped", "cancelled")
+                                               for d in new_plan.deps[sid]):
+                dead = next(d for d in new_plan.deps[sid] if records[d].status in ("failed", "skipped", "cancelled"))
+                rec.status = "skipped"
+                rec.error = f"dependency '{dead}' {records[dead].status}"
+                rec.finished_at = event.at
+            elif rec.status == "pending" and self.waiting[sid] == 0:
+                rec.status = "ready"
+                ready.append(sid)
+            if rec.status in ("ready", "running"):
+                self.active += 1
+        return ready
+
+    def _retire(self, rec: StepRecord, version: int, event: Event) -> None:
+        if rec.status in ("running", "pending", "ready", "unknown"):
+            rec.status = "cancelled"
+            rec.finished_at = event.at
+            rec.error = f"replaced by plan version {event.data.get('version')}"
+            self._close_attempt(rec, event.at, "cancelled")
+        self.retired.append((version, rec))
 
     def _close_attempt(self, rec: StepRecord, at: float, outcome: str) -> None:
         if rec.attempt_log and rec.attempt_log[-1][2] is None:

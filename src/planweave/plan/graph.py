@@ -15,7 +15,7 @@ from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.critical import critical_path, upward_ranks
 from planweave.plan.model import Claim, PlanSpec, Step
-from planweave.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
+from planweave.plan.refs import Compiled, Ref, RefSyntaxError, Interpolation, compile_args
 
 _STEP_KEYS = tuple(Step.model_fields)
 
@@ -54,7 +54,7 @@ class Plan:
         """
         prints: dict[str, str] = {}
         for sid in self.order:
-            prints[sid] = _fingerprint(self.steps[sid], [prints[d] for d in self.deps[sid]])
+            prints[sid] = _fingerprint(self.steps[sid], self.templates[sid], self.deps[sid], prints)
         return prints
 
     def to_document(self) -> dict[str, Any]:
@@ -68,6 +68,17 @@ def _problem_from_pydantic(step: str, err: Any) -> PlanProblem:
     if err["type"] == "extra_forbidden":
         return PlanProblem(step, field_name, f"unknown key{did_you_mean(loc[-1], _STEP_KEYS)}")
     return PlanProblem(step, field_name, err["msg"])
+
+
+def parse_step(data: Any, source: str = "step") -> Step:
+    """Read one step object (as a planner emits it), reporting every problem at once."""
+    label = source
+    if isinstance(data, Mapping) and isinstance(data.get("id"), str):
+        label = data["id"]
+    try:
+        return Step.model_validate(data)
+    except ValidationError as exc:
+        raise PlanInvalid([_problem_from_pydantic(label, e) for e in exc.errors()], source) from None
 
 
 def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
@@ -149,9 +160,23 @@ def _unordered_writers(
     return problems
 
 
-def _fingerprint(step: Step, dep_prints: list[str]) -> str:
+def _canonical(template: Compiled, prints: Mapping[str, str]) -> Any:
+    """The argument template with every reference named by its target's fingerprint instead of its id."""
+    if isinstance(template, Ref):
+        return {"$ref": prints[template.step], "path": list(template.path)}
+    if isinstance(template, Interpolation):
+        return {"$fmt": [p if isinstance(p, str) else _canonical(p, prints) for p in template.parts]}
+    if isinstance(template, dict):
+        return {k: _canonical(v, prints) for k, v in template.items()}
+    if isinstance(template, list):
+        return [_canonical(v, prints) for v in template]
+    return template
+
+
+def _fingerprint(step: Step, template: Compiled, deps: tuple[str, ...], prints: Mapping[str, str]) -> str:
+    """Hash tool, arguments and dependencies, independent of step ids: renaming a step keeps its fingerprint."""
     body = json.dumps(
-        {"tool": step.tool, "args": step.args, "deps": dep_prints},
+        {"tool": step.tool, "args": _canonical(template, prints), "deps": sorted(prints[d] for d in deps)},
         sort_keys=True,
         separators=(",", ":"),
         default=str,

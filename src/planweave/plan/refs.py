@@ -83,7 +83,7 @@ def parse_ref(expr: str) -> Ref:
 
 
 @dataclass(frozen=True, slots=True)
-class _Interpolation:
+class Interpolation:
     parts: tuple[str | Ref, ...]
 
     def render(self, outputs: Mapping[str, Any]) -> str:
@@ -97,7 +97,7 @@ class _Interpolation:
         return "".join(out)
 
 
-def _compile_string(text: str) -> str | Ref | _Interpolation:
+def _compile_string(text: str) -> str | Ref | Interpolation:
     if "$" not in text:
         return text
     parts: list[str | Ref] = []
@@ -120,7 +120,7 @@ def _compile_string(text: str) -> str | Ref | _Interpolation:
         return merged[0]
     if all(isinstance(p, str) for p in merged):
         return "".join(p for p in merged if isinstance(p, str))
-    return _Interpolation(tuple(merged))
+    return Interpolation(tuple(merged))
 
 
 Compiled = Any
@@ -135,7 +135,7 @@ def compile_args(value: Any) -> tuple[Compiled, tuple[Ref, ...]]:
             c = _compile_string(v)
             if isinstance(c, Ref):
                 refs.append(c)
-            elif isinstance(c, _Interpolation):
+            elif isinstance(c, Interpolation):
                 refs.extend(p for p in c.parts if isinstance(p, Ref))
             return c
         if isinstance(v, Mapping):
@@ -152,7 +152,7 @@ def render(template: Compiled, outputs: Mapping[str, Any]) -> Any:
     """Resolve a compiled template against step outputs (raises RefResolutionError)."""
     if isinstance(template, Ref):
         return template.resolve(outputs)
-    if isinstance(template, _Interpolation):
+    if isinstance(template, Interpolation):
         return template.render(outputs)
     if isinstance(template, dict):
         return {k: render(x, outputs) for k, x in template.items()}
@@ -164,3 +164,28 @@ def render(template: Compiled, outputs: Mapping[str, Any]) -> Any:
 def find_refs_by_field(args: Mapping[str, Any]) -> dict[str, tuple[Ref, ...]]:
     """Map each top-level argument name to the references it contains (raises RefSyntaxError)."""
     return {name: compile_args(value)[1] for name, value in args.items()}
+
+
+def rename_refs(value: Any, renames: Mapping[str, str]) -> Any:
+    """Return ``value`` with references to renamed steps rewritten (``${old.x}`` becomes ``${new.x}``)."""
+    if not renames:
+        return value
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+
+        def sub(match: re.Match[str]) -> str:
+            if match.group(0) == "$${":
+                return match.group(0)
+            expr = match.group(1).strip()
+            ref = parse_ref(expr)
+            if ref.step not in renames:
+                return match.group(0)
+            return "${" + renames[ref.step] + expr[len(ref.step) :] + "}"
+
+        return _REF.sub(sub, value)
+    if isinstance(value, Mapping):
+        return {k: rename_refs(v, renames) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [rename_refs(v, renames) for v in value]
+    return value
