@@ -110,19 +110,23 @@ class GroupCommitJournal(ABC):
 
         Resources are released even then. Closing again does nothing.
         """
-        if self._closed:
+        if self._released:
             return
-        self._closed = True
+        self._closed = True  # refuse appends from now on: what close has flushed must be everything
         error: JournalError | None = None
         try:
             await self.flush()
         except JournalError as exc:
             error = exc
-        self._stopping = True
-        self._wake.set()
+        finally:
+            # Even if this close is cancelled, the writer stores what is buffered and then stops.
+            self._stopping = True
+            self._wake.set()
         if self._writer is not None:
             # wait(), not await: a writer that was cancelled must not make close() look cancelled.
             await asyncio.wait([self._writer])
+        if self._released:  # a concurrent close() finished first
+            return
         self._released = True
         try:
             await self._release()
@@ -162,11 +166,14 @@ class GroupCommitJournal(ABC):
     async def _write_loop(self) -> None:
         try:
             while True:
-                await self._wake.wait()
-                self._wake.clear()
+                # The buffer, not the wake-up, decides: a wake-up set while a batch was being written may
+                # already have been consumed, and what arrived meanwhile must still be written (or, when
+                # stopping, the writer must still notice the buffer is empty and return).
                 if not self._events and not self._blobs:
                     if self._stopping:
                         return
+                    await self._wake.wait()
+                    self._wake.clear()
                     continue
                 events, self._events = self._events, []
                 blobs, self._blobs = self._blobs, {}

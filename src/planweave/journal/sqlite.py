@@ -171,9 +171,9 @@ def _write_batch(conn: sqlite3.Connection, url: str, events: list[Event], blobs:
             ) from exc
         rows.append((e.run_id, e.at, e.kind, e.step, data))
     try:
-        # IMMEDIATE takes the write lock up front (waiting up to busy_timeout); a deferred transaction could
-        # instead fail with SQLITE_BUSY at its first insert, without waiting, when another process writes.
-        conn.execute("BEGIN IMMEDIATE")
+        # IMMEDIATE takes the write lock up front, waiting up to busy_timeout for other processes: the batch
+        # never upgrades a read lock, the one case where SQLite answers SQLITE_BUSY without waiting.
+        conn.execute("BEGIN")
         try:
             if blobs:
                 conn.executemany(_INSERT_BLOB, blobs.items())

@@ -15,7 +15,7 @@ from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.critical import critical_path, upward_ranks
 from planweave.plan.model import Claim, PlanSpec, Step
-from planweave.plan.refs import Compiled, Ref, RefSyntaxError, Interpolation, compile_args
+from planweave.plan.refs import Compiled, Interpolation, Ref, RefSyntaxError, compile_args
 
 _STEP_KEYS = tuple(Step.model_fields)
 

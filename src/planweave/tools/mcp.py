@@ -173,8 +173,9 @@ class ArgumentSchema:
             if path and path[0] in deferred:
                 continue
             if err.validator == "required":
-                missing = [p for p in err.validator_value if isinstance(err.instance, Mapping)
-                           and p not in err.instance]
+                wanted = err.validator_value if isinstance(err.validator_value, list) else []
+                have = err.instance if isinstance(err.instance, Mapping) else {}
+                missing = [p for p in wanted if p not in have]
                 if not path:
                     out.extend((p, f"required by tool '{self.tool}'") for p in missing)
                 else:
@@ -310,7 +311,7 @@ class ServerConnection:
         self._first = asyncio.get_running_loop().create_future()  # resolved once: started, or why not
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    def _transport(self) -> Any:
+    def _transport(self, wake: asyncio.Event) -> Any:
         server = self.server
         if server.transport == "http":
             inner: Any = streamable_http_client(server.spec.strip())
@@ -321,7 +322,12 @@ class ServerConnection:
                 cwd=str(server.cwd) if server.cwd else None,
             )
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
-        return _watched(inner, self._wake.set)
+        def ended() -> None:
+            if wake is self._wake:  # drop the dead client now, so new calls wait for the restart
+                self._client = None
+            wake.set()
+
+        return _watched(inner, ended)
 
     async def _list_tools(self, client: Client) -> list[mcp_types.Tool]:
         tools: list[mcp_types.Tool] = []
@@ -346,25 +352,23 @@ class ServerConnection:
     async def supervise(self) -> None:
         """Connect, serve until the connection is lost or :meth:`close` is called, restart; never raises."""
         while True:
-            self._wake = asyncio.Event()
+            wake = self._wake = asyncio.Event()
             error: str | None = None
             try:
-                async with Client(self._transport(), cache=None) as client:
+                async with Client(self._transport(wake), cache=None) as client:
                     if not self._first.done():
                         self.listing = await self._list_tools(client)
                     await self._publish(client)
                     if not self._first.done():
                         self._first.set_result(None)
                     if not self._closing:
-                        await self._wake.wait()
+                        await wake.wait()
             except asyncio.CancelledError:
                 await self._publish(None, f"{self.server} was closed")
                 if not self._first.done():
                     self._first.cancel()
                 raise
-            except BaseException as exc:  # the SDK raises groups and transport errors of many kinds
-                if not isinstance(exc, Exception | BaseExceptionGroup):
-                    raise
+            except Exception as exc:  # the SDK raises exception groups and transport errors of many kinds
                 error = _describe(exc)
             await self._publish(None)
             if self._closing:
@@ -375,8 +379,9 @@ class ServerConnection:
                 await self._publish(None, f"{self.server} could not be started: {error}")
                 return
             if self.restarts >= self.max_restarts:
+                limit = f"{self.max_restarts} restart{'s' if self.max_restarts != 1 else ''}"
                 await self._publish(None, f"{self.server} stopped {self.restarts + 1} times and is not restarted "
-                                          f"again (at most {self.max_restarts} restarts)")
+                                          f"again (at most {limit})")
                 log.error("%s stopped again and is given up on", self.server)
                 return
             self.restarts += 1
@@ -385,7 +390,7 @@ class ServerConnection:
                         self.restarts, self.max_restarts, delay)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
-                    await self._wake.wait()  # close() cuts the backoff short
+                    await wake.wait()  # close() cuts the backoff short
             if self._closing:
                 await self._publish(None, f"{self.server} was closed")
                 return
@@ -393,6 +398,11 @@ class ServerConnection:
     async def started(self) -> None:
         """Wait until the server answered its first tools/list; raise :class:`MCPServerError` if it could not."""
         await asyncio.shield(self._first)
+
+    @property
+    def is_started(self) -> bool:
+        """Whether the first connection succeeded."""
+        return self._first.done() and not self._first.cancelled() and self._first.exception() is None
 
     def close(self) -> None:
         """Ask the supervisor to disconnect (a stdio server gets EOF on stdin, then SIGTERM, then SIGKILL)."""
@@ -412,6 +422,7 @@ class ServerConnection:
 
     def _lost(self, generation: int) -> None:
         if generation == self._generation and self._client is not None:
+            self._client = None
             self._wake.set()
 
     async def call(self, tool: str, qualified: str, args: Mapping[str, Any]) -> Any:
@@ -428,6 +439,9 @@ class ServerConnection:
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._lost(generation)
             raise self._crashed(qualified, _describe(exc)) from None
+        except Exception as exc:  # a malformed result, an output that fails its schema, ...
+            raise ToolError(f"{self.server}: the call to '{qualified}' failed: {_describe(exc)}",
+                            kind="mcp_error") from None
         if result.is_error:
             raise ToolError(f"'{qualified}' failed: {_error_text(result)}", kind="mcp_error")
         return _output(result)
@@ -435,8 +449,9 @@ class ServerConnection:
     def _crashed(self, qualified: str, detail: str = "") -> ToolError:
         what = "exited or crashed" if self.server.transport == "stdio" else "stopped answering"
         left = self.max_restarts - self.restarts
-        then = (f"it is being restarted ({left} of {self.max_restarts} restarts left)" if left > 0
-                else "it is not restarted again")
+        verb = "restarted" if self.server.transport == "stdio" else "reconnected"
+        then = (f"it is being {verb} ({self.restarts} of at most {self.max_restarts} restarts used so far)"
+                if left > 0 else f"it is not {verb} again")
         because = f": {detail}" if detail else ""
         return ToolError(f"{self.server} {what} during the call to '{qualified}'{because}; {then}",
                          kind="mcp_crashed", retryable=left > 0)
@@ -522,25 +537,34 @@ async def connect_mcp(
     ``restart_backoff`` seconds and doubling.
     """
     specs = _servers(servers)
-    async with asyncio.TaskGroup() as tg:
-        connections = [ServerConnection(s, errlog=errlog, max_restarts=max_restarts,
-                                        restart_backoff=restart_backoff) for s in specs]
-        for conn in connections:
-            tg.create_task(conn.supervise(), name=f"planweave-mcp-{conn.server.name}")
-        try:
-            for conn in connections:
+    try:
+        async with asyncio.TaskGroup() as tg:
+            connections = [ServerConnection(s, errlog=errlog, max_restarts=max_restarts,
+                                            restart_backoff=restart_backoff) for s in specs]
+            tasks = [tg.create_task(c.supervise(), name=f"planweave-mcp-{c.server.name}") for c in connections]
+            try:
                 try:
                     async with asyncio.timeout(connect_timeout):
-                        await conn.started()
+                        for conn in connections:
+                            await conn.started()
                 except TimeoutError:
+                    slow = [str(c.server) for c in connections if not c.is_started]
                     raise MCPServerError(
-                        f"cannot start {conn.server}: no answer to tools/list within {connect_timeout:g}s"
+                        f"cannot start {', '.join(slow)}: no answer to tools/list within {connect_timeout:g}s"
                     ) from None
-            box = Toolbox()
-            for conn in connections:
-                for spec in conn.listing:
-                    box.add(_make_tool(conn, spec))
-            yield box
-        finally:
-            for conn in connections:
-                conn.close()
+                box = Toolbox()
+                for conn in connections:
+                    for spec in conn.listing:
+                        box.add(_make_tool(conn, spec))
+                yield box
+            finally:
+                for conn, task in zip(connections, tasks, strict=True):
+                    conn.close()
+                    if not conn.is_started:
+                        task.cancel()  # still starting: do not wait for a server nobody will use
+    except BaseExceptionGroup as group:
+        # Supervisors never raise, so the group holds just the exception of the block (or of the startup above):
+        # Python 3.11's TaskGroup wraps even that one. Hand it on as it was raised.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
