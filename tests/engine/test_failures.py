@@ -144,3 +144,39 @@ def test_tool_context_is_available() -> None:
     box.add(who)
     result = run_plan({"steps": [{"id": "me", "tool": "who"}]}, box)
     assert result.outputs["me"] == {"run": result.run_id, "step": "me", "attempt": 1}
+
+
+def test_fallback_runs_after_retries_are_exhausted(recorder: Recorder) -> None:
+    result = run_plan({"steps": [
+        {"id": "a", "tool": "work", "args": {"name": "primary", "fail_times": 9}, "retries": {"max": 1, "backoff": 0},
+         "fallback": {"tool": "noop", "args": {"via": "fallback"}}},
+        {"id": "b", "tool": "noop", "args": {"got": "${a.via}"}},
+    ]}, recorder.toolbox())
+    assert result.ok
+    assert result.outputs["b"] == {"got": "fallback"}
+    assert result.summary["steps"]["a"]["attempts"] == 3  # two of the tool, one of the fallback
+    assert [e["rung"] for e in result.state.escalations] == ["fallback"]
+
+
+def test_a_failing_fallback_fails_the_step_with_its_error(recorder: Recorder) -> None:
+    result = run_plan({"steps": [
+        {"id": "a", "tool": "work", "args": {"name": "primary", "fail_times": 9},
+         "fallback": {"tool": "work", "args": {"name": "backup", "fail_times": 9}}},
+    ]}, recorder.toolbox())
+    assert result.status == "failed"
+    assert result.summary["steps"]["a"]["error"] == "ConnectionError: backup flaked"
+    assert recorder.calls == ["primary", "backup"]
+
+
+def test_fallback_is_validated_like_a_step() -> None:
+    import pytest
+
+    from planweave import PlanInvalid, builtin_tools, parse_plan_document, validate_plan
+
+    with pytest.raises(PlanInvalid) as info:
+        validate_plan(parse_plan_document({"steps": [
+            {"id": "a", "tool": "noop", "fallback": {"tool": "slep", "args": {"x": "${zz}"}}},
+        ]}), builtin_tools(), {})
+    text = str(info.value)
+    assert "step 'a', fallback.args: ${zz} refers to unknown step 'zz'" in text
+    assert "step 'a', fallback.tool: unknown tool 'slep' (did you mean 'sleep'?)" in text

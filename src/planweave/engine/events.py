@@ -17,6 +17,9 @@ EventKind = Literal[
     "run_finished",  # data: status, error
     "plan_version",  # data: plan (full spec), version, parent, trigger, seen, renamed, idempotent, the diff, meta
     "steps_added",  # data: steps, version, idempotent, meta (model_started_at, model_finished_at, trigger)
+    "model_call",  # data: purpose, model, prompt_tokens, completion_tokens, cost_usd, started_at, finished_at, step
+    "escalation",  # data: rung (retry|fallback|local_repair|global_replan|fail), step, reason
+    "answer",  # data: text (the run's final answer, from the joiner)
 ]
 
 

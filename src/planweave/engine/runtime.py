@@ -197,9 +197,13 @@ class Run:
             if self._durable and sid not in self.state.idempotent:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
-            set_current_step(StepContext(self.id, sid, attempt, self._clock))
-            tool = self._tools[step.tool]
-            args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else step.args
+            set_current_step(StepContext(self.id, sid, attempt, self._clock, self._usage_reporter(sid)))
+            if rec.fallback_active and step.fallback is not None:
+                tool = self._tools[step.fallback.tool]
+                args = render(plan.fallbacks[sid], self.outputs)
+            else:
+                tool = self._tools[step.tool]
+                args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else step.args
             if step.timeout is None:
                 output = await tool.invoke(args)
             else:
@@ -236,8 +240,26 @@ class Run:
                                             "retry_in": delay})
             assert self._tg is not None
             self._tg.create_task(self._retry_after(rec, delay))
+        elif step.fallback is not None and not rec.fallback_active:
+            self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
+                                            "retry_in": 0.0, "fallback": True})
+            self._emit("escalation", sid, {"rung": "fallback", "reason": message, "tool": step.fallback.tool})
+            self._engine._enqueue(self, sid, self._clock.now())
         else:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
+
+    def _usage_reporter(self, sid: str) -> Callable[[Mapping[str, Any]], None]:
+        def report(usage: Mapping[str, Any]) -> None:
+            self._emit("model_call", sid, dict(usage))
+
+        return report
+
+    def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None:
+        """Journal an event about the run that is not a step transition (``model_call``, ``escalation``,
+        ``answer``): the planning loop reports through this."""
+        if kind not in ("model_call", "escalation", "answer"):
+            raise ValueError(f"record() takes model_call, escalation or answer events, not {kind}")
+        self._emit(kind, step, data)
 
     async def _retry_after(self, rec: StepRecord, delay: float) -> None:
         await asyncio.sleep(delay)

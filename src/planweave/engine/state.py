@@ -39,6 +39,7 @@ class StepRecord:
         "attempts",
         "error",
         "error_kind",
+        "fallback_active",
         "finished_at",
         "id",
         "output_ref",
@@ -57,6 +58,7 @@ class StepRecord:
         self.error_kind: str | None = None
         self.output_ref: str | None = None
         self.retry_at: float | None = None
+        self.fallback_active = False  # the next attempts use the step's fallback
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
         self.attempt_log: list[list[Any]] = []
 
@@ -97,6 +99,11 @@ class RunState:
         self.events_applied = 0
         self.retired: list[tuple[int, StepRecord]] = []  # (version, record) of steps later versions replaced
         self.versions: list[dict[str, Any]] = []  # one entry per plan version: trigger, times and its diff
+        self.model_calls: list[dict[str, Any]] = []
+        self.tokens = 0
+        self.cost_usd = 0.0
+        self.escalations: list[dict[str, Any]] = []
+        self.answer: str | None = None
 
     # -- the state machine -------------------------------------------------------------------------------------
     def _move(self, rec: StepRecord, to: StepStatus, event: Event) -> None:
@@ -169,6 +176,8 @@ class RunState:
             else:
                 self._move(rec, "ready", event)
                 rec.retry_at = event.at + float(event.data.get("retry_in", 0.0))
+                if event.data.get("fallback"):
+                    rec.fallback_active = True
             return []
         if kind == "step_cancelled":
             rec = self.records[event.step]  # type: ignore[index]
@@ -213,6 +222,21 @@ class RunState:
             self.finished_at = event.at
             return []
         if kind == "run_cancel_requested":
+            return []
+        if kind == "model_call":
+            call = dict(event.data)
+            call.setdefault("at", event.at)
+            if event.step is not None:
+                call["step"] = event.step
+            self.model_calls.append(call)
+            self.tokens += int(call.get("prompt_tokens", 0)) + int(call.get("completion_tokens", 0))
+            self.cost_usd += float(call.get("cost_usd", 0.0))
+            return []
+        if kind == "escalation":
+            self.escalations.append({"at": event.at, "step": event.step, **event.data})
+            return []
+        if kind == "answer":
+            self.answer = event.data.get("text")
             return []
         raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
 
@@ -373,6 +397,14 @@ class RunState:
             "makespan_s": makespan,
             "error": self.error,
             "steps": {sid: rec.to_json() for sid, rec in self.records.items()},
+            "answer": self.answer,
+            "tokens": self.tokens,
+            "cost_usd": round(self.cost_usd, 8),
+            "plan_versions": [
+                {k: v[k] for k in ("version", "trigger", "model_started_at", "model_finished_at", "spliced_at",
+                                   "added", "kept", "adopted", "cancelled")}
+                for v in self.versions
+            ],
         }
 
     def counts(self) -> dict[str, int]:

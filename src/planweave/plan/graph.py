@@ -36,6 +36,7 @@ class Plan:
     dependents: Mapping[str, tuple[str, ...]]
     templates: Mapping[str, Compiled]
     refs: Mapping[str, tuple[Ref, ...]]
+    fallbacks: Mapping[str, Compiled]  # compiled fallback args, for steps that declare a fallback
     rank: Mapping[str, float]
     claims: Mapping[str, Claim | None]
     makespan_lower_bound: float
@@ -207,6 +208,7 @@ def validate_plan(
             steps[step.id] = step
 
     templates: dict[str, Compiled] = {}
+    fallbacks: dict[str, Compiled] = {}
     refs: dict[str, tuple[Ref, ...]] = {}
     deps: dict[str, tuple[str, ...]] = {}
     for sid, step in steps.items():
@@ -244,6 +246,39 @@ def validate_plan(
             elif other not in dep_set:
                 dep_list.append(other)
                 dep_set.add(other)
+        if step.fallback is not None:
+            try:
+                fallbacks[sid], fb_refs = compile_args(step.fallback.args)
+            except RefSyntaxError as exc:
+                problems.append(PlanProblem(sid, "fallback.args", str(exc)))
+                fb_refs = ()
+            for ref in fb_refs:
+                if ref.step == sid:
+                    problems.append(PlanProblem(sid, "fallback.args", f"${{{ref.text}}} refers to the step itself"))
+                elif ref.step not in steps:
+                    hint = did_you_mean(ref.step, steps)
+                    problems.append(PlanProblem(sid, "fallback.args",
+                                                f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
+                elif ref.step not in dep_set:
+                    dep_list.append(ref.step)
+                    dep_set.add(ref.step)
+            step_refs.extend(fb_refs)
+            if tools is not None:
+                fb_tool = tools.get(step.fallback.tool)
+                if fb_tool is None:
+                    hint = did_you_mean(step.fallback.tool, tools)
+                    problems.append(PlanProblem(sid, "fallback.tool", f"unknown tool '{step.fallback.tool}'{hint}"))
+                else:
+                    fb_deferred = frozenset(k for k, v in step.fallback.args.items()
+                                            if "${" in str(v))
+                    for fld, msg in fb_tool.check_args(step.fallback.args, fb_deferred):
+                        problems.append(PlanProblem(sid, f"fallback.args.{fld}" if fld else "fallback.args", msg))
+        if step.verifies is not None and step.verifies not in steps:
+            problems.append(PlanProblem(sid, "verifies", f"unknown step '{step.verifies}'"
+                                                         f"{did_you_mean(step.verifies, steps)}"))
+        elif step.verifies is not None and step.verifies not in dep_set and step.verifies != sid:
+            dep_list.append(step.verifies)
+            dep_set.add(step.verifies)
         templates[sid] = template
         refs[sid] = tuple(step_refs)
         deps[sid] = tuple(dep_list)
@@ -323,6 +358,7 @@ def validate_plan(
         dependents=frozen_dependents,
         templates=templates,
         refs=refs,
+        fallbacks=fallbacks,
         rank=rank,
         claims={
             sid: Claim(steps[sid].resources, steps[sid].reads, steps[sid].writes)

@@ -72,6 +72,13 @@ class Estimate(_Frozen):
     cost: float = Field(0.0, ge=0)
 
 
+class Fallback(_Frozen):
+    """Another way to do a step, tried once when the step fails for good (after its retries)."""
+
+    tool: str = Field(min_length=1)
+    args: dict[str, Any] = Field(default_factory=dict)
+
+
 class Step(_Frozen):
     """One tool call in a plan. ``args`` may contain ``${step}`` / ``${step.path[0]}`` references."""
 
@@ -87,6 +94,11 @@ class Step(_Frozen):
     estimate: Estimate | None = None
     idempotent: bool | None = Field(None, description="Defaults to the tool's own setting.")
     description: str = ""
+    fallback: Fallback | None = Field(None, description="Tried once when the step fails after its retries.")
+    observe: bool = Field(False, description="The result is an observation: the planner re-plans when it arrives.")
+    verifies: str | None = Field(
+        None, description="This step checks step VERIFIES; an output {ok: false, reason} triggers a re-plan."
+    )
 
     @field_validator("retries", mode="before")
     @classmethod
