@@ -130,3 +130,14 @@ def test_engine_must_be_open() -> None:
             await engine.start({"steps": []})
 
     run_virtual(go())
+
+
+def test_errors_inside_the_engine_block_propagate_unwrapped() -> None:
+    from planweave import PlanInvalid
+
+    async def go() -> None:
+        async with Engine(MemoryJournal(), clock=VirtualClock()) as engine:
+            await engine.start({"steps": [{"id": "a", "tool": "nope"}]})
+
+    with pytest.raises(PlanInvalid, match="unknown tool 'nope'"):
+        run_virtual(go())

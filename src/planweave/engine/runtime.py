@@ -416,6 +416,11 @@ class Engine:
         for run in list(self._runs_active.values()):
             if run._task is not None:
                 run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
+        exc_type = exc_info[0]
+        if exc_type is not None and not issubclass(exc_type, asyncio.CancelledError):
+            # Python 3.11's TaskGroup would wrap the body's exception in an ExceptionGroup: let it propagate as is.
+            await self._tg_cm.__aexit__(None, None, None)
+            return
         await self._tg_cm.__aexit__(*exc_info)
 
     def subscribe(self, listener: EventListener) -> None:

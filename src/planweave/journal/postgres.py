@@ -49,7 +49,10 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS planweave_blobs (ref TEXT PRIMARY KEY, data BYTEA NOT NULL)",
 )
 _COPY_EVENTS = "COPY planweave_events (run_id, at, kind, step, data) FROM STDIN"
-_INSERT_BLOB = "INSERT INTO planweave_blobs (ref, data) VALUES (%s, %s) ON CONFLICT (ref) DO NOTHING"
+# One statement for the whole batch (arrays as parameters): one round trip however many outputs there are.
+_INSERT_BLOBS = (
+    "INSERT INTO planweave_blobs (ref, data) SELECT * FROM unnest(%s::text[], %s::bytea[]) ON CONFLICT (ref) DO NOTHING"
+)
 _COLUMNS = "pos, run_id, at, kind, step, data"
 
 
@@ -128,7 +131,7 @@ class PostgresJournal(GroupCommitJournal):
                 # Serialise batches of all processes on this schema, so pos order is commit order (module doc).
                 await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
                 if blobs:
-                    await cur.executemany(_INSERT_BLOB, list(blobs.items()))
+                    await cur.execute(_INSERT_BLOBS, (list(blobs), list(blobs.values())))
                 if rows:
                     async with cur.copy(_COPY_EVENTS) as copy:
                         for row in rows:

@@ -173,7 +173,7 @@ def _write_batch(conn: sqlite3.Connection, url: str, events: list[Event], blobs:
     try:
         # IMMEDIATE takes the write lock up front, waiting up to busy_timeout for other processes: the batch
         # never upgrades a read lock, the one case where SQLite answers SQLITE_BUSY without waiting.
-        conn.execute("BEGIN")
+        conn.execute("BEGIN IMMEDIATE")
         try:
             if blobs:
                 conn.executemany(_INSERT_BLOB, blobs.items())

@@ -307,7 +307,7 @@ class ServerConnection:
         self._wake = asyncio.Event()  # the current connection was lost, or close() was called
         self._closing = False
         self._failure: str | None = None  # set when the server is given up on: calls fail at once
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()  # replaced by a fresh one each time it is set: "the state changed"
         self._first = asyncio.get_running_loop().create_future()  # resolved once: started, or why not
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
@@ -322,6 +322,7 @@ class ServerConnection:
                 cwd=str(server.cwd) if server.cwd else None,
             )
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
+
         def ended() -> None:
             if wake is self._wake:  # drop the dead client now, so new calls wait for the restart
                 self._client = None
@@ -340,14 +341,14 @@ class ServerConnection:
                 return tools
         raise MCPServerError(f"{self.server}: tools/list returned more than {_LIST_PAGES} pages")
 
-    async def _publish(self, client: Client | None, failure: str | None = None) -> None:
-        async with self._changed:
-            self._client = client
-            if client is not None:
-                self._generation += 1
-            if failure is not None:
-                self._failure = failure
-            self._changed.notify_all()
+    def _publish(self, client: Client | None, failure: str | None = None) -> None:
+        self._client = client
+        if client is not None:
+            self._generation += 1
+        if failure is not None:
+            self._failure = failure
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def supervise(self) -> None:
         """Connect, serve until the connection is lost or :meth:`close` is called, restart; never raises."""
@@ -358,29 +359,29 @@ class ServerConnection:
                 async with Client(self._transport(wake), cache=None) as client:
                     if not self._first.done():
                         self.listing = await self._list_tools(client)
-                    await self._publish(client)
+                    self._publish(client)
                     if not self._first.done():
                         self._first.set_result(None)
                     if not self._closing:
                         await wake.wait()
             except asyncio.CancelledError:
-                await self._publish(None, f"{self.server} was closed")
+                self._publish(None, f"{self.server} was closed")
                 if not self._first.done():
                     self._first.cancel()
                 raise
             except Exception as exc:  # the SDK raises exception groups and transport errors of many kinds
                 error = _describe(exc)
-            await self._publish(None)
+            self._publish(None)
             if self._closing:
-                await self._publish(None, f"{self.server} was closed")
+                self._publish(None, f"{self.server} was closed")
                 return
             if not self._first.done():
                 self._first.set_exception(MCPServerError(f"cannot start {self.server}: {error or 'no answer'}"))
-                await self._publish(None, f"{self.server} could not be started: {error}")
+                self._publish(None, f"{self.server} could not be started: {error}")
                 return
             if self.restarts >= self.max_restarts:
                 limit = f"{self.max_restarts} restart{'s' if self.max_restarts != 1 else ''}"
-                await self._publish(None, f"{self.server} stopped {self.restarts + 1} times and is not restarted "
+                self._publish(None, f"{self.server} stopped {self.restarts + 1} times and is not restarted "
                                           f"again (at most {limit})")
                 log.error("%s stopped again and is given up on", self.server)
                 return
@@ -392,7 +393,7 @@ class ServerConnection:
                 async with asyncio.timeout(delay):
                     await wake.wait()  # close() cuts the backoff short
             if self._closing:
-                await self._publish(None, f"{self.server} was closed")
+                self._publish(None, f"{self.server} was closed")
                 return
 
     async def started(self) -> None:
@@ -410,15 +411,13 @@ class ServerConnection:
         self._wake.set()
 
     # -- calls --------------------------------------------------------------------------------------------------
-    async def _current(self, qualified: str) -> tuple[Client, int]:
-        client = self._client
-        if client is not None:
-            return client, self._generation
-        async with self._changed:
-            await self._changed.wait_for(lambda: self._client is not None or self._failure is not None)
-            if self._client is None:
+    async def _current(self, qualified: str) -> tuple[Client, int, int]:
+        """The live client, its generation and the restarts used before it; waits while a restart is under way."""
+        while self._client is None:
+            if self._failure is not None:
                 raise ToolError(f"cannot call '{qualified}': {self._failure}", kind="mcp_crashed", retryable=False)
-            return self._client, self._generation
+            await self._changed.wait()
+        return self._client, self._generation, self.restarts
 
     def _lost(self, generation: int) -> None:
         if generation == self._generation and self._client is not None:
@@ -427,18 +426,18 @@ class ServerConnection:
 
     async def call(self, tool: str, qualified: str, args: Mapping[str, Any]) -> Any:
         """Call ``tool`` on the server with ``args``; return its output or raise :class:`ToolError`."""
-        client, generation = await self._current(qualified)
+        client, generation, restarts = await self._current(qualified)
         try:
             result = await client.call_tool(tool, dict(args))
         except MCPError as exc:
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 self._lost(generation)
-                raise self._crashed(qualified) from None
+                raise self._crashed(qualified, restarts) from None
             raise ToolError(f"{self.server} rejected the call to '{qualified}': {exc.message} (code {exc.code})",
                             kind="mcp_error") from None
         except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream) as exc:
             self._lost(generation)
-            raise self._crashed(qualified, _describe(exc)) from None
+            raise self._crashed(qualified, restarts, _describe(exc)) from None
         except Exception as exc:  # a malformed result, an output that fails its schema, ...
             raise ToolError(f"{self.server}: the call to '{qualified}' failed: {_describe(exc)}",
                             kind="mcp_error") from None
@@ -446,11 +445,12 @@ class ServerConnection:
             raise ToolError(f"'{qualified}' failed: {_error_text(result)}", kind="mcp_error")
         return _output(result)
 
-    def _crashed(self, qualified: str, detail: str = "") -> ToolError:
+    def _crashed(self, qualified: str, restarts: int, detail: str = "") -> ToolError:
+        """The error for a call whose connection died; ``restarts`` were used before that connection."""
         what = "exited or crashed" if self.server.transport == "stdio" else "stopped answering"
-        left = self.max_restarts - self.restarts
+        left = self.max_restarts - restarts
         verb = "restarted" if self.server.transport == "stdio" else "reconnected"
-        then = (f"it is being {verb} ({self.restarts} of at most {self.max_restarts} restarts used so far)"
+        then = (f"it is being {verb} (restart {restarts + 1} of at most {self.max_restarts})"
                 if left > 0 else f"it is not {verb} again")
         because = f": {detail}" if detail else ""
         return ToolError(f"{self.server} {what} during the call to '{qualified}'{because}; {then}",

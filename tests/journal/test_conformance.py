@@ -1,0 +1,468 @@
+"""The journal contract, checked against every implementation (memory, SQLite, PostgreSQL) by the same tests."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planweave.engine.events import Event, EventKind
+from planweave.errors import JournalError
+from planweave.journal import open_journal
+from planweave.journal.base import OutputNotSerialisable
+from planweave.journal.group_commit import GroupCommitJournal
+from planweave.journal.postgres import parse_url, redact
+from planweave.journal.sqlite import SQLiteJournal, path_of
+
+from .conftest import Backend
+
+T0 = 1796205146.4585145  # a realistic epoch time whose float repr has all 17 digits: must come back exactly
+
+
+def ev(run: str, i: int, kind: EventKind = "step_started", step: str | None = "auto", **data: Any) -> Event:
+    return Event(run, kind, T0 + i / 7, f"s{i}" if step == "auto" else step, {"i": i, **data})
+
+
+def key(e: Event) -> tuple[Any, ...]:
+    """Everything but pos, with data as a plain dict (implementations may return another Mapping)."""
+    return (e.run_id, e.kind, e.at, e.step, dict(e.data))
+
+
+def assert_increasing(positions: list[int | None]) -> None:
+    assert all(isinstance(p, int) and p > 0 for p in positions), positions
+    assert all(a < b for a, b in itertools.pairwise(positions)), positions  # type: ignore[operator]
+
+
+# -- events -------------------------------------------------------------------------------------------------------
+async def test_append_flush_read_round_trip(backend: Backend) -> None:
+    written = [
+        ev("r1", 0, "run_created", None, plan={"steps": ["a", "b"]}, nested={"x": [1, 2.5, None, True]}),
+        ev("r1", 1, "step_started", "a", attempt=1),
+        ev("r2", 2, "run_created", None),
+        ev("r1", 3, "step_succeeded", "a", attempt=1, output="ref"),
+        ev("r2", 4, "step_failed", "b", error="boom: ünïcödé ✓", final=False, retry_in=0.25),
+        ev("r1", 5, "run_finished", None, status="succeeded", error=None),
+    ]
+    async with open_journal(backend.url) as journal:
+        for e in written:
+            journal.append(e)
+        await journal.flush()
+        if backend.durable:
+            assert backend.count("events") == len(written)  # on disk, seen by another connection
+        stored = await journal.read()
+    assert [key(e) for e in stored] == [key(e) for e in written]
+    assert_increasing([e.pos for e in stored])
+
+
+async def test_read_filters_by_run(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        for i in range(30):
+            journal.append(ev(f"run-{i % 3}", i))
+        await journal.flush()
+        for r in range(3):
+            events = await journal.read(f"run-{r}")
+            assert [e.data["i"] for e in events] == list(range(r, 30, 3))
+            assert {e.run_id for e in events} == {f"run-{r}"}
+            assert_increasing([e.pos for e in events])
+        assert await journal.read("no-such-run") == []
+
+
+async def test_read_after_resumes_exactly_after_pos(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        for i in range(12):
+            journal.append(ev("a" if i % 2 else "b", i))
+        await journal.flush()
+        everything = await journal.read()
+        for n, e in enumerate(everything):
+            assert e.pos is not None
+            assert [key(x) for x in await journal.read(after=e.pos)] == [key(x) for x in everything[n + 1 :]]
+            tail = [key(x) for x in everything[n + 1 :] if x.run_id == "a"]
+            assert [key(x) for x in await journal.read("a", after=e.pos)] == tail
+        assert await journal.read(after=0) == everything
+        last = everything[-1].pos
+        assert last is not None
+        assert await journal.read(after=last) == []
+        # A reader that saw everything picks up exactly the new event, with a larger pos.
+        journal.append(ev("a", 99))
+        await journal.flush()
+        (new,) = await journal.read(after=last)
+        assert key(new) == key(ev("a", 99))
+        assert new.pos is not None and new.pos > last
+
+
+async def test_read_includes_events_appended_before_it_without_a_flush(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        journal.append(ev("r", 1))
+        journal.append(ev("r", 2))
+        assert [e.data["i"] for e in await journal.read("r")] == [1, 2]
+        ref = journal.put_blob({"fresh": True})
+        assert await journal.get_blobs([ref]) == {ref: {"fresh": True}}
+        journal.append(ev("s", 3))
+        assert await journal.run_ids() == ["r", "s"]
+
+
+async def test_run_ids_are_distinct_and_oldest_first(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        assert await journal.run_ids() == []
+        # Not alphabetical, and runs recur: only the first appearance counts.
+        for i, run in enumerate(["zeta", "alpha", "zeta", "mid", "alpha", "zeta", "beta"]):
+            journal.append(ev(run, i))
+        await journal.flush()
+        assert await journal.run_ids() == ["zeta", "alpha", "mid", "beta"]
+
+
+async def test_event_data_with_a_nul_character_is_stored(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        journal.append(ev("r", 1, "step_failed", error="bad\x00byte \\u0000 literal"))
+        await journal.flush()
+        (stored,) = await journal.read("r")
+    # PostgreSQL's JSONB cannot hold U+0000: it is replaced there; the literal backslash text is never touched.
+    assert stored.data["error"] in ("bad\x00byte \\u0000 literal", "bad\ufffdbyte \\u0000 literal")
+
+
+# -- blobs --------------------------------------------------------------------------------------------------------
+async def test_put_blob_returns_one_ref_per_value_and_stores_it_once(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        ref = journal.put_blob({"a": 1, "b": [1, 2]})
+        assert ref == journal.put_blob({"b": [1, 2], "a": 1})  # equal values, other key order: same content
+        assert ref == hashlib.sha256(b'{"a":1,"b":[1,2]}').hexdigest()
+        other = journal.put_blob({"a": 1, "b": [2, 1]})
+        assert other != ref
+        await journal.flush()
+        assert journal.put_blob({"a": 1, "b": [1, 2]}) == ref  # again, after it was stored
+        await journal.flush()
+        if backend.durable:
+            assert backend.count("blobs") == 2
+        assert await journal.get_blobs([ref, other]) == {ref: {"a": 1, "b": [1, 2]}, other: {"a": 1, "b": [2, 1]}}
+
+
+async def test_get_blobs_round_trip_and_leaves_missing_refs_out(backend: Backend) -> None:
+    values: list[Any] = [
+        {"text": "héllo ✓", "nested": {"list": [1, 2.5, None, True, {"deep": ["x"]}]}, "empty": {}},
+        [1, "two", [3, [4, [5]]]],
+        "just a string",
+        42,
+        None,
+    ]
+    async with open_journal(backend.url) as journal:
+        refs = [journal.put_blob(v) for v in values]
+        await journal.flush()
+        missing = "0" * 64
+        got = await journal.get_blobs([*refs, missing, refs[0]])
+        assert got == dict(zip(refs, values, strict=True))
+        assert missing not in got
+        assert await journal.get_blobs([]) == {}
+        assert await journal.get_blobs([missing]) == {}
+
+
+async def test_unserialisable_output_raises_synchronously(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        with pytest.raises(OutputNotSerialisable):
+            journal.put_blob(object())
+        with pytest.raises(OutputNotSerialisable):
+            journal.put_blob({"fine": 1, "bad": {1, 2}})
+        assert issubclass(OutputNotSerialisable, TypeError)
+        await journal.flush()  # nothing half-buffered breaks the journal
+        if backend.durable:
+            assert backend.count("blobs") == 0
+        ref = journal.put_blob({"ok": True})
+        assert await journal.get_blobs([ref]) == {ref: {"ok": True}}
+
+
+# -- durability and concurrency -------------------------------------------------------------------------------
+async def test_flushed_events_survive_in_a_new_journal_object(durable: Backend) -> None:
+    async with open_journal(durable.url) as first:
+        assert first.durable
+        for i in range(50):
+            first.append(ev(f"r{i % 2}", i, data={"payload": "x" * i}))
+        ref = first.put_blob({"output": [1, 2, 3]})
+        await first.flush()
+        before = await first.read()
+    async with open_journal(durable.url) as second:
+        after = await second.read()
+        assert [(e.pos, *key(e)) for e in after] == [(e.pos, *key(e)) for e in before]
+        assert await second.get_blobs([ref]) == {ref: {"output": [1, 2, 3]}}
+        assert await second.run_ids() == ["r0", "r1"]
+        second.append(ev("r2", 50))
+        await second.flush()
+        (new,) = await second.read("r2")
+        last = before[-1].pos
+        assert new.pos is not None and last is not None and new.pos > last
+
+
+async def test_close_stores_what_was_buffered(durable: Backend) -> None:
+    async with open_journal(durable.url) as first:
+        for i in range(10):
+            first.append(ev("r", i))
+        ref = first.put_blob("kept")
+        # no flush: close must do it
+    async with open_journal(durable.url) as second:
+        assert [e.data["i"] for e in await second.read("r")] == list(range(10))
+        assert await second.get_blobs([ref]) == {ref: "kept"}
+
+
+async def test_many_tasks_appending_concurrently_are_stored_in_append_order(backend: Backend) -> None:
+    appended: list[tuple[str, int]] = []
+
+    async def producer(journal: Any, t: int) -> None:
+        for i in range(100):
+            journal.append(ev(f"task-{t}", i, step=f"t{t}-{i}"))
+            appended.append((f"task-{t}", i))
+            if (i + t) % 3 == 0:
+                await asyncio.sleep(0)  # let the other tasks and the writer interleave
+
+    async with open_journal(backend.url) as journal:
+        async with asyncio.TaskGroup() as tg:
+            for t in range(50):
+                tg.create_task(producer(journal, t))
+        await journal.flush()
+        stored = await journal.read()
+        if backend.durable:
+            assert backend.count("events") == 5000
+    assert len(appended) == 5000
+    assert [(e.run_id, e.data["i"]) for e in stored] == appended
+    assert_increasing([e.pos for e in stored])
+
+
+async def test_flush_with_nothing_buffered_returns_promptly(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        async with asyncio.timeout(2):
+            await journal.flush()
+            journal.append(ev("r", 1))
+            await journal.flush()
+            commits = getattr(journal, "commits", None)
+            for _ in range(100):
+                await journal.flush()
+        assert getattr(journal, "commits", None) == commits  # an empty flush writes no transaction
+
+
+async def test_a_cancelled_flush_does_not_break_the_journal(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        journal.append(ev("r", 1))
+        waiter = asyncio.create_task(journal.flush())
+        await asyncio.sleep(0)
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+        journal.append(ev("r", 2))
+        async with asyncio.timeout(10):
+            await journal.flush()
+        assert [e.data["i"] for e in await journal.read("r")] == [1, 2]
+
+
+async def test_close_twice_is_harmless(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        journal.append(ev("r", 1))
+        await journal.close()
+        await journal.close()
+    # the context manager closed it a third time
+    if backend.durable:
+        assert backend.count("events") == 1
+        with pytest.raises(JournalError, match="closed"):
+            journal.append(ev("r", 2))  # a durable journal must not drop an event silently
+
+
+async def test_group_commit_writes_batches_not_one_transaction_per_event(durable: Backend) -> None:
+    async with open_journal(durable.url) as journal:
+        assert isinstance(journal, GroupCommitJournal)
+        start = journal.commits
+        for i in range(10_000):
+            journal.append(ev("burst", i))
+        await journal.flush()
+        assert journal.commits == start + 1  # appended without yielding: exactly one transaction
+        start = journal.commits
+        for i in range(10_000):
+            journal.append(ev("trickle", i))
+            await asyncio.sleep(0)  # the writer could run after every single event
+        await journal.flush()
+        # A commit (an fsync) takes far longer than a loop iteration, so events pile up while one is written.
+        assert journal.commits - start < 1000, journal.commits - start
+        assert durable.count("events") == 20_000
+        assert [e.data["i"] for e in await journal.read("trickle")] == list(range(10_000))
+
+
+async def test_several_processes_share_one_journal(durable: Backend) -> None:
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from planweave.engine.events import Event
+        from planweave.journal import open_journal
+
+        async def main(url, run):
+            async with open_journal(url) as journal:
+                for i in range(2000):
+                    journal.append(Event(run, "step_started", float(i), f"s{i}", {"i": i}))
+                    if i % 7 == 0:
+                        await asyncio.sleep(0)
+                        await asyncio.sleep(0.0005)
+
+        asyncio.run(main(sys.argv[1], sys.argv[2]))
+        """
+    )
+    async with open_journal(durable.url) as journal:  # creates the tables before the children race
+        children = [
+            await asyncio.create_subprocess_exec(
+                sys.executable, "-c", script, durable.url, f"child-{n}", stderr=asyncio.subprocess.PIPE
+            )
+            for n in range(2)
+        ]
+        for i in range(2000):  # and write concurrently from this process too
+            journal.append(ev("parent", i))
+            if i % 7 == 0:
+                await asyncio.sleep(0.0005)
+        await journal.flush()
+        for child in children:
+            async with asyncio.timeout(60):
+                _, err = await child.communicate()
+            assert child.returncode == 0, err.decode()
+        stored = await journal.read()
+        assert_increasing([e.pos for e in stored])
+        for run in ("parent", "child-0", "child-1"):
+            assert [e.data["i"] for e in stored if e.run_id == run] == list(range(2000))
+        assert sorted(await journal.run_ids()) == ["child-0", "child-1", "parent"]
+
+
+# -- failures -----------------------------------------------------------------------------------------------------
+async def test_a_failed_write_makes_flush_raise_instead_of_hanging(durable: Backend) -> None:
+    assert durable.execute is not None
+    async with open_journal(durable.url) as journal:
+        journal.append(ev("r", 1))
+        await journal.flush()
+        durable.execute(f"DROP TABLE {durable.table('events')}")  # what a full disk would do, reproducibly
+        journal.append(ev("r", 2))
+        async with asyncio.timeout(20):
+            with pytest.raises(JournalError, match="could not write to the journal"):
+                await journal.flush()
+            # The loss is permanent: later flushes (and close) keep saying so rather than write around a gap.
+            journal.append(ev("r", 3))
+            with pytest.raises(JournalError, match="could not write"):
+                await journal.flush()
+            with pytest.raises(JournalError, match="could not write"):
+                await journal.close()
+            await journal.close()
+
+
+async def test_unserialisable_event_data_fails_the_flush(durable: Backend) -> None:
+    async with open_journal(durable.url) as journal:
+        journal.append(ev("r", 1, "step_failed", error=object()))
+        async with asyncio.timeout(20):
+            with pytest.raises(JournalError, match=r"step_failed.*not JSON-serialisable"):
+                await journal.flush()
+            with pytest.raises(JournalError):
+                await journal.close()
+
+
+async def test_a_journal_written_by_a_newer_planweave_is_refused(durable: Backend) -> None:
+    async with open_journal(durable.url):
+        pass
+    meta = "meta" if durable.name == "sqlite" else durable.table("events").replace("planweave_events", "planweave_meta")
+    assert durable.execute is not None
+    durable.execute(f"UPDATE {meta} SET value = '999' WHERE key = 'schema_version'")
+    with pytest.raises(JournalError, match="schema version 999"):
+        async with open_journal(durable.url):
+            pass
+
+
+# -- SQLite specifics ---------------------------------------------------------------------------------------------
+async def test_sqlite_creates_missing_parent_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    absolute = tmp_path / "a" / "b" / "c" / "runs.db"
+    async with open_journal(f"sqlite:///{absolute}") as journal:  # sqlite:////tmp/...: four slashes, absolute
+        journal.append(ev("r", 1))
+    assert absolute.is_file()
+    monkeypatch.chdir(tmp_path)
+    async with open_journal("sqlite:///rel/dir/runs.db") as journal:  # three slashes: relative to the cwd
+        journal.append(ev("r", 1))
+    assert (tmp_path / "rel" / "dir" / "runs.db").is_file()
+    async with open_journal(f"sqlite:///{absolute}") as journal:
+        assert [key(e) for e in await journal.read()] == [key(ev("r", 1))]
+
+
+def test_sqlite_url_paths() -> None:
+    assert path_of("sqlite:///runs.db") == "runs.db"
+    assert path_of("sqlite:///.planweave/runs.db") == ".planweave/runs.db"
+    assert path_of("sqlite:////var/lib/runs.db") == "/var/lib/runs.db"
+    assert path_of("sqlite:///:memory:") == ":memory:"
+    for bad in ("sqlite://", "sqlite:///", "sqlite://host/runs.db"):
+        with pytest.raises(JournalError):
+            path_of(bad)
+
+
+async def test_sqlite_in_memory_database_works_while_open() -> None:
+    async with open_journal("sqlite:///:memory:") as journal:
+        journal.append(ev("r", 1))
+        ref = journal.put_blob([1])
+        assert [key(e) for e in await journal.read()] == [key(ev("r", 1))]
+        assert await journal.get_blobs([ref]) == {ref: [1]}
+
+
+async def test_sqlite_uses_wal_and_full_sync(tmp_path: Path) -> None:
+    async with open_journal(f"sqlite:///{tmp_path / 'runs.db'}") as journal:
+        assert isinstance(journal, SQLiteJournal)
+        mode = await journal._call(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0])
+        sync = await journal._call(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+        busy = await journal._call(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
+    assert (mode, sync) == ("wal", 2)  # 2 = FULL
+    assert busy >= 1000
+
+
+async def test_sqlite_disk_full_is_reported(tmp_path: Path) -> None:
+    async with open_journal(f"sqlite:///{tmp_path / 'runs.db'}") as journal:
+        assert isinstance(journal, SQLiteJournal)
+        # Cap the file at its current size: the next write that needs a new page fails with SQLITE_FULL.
+        await journal._call(lambda c: c.execute("PRAGMA max_page_count = 1").fetchall())
+        journal.put_blob("x" * 1_000_000)
+        journal.append(ev("r", 1))
+        async with asyncio.timeout(20):
+            with pytest.raises(JournalError, match=r"could not write to the journal sqlite:.*full"):
+                await journal.flush()
+            with pytest.raises(JournalError, match="full"):
+                await journal.close()
+
+
+async def test_sqlite_refuses_a_file_that_is_not_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(os.urandom(4096))
+    with pytest.raises(JournalError, match="could not open the journal"):
+        async with open_journal(f"sqlite:///{path}"):
+            pass
+
+
+# -- PostgreSQL specifics -----------------------------------------------------------------------------------------
+def test_postgres_url_parsing_strips_schema_and_hides_passwords() -> None:
+    conninfo, schema, safe = parse_url("postgresql://bob:s3cret@db.example:5432/runs?schema=tenant_1&sslmode=require")
+    assert schema == "tenant_1"
+    assert conninfo == "postgresql://bob:s3cret@db.example:5432/runs?sslmode=require"
+    assert "s3cret" not in safe and "bob:***@db.example" in safe
+    assert parse_url("postgresql://127.0.0.1/test")[1] is None
+    assert "hunter2" not in redact("postgresql://h/db?password=hunter2&user=x")
+
+
+async def test_postgres_connection_failure_names_the_url_without_password() -> None:
+    with pytest.raises(JournalError) as info:
+        async with open_journal("postgresql://bob:s3cret@127.0.0.1:1/nowhere?connect_timeout=3"):
+            pass
+    message = str(info.value)
+    assert "could not connect to the journal postgresql://bob:***@127.0.0.1:1/nowhere" in message
+    assert "s3cret" not in message
+
+
+@pytest.mark.postgres
+async def test_postgres_schemas_keep_journals_apart(pg_backend: Backend) -> None:
+    async with open_journal(pg_backend.url) as journal:
+        journal.append(ev("mine", 1))
+    other = pg_backend.url.replace("schema=", "schema=other_")
+    try:
+        async with open_journal(other) as journal:
+            assert await journal.run_ids() == []
+    finally:
+        assert pg_backend.execute is not None
+        schema = other.rpartition("schema=")[2]
+        pg_backend.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    async with open_journal(pg_backend.url) as journal:
+        assert await journal.run_ids() == ["mine"]

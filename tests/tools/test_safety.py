@@ -1,0 +1,199 @@
+"""The safety guards: paths stay under their roots, programs come from the allowlist, secrets never show."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from planweave.errors import ToolError
+from planweave.tools.safety import (
+    ExecutableNotAllowed,
+    PathNotAllowed,
+    SafetyError,
+    allowlisted_shell,
+    check_argv,
+    confine_path,
+    file_tools,
+    redact,
+    secret_values,
+)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "root" / "sub").mkdir(parents=True)
+    (tmp_path / "root" / "sub" / "a.txt").write_text("inside")
+    (tmp_path / "outside.txt").write_text("secret")
+    return tmp_path / "root"
+
+
+# -- confine_path -----------------------------------------------------------------------------------------------------
+def test_relative_paths_resolve_under_the_first_root(root: Path) -> None:
+    assert confine_path("sub/a.txt", [root]) == (root / "sub" / "a.txt").resolve()
+    assert confine_path("sub/../sub/a.txt", [root]) == (root / "sub" / "a.txt").resolve()
+    assert confine_path("new/file.txt", [root]) == (root / "new" / "file.txt").resolve()  # need not exist yet
+
+
+def test_dotdot_that_climbs_out_is_refused_naming_path_and_roots(root: Path) -> None:
+    with pytest.raises(PathNotAllowed) as err:
+        confine_path("../outside.txt", [root])
+    assert str(err.value) == f"path '../outside.txt' climbs out of the allowed roots ({root.resolve()})"
+    assert (err.value.kind, err.value.retryable) == ("forbidden", False)
+
+
+def test_absolute_paths_must_lie_under_a_root(root: Path, tmp_path: Path) -> None:
+    assert confine_path(root / "sub" / "a.txt", [root]) == (root / "sub" / "a.txt").resolve()
+    with pytest.raises(PathNotAllowed, match=r"path '/etc/passwd' is outside the allowed roots"):
+        confine_path("/etc/passwd", [root])
+    with pytest.raises(PathNotAllowed, match="is outside"):
+        confine_path(tmp_path / "outside.txt", [root])
+
+
+def test_a_symlink_out_of_the_roots_is_refused(root: Path, tmp_path: Path) -> None:
+    (root / "link.txt").symlink_to(tmp_path / "outside.txt")
+    (root / "linkdir").symlink_to(tmp_path)
+    with pytest.raises(PathNotAllowed, match=r"path 'link.txt' leads outside the allowed roots .* through a symlink"):
+        confine_path("link.txt", [root])
+    with pytest.raises(PathNotAllowed, match="through a symlink"):
+        confine_path("linkdir/outside.txt", [root])
+
+
+def test_a_symlink_between_two_roots_is_allowed(root: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "b.txt").write_text("b")
+    (root / "to-other").symlink_to(other)
+    assert confine_path("to-other/b.txt", [root, other]) == (other / "b.txt").resolve()
+
+
+def test_no_roots_allow_nothing(root: Path) -> None:
+    with pytest.raises(PathNotAllowed, match="no root directories are allowed"):
+        confine_path("a.txt", [])
+
+
+# -- the executable allowlist ----------------------------------------------------------------------------------------
+def test_a_program_on_the_allowlist_runs_and_others_are_refused() -> None:
+    assert check_argv(["git", "status"], {"git", "make"}) == ["git", "status"]
+    with pytest.raises(ExecutableNotAllowed) as err:
+        check_argv(["curl", "http://example.com"], {"git", "make"})
+    assert str(err.value) == "program 'curl' is not on this run's executable allowlist (git, make)"
+    with pytest.raises(ExecutableNotAllowed, match="argv is empty"):
+        check_argv([], {"git"})
+
+
+def test_a_bare_name_does_not_allow_another_file_of_that_name(tmp_path: Path) -> None:
+    with pytest.raises(ExecutableNotAllowed):
+        check_argv(["./sh"], {"sh"})
+    with pytest.raises(ExecutableNotAllowed):
+        check_argv([str(tmp_path / "sh")], {"sh"})
+    found = shutil.which("sh")
+    assert found is not None
+    assert check_argv([found, "-c", "true"], {"sh"})[0] == found  # the file the name means
+
+
+def test_an_absolute_path_entry_allows_exactly_that_file() -> None:
+    assert check_argv([sys.executable, "-V"], {sys.executable})
+    with pytest.raises(ExecutableNotAllowed):
+        check_argv(["python3"], {sys.executable})
+
+
+async def test_the_allowlisted_shell_refuses_at_validation_and_at_call_time() -> None:
+    shell = allowlisted_shell([sys.executable])
+    assert shell.name == "shell"
+    assert shell.check_args({"argv": ["rm", "-rf", "/"]}, frozenset()) == [
+        ("argv[0]", f"program 'rm' is not on this run's executable allowlist ({sys.executable})"),
+    ]
+    assert shell.check_args({"argv": "${plan.argv}"}, frozenset({"argv"})) == []
+    result = await shell.invoke({"argv": [sys.executable, "-c", "print(6 * 7)"]})
+    assert result["stdout"] == "42\n"
+    with pytest.raises(SafetyError) as err:
+        await shell.invoke({"argv": ["rm", "-rf", "/nonexistent-planweave"]})
+    assert err.value.kind == "forbidden"
+
+
+# -- redaction -------------------------------------------------------------------------------------------------------
+ENV = {
+    "OPENAI_API_KEY": "sk-test-1234567890",
+    "GITHUB_TOKEN": "ghp_abcdefghij",
+    "DB_PASSWORD": "hunter2!",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI",
+    "SHORT_KEY": "abc12",
+    "HOME": "/home/planweave",
+    "PATH": "/usr/bin:/bin",
+}
+
+
+def test_secret_values_are_the_secret_looking_names_of_six_characters_or_more() -> None:
+    assert set(secret_values(ENV)) == {"sk-test-1234567890", "ghp_abcdefghij", "hunter2!", "wJalrXUtnFEMI"}
+
+
+def test_redact_replaces_secrets_in_text_and_nested_outputs() -> None:
+    text = "curl -H 'Authorization: Bearer ghp_abcdefghij' -u admin:hunter2! in /home/planweave"
+    assert redact(text, ENV) == "curl -H 'Authorization: Bearer ***' -u admin:*** in /home/planweave"
+    output = {"stdout": ["key=sk-test-1234567890"], "meta": ("wJalrXUtnFEMI", 3), "exit_code": 0, "short": "abc12"}
+    assert redact(output, ENV) == {"stdout": ["key=***"], "meta": ("***", 3), "exit_code": 0, "short": "abc12"}
+
+
+def test_redact_takes_a_list_of_values_or_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert redact("a token: tok-999999 and tok-9", ["tok-999999", "tok-9"]) == "a token: *** and tok-9"
+    monkeypatch.setenv("PLANWEAVE_TEST_API_KEY", "pw-secret-value")
+    assert redact("echo pw-secret-value") == "echo ***"
+    assert "pw-secret-value" in secret_values(os.environ)
+
+
+def test_a_longer_secret_is_replaced_whole_when_it_contains_a_shorter_one() -> None:
+    assert redact("abcdef-ghijkl", ["abcdef", "abcdef-ghijkl"]) == "***"
+
+
+# -- file tools ------------------------------------------------------------------------------------------------------
+async def test_file_tools_read_write_and_list_under_the_roots(root: Path) -> None:
+    box = file_tools([root])
+    assert set(box) == {"file.read", "file.write", "file.list"}
+    assert box["file.read"].idempotent and not box["file.write"].idempotent
+    written = await box["file.write"].invoke({"path": "out/report.md", "text": "# done\n"})
+    assert written == {"path": str((root / "out" / "report.md").resolve()), "bytes": 7}
+    await box["file.write"].invoke({"path": "out/report.md", "text": "more\n", "append": True})
+    read = await box["file.read"].invoke({"path": "out/report.md"})
+    assert (read["text"], read["size"], read["truncated"]) == ("# done\nmore\n", 12, False)
+    listing = await box["file.list"].invoke({"path": ".", "recursive": True})
+    assert [(e["name"], e["type"]) for e in listing["entries"]] == [
+        ("out", "dir"), ("out/report.md", "file"), ("sub", "dir"), ("sub/a.txt", "file"),
+    ]
+    only_md = await box["file.list"].invoke({"pattern": "*.md", "recursive": True})
+    assert [e["name"] for e in only_md["entries"]] == ["out/report.md"]
+
+
+async def test_file_tools_refuse_escapes(root: Path, tmp_path: Path) -> None:
+    box = file_tools([root])
+    (root / "escape").symlink_to(tmp_path / "outside.txt")
+    with pytest.raises(PathNotAllowed, match="climbs out"):
+        await box["file.read"].invoke({"path": "../outside.txt"})
+    with pytest.raises(PathNotAllowed, match="through a symlink"):
+        await box["file.read"].invoke({"path": "escape"})
+    with pytest.raises(PathNotAllowed, match="is outside"):
+        await box["file.write"].invoke({"path": str(tmp_path / "planted.txt"), "text": "x"})
+    with pytest.raises(PathNotAllowed, match="through a symlink"):
+        await box["file.write"].invoke({"path": "escape", "text": "overwritten"})
+    assert (tmp_path / "outside.txt").read_text() == "secret"
+    assert not (tmp_path / "planted.txt").exists()
+
+
+async def test_file_tools_cap_their_output(root: Path) -> None:
+    box = file_tools([root], read_limit=10, write_limit=20, list_limit=1)
+    (root / "big.txt").write_text("x" * 25)
+    read = await box["file.read"].invoke({"path": "big.txt"})
+    assert read["truncated"] and read["size"] == 25
+    assert read["text"].startswith("x" * 10 + "\n[... 15 more bytes cut")
+    with pytest.raises(ToolError, match=r"21 characters for 'w\.txt' exceed the limit of 20"):
+        await box["file.write"].invoke({"path": "w.txt", "text": "y" * 21})
+    listing = await box["file.list"].invoke({})
+    assert len(listing["entries"]) == 1 and listing["truncated"]
+
+
+def test_file_tools_need_existing_root_directories(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is not a directory"):
+        file_tools([tmp_path / "missing"])
