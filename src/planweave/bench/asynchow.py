@@ -171,7 +171,10 @@ async def _makespans(instances: Sequence[Instance]) -> list[tuple[float, float]]
     """Run all instances at once in one engine on the running virtual loop; return (makespan, engine bound) each."""
     specs = [parse_plan_document(plan_document(i.workload()), f"{i.file} #{i.index}") for i in instances]
     async with open_engine("null://", clock=VirtualClock(), tools=builtin_tools()) as engine:
-        runs = [await engine.start(spec, source=f"{i.file} #{i.index}") for spec, i in zip(specs, instances, strict=True)]
+        runs = [
+            await engine.start(spec, source=f"{i.file} #{i.index}")
+            for spec, i in zip(specs, instances, strict=True)
+        ]
         out: list[tuple[float, float]] = []
         for run, instance in zip(runs, instances, strict=True):
             result = await run.wait()
@@ -254,7 +257,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     import json
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m planweave.bench.asynchow", description="Run the AsyncHow makespan check.")
+    parser = argparse.ArgumentParser(
+        prog="python -m planweave.bench.asynchow", description="Run the AsyncHow makespan check."
+    )
     parser.add_argument("path", type=Path, help="the directory holding the three AsyncHow pickles")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)

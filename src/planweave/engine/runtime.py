@@ -13,7 +13,7 @@ import os
 import random
 import socket
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -203,7 +203,8 @@ class Run:
                 args = render(plan.fallbacks[sid], self.outputs)
             else:
                 tool = self._tools[step.tool]
-                args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else step.args
+                # Without references the compiled template is the arguments themselves (with `$${` unescaped).
+                args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else plan.templates[sid]
             if step.timeout is None:
                 output = await tool.invoke(args)
             else:
@@ -396,18 +397,14 @@ class Engine:
 
         This is the control plane, not dispatch: steps are never started by it, so a coarse interval is fine.
         """
-        seen = 0
-        events = await self.journal.read(None, after=0)
-        if events:
-            seen = events[-1].pos or 0
+        seen: dict[str, int] = {}  # per run: the journal position read up to (reads use the (run_id, pos) index)
         while True:
             await asyncio.sleep(interval)
-            if not self._runs_active:
-                continue
-            for event in await self.journal.read(None, after=seen):
-                seen = max(seen, event.pos or 0)
-                if event.kind == "run_cancel_requested" and event.run_id in self._runs_active:
-                    self._runs_active[event.run_id].cancel(event.data.get("reason", "cancelled from another process"))
+            for run_id, run in list(self._runs_active.items()):
+                for event in await self.journal.read(run_id, after=seen.get(run_id, 0)):
+                    seen[run_id] = max(seen.get(run_id, 0), event.pos or 0)
+                    if event.kind == "run_cancel_requested" and event.at >= (run.state.created_at or 0.0):
+                        run.cancel(event.data.get("reason", "cancelled from another process"))
 
     async def __aexit__(self, *exc_info: Any) -> None:
         self._open = False
@@ -422,6 +419,11 @@ class Engine:
             await self._tg_cm.__aexit__(None, None, None)
             return
         await self._tg_cm.__aexit__(*exc_info)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
+        """Run ``coro`` in the engine's task group (e.g. a planning loop): it is cancelled when the engine closes."""
+        self._check_open()
+        return self._tg.create_task(coro, name=name)
 
     def subscribe(self, listener: EventListener) -> None:
         """Call ``listener`` with every event of every run started after this call."""
@@ -460,11 +462,13 @@ class Engine:
         run_id: str | None = None,
         source: str = "plan",
         hold: bool = False,
+        on_event: EventListener | None = None,
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
         ``hold=True`` starts the run holding it open even with nothing to do (a planner will add steps); the
-        caller must call :meth:`Run.release` once.
+        caller must call :meth:`Run.release` once. ``on_event`` sees every event of the run from the first one
+        (:meth:`Run.subscribe` after ``start`` returns misses those emitted while it started).
         """
         self._check_open()
         catalog = self._catalog(tools)
@@ -486,6 +490,8 @@ class Engine:
         state = RunState(run_id, validated, idempotent)
         run = Run(self, run_id, validated, catalog, state)
         run._holds = int(hold)
+        if on_event is not None:
+            run.subscribe(on_event)
         self._runs[run_id] = run
         self._runs_active[run_id] = run
         await run._begin("run_created", {
@@ -498,7 +504,8 @@ class Engine:
         })
         return run
 
-    async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False) -> Run:
+    async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False,
+                     on_event: EventListener | None = None) -> Run:
         """Continue an interrupted run from its journal: finished steps are not run again, their outputs reused.
 
         Steps that were running are re-run if idempotent; otherwise they become ``unknown`` and the run stops short
@@ -510,23 +517,19 @@ class Engine:
         events = await self.journal.read(run_id)
         if not events:
             raise RunNotFound(f"no run '{run_id}' in the journal {self.journal.url}")
-        created = events[0]
-        if created.kind != "run_created":
-            raise JournalError(f"run '{run_id}': first event is {created.kind}, not run_created")
         catalog = self._catalog(tools)
-        raw_plan = created.data["plan"]
-        spec = raw_plan if isinstance(raw_plan, PlanSpec) else parse_plan_document(raw_plan, f"run '{run_id}'")
-        self._adopt_capacities(spec)
-        plan = validate_plan(spec, catalog, self._scheduler.capacities, version=int(created.data.get("version", 1)),
-                             source=f"run '{run_id}'")
-        state = RunState(run_id, plan, created.data.get("idempotent", ()))
-        for event in events:
-            state.apply(event)
+        state = RunState.from_events(run_id, events)
+        self._adopt_capacities(state.plan.spec)
+        # The tools of this process must still fit the plan (a resumed run may be given other --tools).
+        validate_plan(state.plan.spec, catalog, self._scheduler.capacities, version=state.plan.version,
+                      source=f"run '{run_id}'")
         if state.status in ("succeeded", "cancelled"):
             raise RunError(f"run '{run_id}' already ended: {state.status}; there is nothing to resume")
         refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
         blobs = await self.journal.get_blobs(refs)
-        run = Run(self, run_id, plan, catalog, state)
+        run = Run(self, run_id, state.plan, catalog, state)
+        if on_event is not None:
+            run.subscribe(on_event)
         for rec in state.records.values():
             if rec.status == "succeeded" and rec.output_ref is not None:
                 if rec.output_ref not in blobs:
@@ -553,7 +556,7 @@ class Engine:
             self._pump()
 
 
-def _process_alive(owner: Mapping[str, Any]) -> bool:
+def process_alive(owner: Mapping[str, Any]) -> bool:
     """Whether the process that owns a run is alive (only knowable on the same host)."""
     if owner.get("host") != socket.gethostname():
         return True  # another machine: assume it is, and let it pick the request up
@@ -586,7 +589,7 @@ async def request_cancel(journal: Journal, run_id: str, reason: str = "cancelled
     if last_status in ("succeeded", "cancelled"):
         raise RunError(f"run '{run_id}' already ended: {last_status}")
     now = RealClock().now()
-    if last_status == "running" and _process_alive(owner):
+    if last_status == "running" and process_alive(owner):
         journal.append(Event(run_id, "run_cancel_requested", now, None, {"reason": reason}))
         await journal.flush()
         return "requested"

@@ -7,7 +7,7 @@ journaled: :meth:`RunState.apply` returns the steps an event made ready.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +104,24 @@ class RunState:
         self.cost_usd = 0.0
         self.escalations: list[dict[str, Any]] = []
         self.answer: str | None = None
+
+    @classmethod
+    def from_events(cls, run_id: str, events: Sequence[Event]) -> RunState:
+        """Fold a run's journaled events (the first must be ``run_created``) into its state."""
+        from planweave.plan.graph import parse_plan_document, validate_plan
+        from planweave.plan.model import PlanSpec
+
+        if not events or events[0].kind != "run_created":
+            first = events[0].kind if events else "nothing"
+            raise JournalError(f"run '{run_id}': the journal starts with {first}, not run_created")
+        created = events[0]
+        raw = created.data["plan"]
+        spec = raw if isinstance(raw, PlanSpec) else parse_plan_document(raw, f"run '{run_id}'")
+        plan = validate_plan(spec, version=int(created.data.get("version", 1)), source=f"run '{run_id}'")
+        state = cls(run_id, plan, created.data.get("idempotent", ()))
+        for event in events:
+            state.apply(event)
+        return state
 
     # -- the state machine -------------------------------------------------------------------------------------
     def _move(self, rec: StepRecord, to: StepStatus, event: Event) -> None:

@@ -1,0 +1,618 @@
+"""The engine benchmark: planweave's overhead, makespan and journal throughput beside its peers, in one process.
+
+Three sections, all printed as one table (``--json``: the same data as a JSON object):
+
+- **overhead**: microseconds per step on no-op DAGs (a fan-out/fan-in and a random layered DAG, 1,000 and 10,000
+  steps), best of ``--repeats``; for planweave from ``engine.start(spec)`` (validation included) until
+  ``run.wait()`` returns, for the peers from submission to completion (graph building is not timed).
+- **latency**: makespan on the real clock of DAGs whose steps sleep (a random DAG around 50 ms per step, and an
+  uneven one where a 500 ms step sits beside 10 ms steps nothing waits for), against the critical path.
+- **journal**: events per second the SQLite and PostgreSQL journals store
+  (:func:`planweave.journal.throughput.measure_throughput`), and the process's peak RSS after each system.
+
+Systems: planweave on the ``null://``, ``memory://``, SQLite and PostgreSQL journals, the hand-written asyncio
+floor, LangGraph and Ray (:mod:`planweave.bench.peers`). Every system runs the same seeded DAGs
+(:mod:`planweave.bench.workloads`). Run ``python -m planweave.bench.engine --help`` (or ``planweave bench engine``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import gc
+import json
+import os
+import platform
+import resource
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from planweave import open_engine
+from planweave.bench.peers import FloorSystem, LangGraphSystem, RaySystem, System, SystemUnavailable
+from planweave.bench.workloads import Workload, fan_out, latency_random, layered, plan_document, uneven
+from planweave.engine import Engine
+from planweave.errors import PlanweaveError
+from planweave.plan.graph import parse_plan_document
+from planweave.plan.model import PlanSpec
+from planweave.tools import builtin_tools
+
+DEFAULT_PG = os.environ.get("PLANWEAVE_TEST_PG", "postgresql://127.0.0.1:5432/test")
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("pw-null", "planweave null://"),
+    ("pw-memory", "planweave memory://"),
+    ("pw-sqlite", "planweave SQLite"),
+    ("pw-postgres", "planweave PostgreSQL"),
+    ("floor", "asyncio floor"),
+    ("langgraph", "LangGraph"),
+    ("ray", "Ray (local)"),
+)
+"""The systems in table order: key and column heading."""
+
+RUN_ORDER = ("floor", "pw-null", "pw-memory", "pw-sqlite", "pw-postgres", "langgraph", "ray")
+"""The order systems are measured in: the peers that start threads and processes (LangGraph, Ray) go last."""
+
+PEERS = frozenset({"langgraph", "ray"})
+SECTIONS = frozenset({"overhead", "latency", "journal"})
+
+TARGET_FLOOR_RATIO = 2.0
+TARGET_SQLITE_US = 50.0
+TARGET_MAKESPAN_RATIO = 1.02
+
+
+class BenchFailure(PlanweaveError):
+    """A system under test did not complete a workload (its run failed or was cancelled)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What to measure and how often; built from the command line by :func:`parse_args`."""
+
+    sizes: tuple[int, ...] = (1_000, 10_000)
+    repeats: int = 3
+    latency_repeats: int = 2
+    budget: float = 30.0
+    systems: tuple[str, ...] = tuple(key for key, _ in COLUMNS)
+    sections: frozenset[str] = SECTIONS
+    pg: str = DEFAULT_PG
+    random_steps: int = 200
+    uneven_layers: int = 20
+    throughput_events: int = 20_000
+
+
+@dataclass
+class Measurement:
+    """The timed runs of one system on one workload: ``runs`` in seconds, or a ``note`` saying why there are none."""
+
+    runs: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def best(self) -> float | None:
+        return min(self.runs) if self.runs else None
+
+
+# -- planweave as a system under test --------------------------------------------------------------------------------
+
+
+def _with_query(url: str, **params: str) -> str:
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query) + list(params.items())
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+class PlanweaveSystem:
+    """planweave on one journal: one engine (unlimited concurrency, the built-in tools) for every workload.
+
+    ``prepare`` parses the plan document into a :class:`PlanSpec`; ``run`` times ``engine.start`` (which validates
+    it) through ``run.wait()``.
+    """
+
+    def __init__(self, key: str, label: str, url: Callable[[], str], cleanup: Callable[[], Any] | None = None) -> None:
+        self.key = key
+        self.label = label
+        self._url = url
+        self._cleanup = cleanup
+        self._stack = contextlib.AsyncExitStack()
+        self._engine: Engine | None = None
+        self.url = ""
+
+    async def open(self) -> None:
+        self.url = self._url()
+        try:
+            self._engine = await self._stack.enter_async_context(open_engine(self.url, tools=builtin_tools()))
+        except PlanweaveError as exc:
+            await self.close()
+            raise SystemUnavailable(f"cannot open the journal: {exc}") from None
+
+    async def prepare(self, workload: Workload) -> PlanSpec:
+        return parse_plan_document(plan_document(workload), workload.name)
+
+    async def run(self, prepared: PlanSpec) -> None:
+        assert self._engine is not None, "open() first"
+        run = await self._engine.start(prepared, source=prepared.name)
+        try:
+            result = await run.wait()
+        except asyncio.CancelledError:
+            run.cancel("the benchmark's time budget ran out")
+            raise
+        if not result.ok:
+            raise BenchFailure(f"{self.label}: run {result.run_id} {result.status}: {result.error}")
+
+    async def close(self) -> None:
+        try:
+            await self._stack.aclose()
+        finally:
+            self._engine = None
+            if self._cleanup is not None:
+                done = self._cleanup()
+                if asyncio.iscoroutine(done):
+                    await done
+
+
+async def _postgres_reachable(url: str) -> str | None:
+    """Return None if PostgreSQL answers at ``url`` within 3 s, else the reason it does not."""
+    import psycopg
+
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=3)
+    except (psycopg.Error, OSError) as exc:
+        return f"PostgreSQL unreachable at {url}: {str(exc).strip().splitlines()[0] if str(exc).strip() else exc}"
+    await conn.close()
+    return None
+
+
+async def _drop_schema(url: str, schema: str) -> None:
+    import psycopg
+
+    with contextlib.suppress(psycopg.Error, OSError):
+        async with await psycopg.AsyncConnection.connect(url, connect_timeout=3, autocommit=True) as conn:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+# -- measuring ---------------------------------------------------------------------------------------------------
+
+
+async def _measure(system: System[Any], prepared: Any, repeats: int, budget: float) -> Measurement:
+    """Run ``prepared`` up to ``repeats`` times while the time spent stays within ``budget`` seconds."""
+    out = Measurement()
+    spent = 0.0
+    for _ in range(repeats):
+        gc.collect()
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(max(budget - spent, 0.001)):
+                await system.run(prepared)
+        except TimeoutError:
+            if not out.runs:
+                out.note = f"> {budget:g} s budget"
+            break
+        except Exception as exc:  # a failing peer is a result to report, not a reason to stop the benchmark
+            out.note = f"failed: {type(exc).__name__}: {exc}"[:200]
+            break
+        elapsed = time.perf_counter() - started
+        out.runs.append(elapsed)
+        spent += elapsed
+        if spent + elapsed > budget:
+            break
+    return out
+
+
+def _peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 if sys.platform != "darwin" else peak / (1024 * 1024)
+
+
+def overhead_workloads(sizes: Sequence[int]) -> list[Workload]:
+    """The no-op workloads: a fan-out and a layered DAG per size."""
+    return [fan_out(n) for n in sizes] + [layered(n) for n in sizes]
+
+
+def latency_workloads(settings: Settings) -> list[Workload]:
+    """The latency-bound workloads: the random DAG and the uneven one."""
+    return [latency_random(settings.random_steps), uneven(settings.uneven_layers)]
+
+
+def _systems(settings: Settings, tmp: Path) -> dict[str, System[Any]]:
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    pg_url = _with_query(settings.pg, schema=schema)
+    built: dict[str, System[Any]] = {
+        "pw-null": PlanweaveSystem("pw-null", "planweave null://", lambda: "null://"),
+        "pw-memory": PlanweaveSystem("pw-memory", "planweave memory://", lambda: "memory://"),
+        "pw-sqlite": PlanweaveSystem("pw-sqlite", "planweave SQLite", lambda: f"sqlite:///{tmp / 'bench.db'}"),
+        "pw-postgres": PlanweaveSystem(
+            "pw-postgres", "planweave PostgreSQL", lambda: pg_url, lambda: _drop_schema(settings.pg, schema)
+        ),
+        "floor": FloorSystem(),
+        "langgraph": LangGraphSystem(),
+        "ray": RaySystem(),
+    }
+    return {key: built[key] for key in RUN_ORDER if key in settings.systems}
+
+
+def _throughput_url(key: str, system: System[Any], tmp: Path) -> str | None:
+    if key == "pw-sqlite":
+        return f"sqlite:///{tmp / 'throughput.db'}"
+    if key == "pw-postgres" and isinstance(system, PlanweaveSystem):
+        return system.url
+    return None
+
+
+async def _journal_throughput(url: str, settings: Settings) -> dict[str, Any]:
+    try:
+        from planweave.journal.throughput import measure_throughput
+    except ImportError as exc:
+        return {"note": f"planweave.journal.throughput is not available: {exc}"}
+    best: dict[str, Any] = {}
+    for _ in range(settings.repeats):
+        gc.collect()
+        try:
+            result = await measure_throughput(url, settings.throughput_events)
+        except Exception as exc:  # report, do not abort the benchmark
+            return {"note": f"failed: {type(exc).__name__}: {exc}"[:200]}
+        if not best or result["events_per_s"] > best["events_per_s"]:
+            best = dict(result)
+    return best
+
+
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _predicted_too_slow(
+    workload: Workload, earlier: dict[str, Measurement], sizes: dict[str, int], budget: float
+) -> str | None:
+    """If a smaller workload of the same shape already took so long that this one cannot fit, say so."""
+    shape = workload.name.split(" ")[0]
+    for name, measurement in earlier.items():
+        if name.split(" ")[0] == shape and measurement.best is not None and sizes[name] < len(workload):
+            predicted = measurement.best * len(workload) / sizes[name]
+            if predicted > budget:
+                return f"> {budget:g} s budget (predicted {predicted:.0f} s)"
+        if name.split(" ")[0] == shape and measurement.note.startswith(">"):
+            return measurement.note
+    return None
+
+
+async def run_benchmark(settings: Settings, progress: Callable[[str], None] = _progress) -> dict[str, Any]:
+    """Measure every selected system on every workload in this process; return the results as a JSON-ready dict."""
+    overhead = overhead_workloads(settings.sizes) if "overhead" in settings.sections else []
+    latency = latency_workloads(settings) if "latency" in settings.sections else []
+    sizes = {w.name: len(w) for w in overhead}
+    results: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "planweave": _version("pw-null"),
+        "settings": {
+            "sizes": list(settings.sizes),
+            "repeats": settings.repeats,
+            "latency_repeats": settings.latency_repeats,
+            "budget_s": settings.budget,
+            "sections": sorted(settings.sections),
+        },
+        "systems": {},
+        "overhead": {w.name: {"steps": len(w), "results": {}} for w in overhead},
+        "latency": {
+            w.name: {"steps": len(w), "depth": w.depth, "critical_path_s": w.critical_path, "results": {}}
+            for w in latency
+        },
+        "journal_throughput": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="planweave-bench-") as tmpdir:
+        tmp = Path(tmpdir)
+        for key, system in _systems(settings, tmp).items():
+            info: dict[str, Any] = {"label": system.label, "status": "measured"}
+            results["systems"][key] = info
+            if key == "pw-postgres":
+                reason = await _postgres_reachable(settings.pg)
+                if reason is not None:
+                    info["status"] = f"skipped: {reason}"
+                    progress(f"{system.label}: {info['status']}")
+                    continue
+            progress(f"{system.label}: opening")
+            try:
+                await system.open()
+            except SystemUnavailable as exc:
+                info["status"] = f"skipped: {exc}"
+                progress(f"{system.label}: {info['status']}")
+                continue
+            try:
+                await _measure_system(key, system, overhead, latency, sizes, settings, results, tmp, progress)
+            finally:
+                await system.close()
+                info["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+            if isinstance(system, LangGraphSystem):
+                info["compile_s"] = {name: round(s, 3) for name, s in system.compile_seconds.items()}
+            info["version"] = _version(key)
+    results["targets"] = evaluate_targets(results)
+    return results
+
+
+async def _measure_system(
+    key: str,
+    system: System[Any],
+    overhead: list[Workload],
+    latency: list[Workload],
+    sizes: dict[str, int],
+    settings: Settings,
+    results: dict[str, Any],
+    tmp: Path,
+    progress: Callable[[str], None],
+) -> None:
+    # Warm up (imports, caches, worker processes) on small graphs of both kinds before anything is timed.
+    warmups = [fan_out(100)] + ([latency_random(20, median=0.005)] if latency else [])
+    for warm in warmups:
+        await _measure(system, await system.prepare(warm), 1, settings.budget)
+    done: dict[str, Measurement] = {}
+    for workload in overhead:
+        slow = _predicted_too_slow(workload, done, sizes, settings.budget)
+        measurement = Measurement(note=slow) if slow else await _measure(
+            system, await system.prepare(workload), settings.repeats, settings.budget
+        )
+        done[workload.name] = measurement
+        entry: dict[str, Any] = {"runs_s": [round(r, 6) for r in measurement.runs], "note": measurement.note}
+        if measurement.best is not None:
+            entry["us_per_step"] = round(measurement.best / len(workload) * 1e6, 2)
+        results["overhead"][workload.name]["results"][key] = entry
+        progress(f"{system.label}: {workload.name}: {_overhead_cell(entry)} us/step")
+    for workload in latency:
+        measurement = await _measure(system, await system.prepare(workload), settings.latency_repeats, settings.budget)
+        entry = {"runs_s": [round(r, 4) for r in measurement.runs], "note": measurement.note}
+        if measurement.best is not None:
+            entry["makespan_s"] = round(measurement.best, 4)
+            entry["ratio"] = round(measurement.best / workload.critical_path, 4)
+        results["latency"][workload.name]["results"][key] = entry
+        progress(f"{system.label}: {workload.name}: makespan {entry.get('makespan_s', entry['note'])}")
+    url = _throughput_url(key, system, tmp)
+    if "journal" in settings.sections and url is not None:
+        results["journal_throughput"][key] = await _journal_throughput(url, settings)
+        progress(f"{system.label}: journal throughput {results['journal_throughput'][key]}")
+
+
+def _version(key: str) -> str:
+    dist = {"langgraph": "langgraph", "ray": "ray"}.get(key, "planweave" if key.startswith("pw-") else "")
+    if not dist:
+        return platform.python_version()
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(terse=True),
+    }
+
+
+# -- targets and the table ---------------------------------------------------------------------------------------
+
+
+def _value(results: dict[str, Any], section: str, workload: str, key: str, field_name: str) -> float | None:
+    entry = results[section].get(workload, {}).get("results", {}).get(key, {})
+    value = entry.get(field_name)
+    return float(value) if value is not None else None
+
+
+def evaluate_targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Compare the results with the targets (not assertions): journal off <= 2x the floor, SQLite <= 50 us per step,
+    makespan within 2 % of the critical path. One entry per row of the table a target applies to."""
+    targets: list[dict[str, Any]] = []
+    for name in results["overhead"]:
+        null = _value(results, "overhead", name, "pw-null", "us_per_step")
+        floor = _value(results, "overhead", name, "floor", "us_per_step")
+        if null is not None and floor is not None and floor > 0:
+            ratio = null / floor
+            targets.append({"row": name, "target": f"null <= {TARGET_FLOOR_RATIO:g}x floor",
+                            "value": f"{ratio:.2f}x", "met": ratio <= TARGET_FLOOR_RATIO})
+        sqlite = _value(results, "overhead", name, "pw-sqlite", "us_per_step")
+        if sqlite is not None:
+            targets.append({"row": name, "target": f"SQLite <= {TARGET_SQLITE_US:g} us",
+                            "value": f"{sqlite:.1f} us", "met": sqlite <= TARGET_SQLITE_US})
+    for name in results["latency"]:
+        ratios = {
+            key: value for key in ("pw-null", "pw-memory", "pw-sqlite", "pw-postgres")
+            if (value := _value(results, "latency", name, key, "ratio")) is not None
+        }
+        if ratios:
+            worst_key = max(ratios, key=lambda k: ratios[k])
+            targets.append({"row": name, "target": f"planweave <= {TARGET_MAKESPAN_RATIO:g}x",
+                            "value": f"{ratios[worst_key]:.3f}x (worst, {worst_key})",
+                            "met": ratios[worst_key] <= TARGET_MAKESPAN_RATIO})
+    return targets
+
+
+def _overhead_cell(entry: dict[str, Any]) -> str:
+    us = entry.get("us_per_step")
+    if us is None:
+        return str(entry.get("note") or "-")
+    return f"{us:,.1f}" if us < 1000 else f"{us:,.0f}"
+
+
+def _status_cell(status: str) -> str:
+    return "skipped" if status.startswith("skipped") else "-"
+
+
+def render_table(results: dict[str, Any]) -> str:
+    """Render the results as one Markdown table (aligned, so it reads in a terminal too), then its notes."""
+    systems: dict[str, Any] = results["systems"]
+    keys = [key for key, _ in COLUMNS if key in systems]
+    headings = [label for key, label in COLUMNS if key in systems]
+    targets_by_row: dict[str, list[str]] = {}
+    for t in results.get("targets", []):
+        mark = "ok" if t["met"] else "MISSED"
+        targets_by_row.setdefault(t["row"], []).append(f"{t['target']}: {t['value']} {mark}")
+
+    def missing(key: str, entry: dict[str, Any] | None) -> str:
+        if entry is not None and entry.get("note"):
+            return str(entry["note"])
+        return _status_cell(systems[key]["status"])
+
+    rows: list[list[str]] = []
+    for name, data in results["overhead"].items():
+        cells = []
+        for key in keys:
+            entry = data["results"].get(key)
+            cells.append(_overhead_cell(entry) if entry and "us_per_step" in entry else missing(key, entry))
+        rows.append([f"{name}: us/step", "; ".join(targets_by_row.get(name, [])), *cells])
+    for name, data in results["latency"].items():
+        makespans, ratios = [], []
+        for key in keys:
+            entry = data["results"].get(key)
+            if entry and "makespan_s" in entry:
+                makespans.append(f"{entry['makespan_s']:.3f} s")
+                ratios.append(f"{entry['ratio']:.3f}x")
+            else:
+                makespans.append(missing(key, entry))
+                ratios.append(missing(key, entry))
+        where = f"critical path {data['critical_path_s']:.3f} s, depth {data['depth']}"
+        rows.append([f"{name}: makespan", where, *makespans])
+        rows.append([f"{name}: / critical path", "; ".join(targets_by_row.get(name, [])), *ratios])
+    if results["journal_throughput"]:
+        cells = []
+        for key in keys:
+            entry = results["journal_throughput"].get(key)
+            if entry and "events_per_s" in entry:
+                cells.append(f"{entry['events_per_s']:,.0f}")
+            else:
+                cells.append(str(entry["note"])[:40] if entry and entry.get("note") else "-")
+        rows.append(["journal throughput: events/s", "measure_throughput", *cells])
+    rows.append(["peak RSS after column: MB", "whole process, cumulative"]
+                + [f"{systems[k]['peak_rss_mb']:,.0f}" if "peak_rss_mb" in systems[k] else "-" for k in keys])
+
+    header = ["measure", "target / note", *headings]
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))]
+        return "| " + " | ".join(padded) + " |"
+
+    out = [line(header), "|" + "|".join(("-" * (w + 2) if i < 2 else "-" * (w + 1) + ":") for i, w in
+                                        enumerate(widths)) + "|"]
+    out += [line(row) for row in rows]
+    machine = results["machine"]
+    notes = [
+        "",
+        f"planweave {results['planweave']}, {results['date']} on {machine['cpus']} CPUs ({machine['cpu']}), "
+        f"Python {machine['python']}, "
+        f"{machine['platform']}; overhead best of {results['settings']['repeats']}, "
+        f"makespan best of {results['settings']['latency_repeats']}, budget {results['settings']['budget_s']:g} s "
+        "per system and workload.",
+    ]
+    for key in keys:
+        info = systems[key]
+        extra = []
+        if info.get("version") and key in PEERS:
+            extra.append(f"version {info['version']}")
+        if info.get("compile_s"):
+            extra.append("graph build + compile, not timed: " + ", ".join(
+                f"{n} {s:g} s" for n, s in info["compile_s"].items()))
+        if info["status"] != "measured":
+            extra.append(info["status"])
+        if extra:
+            notes.append(f"- {info['label']}: " + "; ".join(extra))
+    return "\n".join(out + notes)
+
+
+# -- command line ------------------------------------------------------------------------------------------------
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated step counts like 1000,10000, got {text!r}"
+        ) from None
+    if not values or any(v < 20 for v in values):
+        raise argparse.ArgumentTypeError(f"step counts must be at least 20 (the layered DAG has 20 layers): {text!r}")
+    return values
+
+
+def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(part.strip() for part in text.split(",") if part.strip())
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'empty list'}: choose from "
+                                             f"{', '.join(allowed)}")
+        return names
+
+    return parse
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
+    """Read the command line into :class:`Settings` plus whether to print JSON."""
+    parser = argparse.ArgumentParser(
+        prog="planweave bench engine",
+        description="Measure planweave's per-step overhead, makespan and journal throughput beside an asyncio "
+        "floor, LangGraph and Ray, in one process, and print one table.",
+    )
+    parser.add_argument("--sizes", type=_positive_ints, help="step counts of the no-op DAGs (default 1000,10000)")
+    parser.add_argument("--repeats", type=int, help="runs per overhead measurement, best kept (default 3)")
+    parser.add_argument("--latency-repeats", type=int, help="runs per makespan measurement (default 2)")
+    parser.add_argument("--budget", type=float, help="seconds allowed per system and workload (default 30)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: 1,000 steps, one repeat, smaller latency DAGs, 10 s budget")
+    parser.add_argument("--skip-peers", action="store_true", help="do not measure LangGraph and Ray")
+    parser.add_argument("--systems", type=_names([k for k, _ in COLUMNS]),
+                        help="comma-separated systems to measure (default: all)")
+    parser.add_argument("--sections", type=_names(sorted(SECTIONS)),
+                        help="comma-separated sections: overhead, latency, journal (default: all)")
+    parser.add_argument("--pg", default=DEFAULT_PG,
+                        help="PostgreSQL server for the PostgreSQL journal (a fresh schema is created and dropped); "
+                        "skipped if unreachable (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
+    args = parser.parse_args(argv)
+    quick = bool(args.quick)
+    systems = args.systems or tuple(key for key, _ in COLUMNS)
+    if args.skip_peers:
+        systems = tuple(s for s in systems if s not in PEERS)
+    repeats = args.repeats if args.repeats is not None else (1 if quick else 3)
+    latency_repeats = args.latency_repeats if args.latency_repeats is not None else (1 if quick else 2)
+    if repeats < 1 or latency_repeats < 1:
+        parser.error("--repeats and --latency-repeats must be at least 1")
+    settings = Settings(
+        sizes=args.sizes or ((1_000,) if quick else (1_000, 10_000)),
+        repeats=repeats,
+        latency_repeats=latency_repeats,
+        budget=args.budget if args.budget is not None else (10.0 if quick else 30.0),
+        systems=systems,
+        sections=frozenset(args.sections) if args.sections else SECTIONS,
+        pg=args.pg,
+        random_steps=50 if quick else 200,
+        uneven_layers=5 if quick else 20,
+        throughput_events=2_000 if quick else 20_000,
+    )
+    return settings, bool(args.json)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the engine benchmark with command-line arguments ``argv``; print the table (or JSON); return 0."""
+    settings, as_json = parse_args(argv)
+    results = asyncio.run(run_benchmark(settings))
+    print(json.dumps(results, indent=2) if as_json else render_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

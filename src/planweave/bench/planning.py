@@ -1,0 +1,257 @@
+"""The planning benchmark: streaming admission, concurrent vs synchronous re-planning vs a ReAct loop.
+
+Every system talks to the same scripted OpenAI-compatible server (real HTTP on 127.0.0.1, streaming at a realistic
+speed: time to first token and tokens per second) and runs the same tools (lognormal latencies, real sleeps), on the
+same seeded goals whose plans are DAGs of 10-40 steps. A fraction of steps fails once: the model is then asked to
+repair, and the replacement succeeds.
+
+Measured:
+1. time to the first tool call: streaming admission vs admitting the plan only once the model has finished;
+2. end-to-end time, and executor idle time (no step running while the run is not over): planweave's concurrent
+   re-planning vs a synchronous re-planner (re-plans only once every step stopped, LLMCompiler's way) vs a
+   sequential ReAct loop (one model call per step);
+3. steps re-executed (the same work run more than once) with local repair vs with global re-planning.
+
+``planweave bench planning [--json] [--quick]`` or ``python -m planweave.bench.planning``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from planweave import RealClock, Toolbox, builtin_tools, current_step, open_engine
+from planweave.engine.context import StepContext, set_current_step
+from planweave.engine.runtime import RunResult
+from planweave.engine.state import RunState
+from planweave.models.openai import OpenAIChatClient
+from planweave.planning import PlanningLoop, PlanningOptions
+from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A goal and the plan the scripted model writes for it: steps with latencies, some flaky on first try."""
+
+    name: str
+    steps: tuple[dict[str, Any], ...]
+
+
+def make_goals(count: int, seed: int, *, fail_rate: float = 0.2, mean_ms: float = 200.0) -> list[Goal]:
+    """Seeded goals whose plans are layered DAGs of 10-40 steps with lognormal step latencies."""
+    rng = random.Random(seed)
+    goals = []
+    for g in range(count):
+        n = rng.randint(10, 40)
+        layers = max(2, round(math.sqrt(n)))
+        ids = [f"t{i}" for i in range(n)]
+        layer_of = {sid: min(layers - 1, i * layers // n) for i, sid in enumerate(ids)}
+        steps = []
+        for sid in ids:
+            earlier = [o for o in ids if layer_of[o] == layer_of[sid] - 1]
+            parents = rng.sample(earlier, k=min(len(earlier), rng.randint(1, 2))) if earlier else []
+            ms = round(rng.lognormvariate(math.log(mean_ms), 0.5))
+            args: dict[str, Any] = {"ms": ms}
+            if rng.random() < fail_rate:
+                args["flaky"] = True
+            steps.append({"id": sid, "tool": "work", "args": args, **({"after": parents} if parents else {})})
+        goals.append(Goal(f"goal {g}", tuple(steps)))
+    return goals
+
+
+def _tools(executions: Counter[str]) -> Toolbox:
+    box = builtin_tools()
+
+    async def work(ms: int, flaky: bool = False, variant: int = 0) -> dict[str, Any]:
+        """Do some work that takes `ms` milliseconds; `flaky` work fails."""
+        step = current_step().step_id  # the same args under another id is other work, not a re-execution
+        executions[json.dumps({"step": step, "ms": ms, "flaky": flaky, "variant": variant})] += 1
+        await asyncio.sleep(ms / 1000)
+        if flaky:
+            raise ConnectionError("flaky service")
+        return {"ms": ms}
+
+    box.add(work, idempotent=True)
+    return box
+
+
+_FAILED = re.compile(r"Step ('[^']+'(?:, '[^']+')*) failed for good")
+_REGION = re.compile(r"depended on it \(([^)]*)\)")
+
+
+def _fixed(step: dict[str, Any]) -> dict[str, Any]:
+    args = {k: v for k, v in step["args"].items() if k != "flaky"}
+    if step["args"].get("flaky"):
+        args["variant"] = 1
+    return {**step, "args": args}
+
+
+def script_for(goal: Goal) -> Any:
+    """The scripted model for one goal: the plan, region repairs, global re-plans, answers."""
+    by_id = {s["id"]: s for s in goal.steps}
+
+    def reply(req: RecordedRequest) -> Reply:
+        text = " ".join(str(m.get("content", "")) for m in req.messages)
+        last = str(req.messages[-1].get("content", "")) if req.messages else ""
+        if "If the results answer the goal" in last:
+            return Text(json.dumps({"answer": f"{goal.name}: done"}))
+        if "failed for good" in last:
+            region = _REGION.search(last)
+            ids = [s.strip() for s in region.group(1).split(",")] if region else []
+            return Text(plan_lines(_fixed(by_id[i]) for i in ids if i in by_id))
+        if "REMAINING plan" in last or "is stale" in last:
+            done = set(re.findall(r"^- (\S+) \(work\) ->", last, flags=re.M))
+            return Text(plan_lines(_fixed(s) for s in goal.steps if s["id"] not in done))
+        if "NEXT step" in last:  # the ReAct baseline
+            return Text(plan_lines([_fixed(by_id[m]) if "retry" in last else by_id[m]
+                                    for m in re.findall(r"next: (\S+)", last)]))
+        return Text(plan_lines(goal.steps))
+
+    return reply
+
+
+def _busy_union(state: RunState) -> float:
+    spans = sorted((a[1], a[2]) for rec in [*state.records.values(), *(r for _, r in state.retired)]
+                   for a in rec.attempt_log if a[2] is not None)
+    total, end = 0.0, -math.inf
+    for s, e in spans:
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+@dataclass
+class Measured:
+    first_call: float
+    end_to_end: float
+    idle: float
+    reexecuted: int
+
+
+async def _planweave(goal: Goal, options: PlanningOptions, *, ttft: float, tps: float) -> Measured:
+    executions: Counter[str] = Counter()
+    tools = _tools(executions)
+    server = ScriptedLLM(script_for(goal), ttft=ttft, tokens_per_second=tps)
+    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="bench") as client, \
+            open_engine("memory://", tools=tools) as engine:
+        t0 = time.perf_counter()
+        result: RunResult = await PlanningLoop(engine, client, tools, options=options).run(goal.name)
+        elapsed = time.perf_counter() - t0
+    state = result.state
+    if result.status != "succeeded":
+        raise RuntimeError(f"{goal.name} did not succeed: {result.error}")
+    origin = state.created_at or 0.0
+    first = min(rec.attempt_log[0][1] for rec in [*state.records.values(), *(r for _, r in state.retired)]
+                if rec.attempt_log) - origin
+    makespan = (state.finished_at or origin) - origin
+    return Measured(first, elapsed, makespan - _busy_union(state), sum(c - 1 for c in executions.values()))
+
+
+async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
+    """A sequential ReAct-style loop: ask the model for the next step, run it, observe, repeat."""
+    executions: Counter[str] = Counter()
+    tools = _tools(executions)
+    server = ScriptedLLM(script_for(goal), ttft=ttft, tokens_per_second=tps)
+    first = None
+    busy = 0.0
+    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="bench") as client:
+        from planweave.models import CompletionRequest
+
+        t0 = time.perf_counter()
+        for step in goal.steps:
+            prompt = f"Goal: {goal.name}. Observation so far ok. Write the NEXT step. next: {step['id']}"
+            for attempt in range(2):
+                ask = prompt + (" retry" if attempt else "")
+                done = await client.complete(CompletionRequest.of(ask, max_tokens=200))
+                chosen = json.loads(done.text.strip().splitlines()[0])
+                if first is None:
+                    first = time.perf_counter() - t0
+                s = time.perf_counter()
+                set_current_step(StepContext("react", step["id"], attempt + 1, RealClock()))
+                try:
+                    await tools["work"].invoke(chosen["args"])
+                    busy += time.perf_counter() - s
+                    break
+                except ConnectionError:
+                    busy += time.perf_counter() - s
+        await client.complete(CompletionRequest.of("If the results answer the goal, say so.", max_tokens=50))
+        elapsed = time.perf_counter() - t0
+    return Measured(first or 0.0, elapsed, elapsed - busy, sum(c - 1 for c in executions.values()))
+
+
+async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str, Any]:
+    """Run every system on every goal; return the contract's JSON (sums over goals) plus per-goal detail."""
+    systems: dict[str, list[Measured]] = {k: [] for k in
+                                          ("streaming", "whole_plan", "synchronous", "react", "global_replan")}
+    for goal in goals:
+        systems["streaming"].append(await _planweave(goal, PlanningOptions(), ttft=ttft, tps=tps))
+        systems["whole_plan"].append(await _planweave(goal, PlanningOptions(stream_admission=False), ttft=ttft,
+                                                      tps=tps))
+        systems["synchronous"].append(await _planweave(goal, PlanningOptions(synchronous=True), ttft=ttft,
+                                                       tps=tps))
+        systems["global_replan"].append(await _planweave(goal, PlanningOptions(local_repair=False), ttft=ttft,
+                                                         tps=tps))
+        systems["react"].append(await _react(goal, ttft=ttft, tps=tps))
+
+    def total(name: str, attr: str) -> float:
+        return round(float(sum(getattr(m, attr) for m in systems[name])), 3)
+
+    return {
+        "first_tool_call_s": {"streaming": total("streaming", "first_call"),
+                              "whole_plan": total("whole_plan", "first_call")},
+        "end_to_end_s": {"concurrent": total("streaming", "end_to_end"),
+                         "synchronous": total("synchronous", "end_to_end"), "react": total("react", "end_to_end")},
+        "executor_idle_s": {"concurrent": total("streaming", "idle"), "synchronous": total("synchronous", "idle")},
+        "reexecuted_steps": {"local_repair": int(total("streaming", "reexecuted")),
+                             "global_replan": int(total("global_replan", "reexecuted"))},
+        "goals": [{"name": g.name, "steps": len(g.steps), "flaky": sum(1 for s in g.steps if s["args"].get("flaky"))}
+                  for g in goals],
+        "model": {"ttft_s": ttft, "tokens_per_s": tps},
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry: print the table (or ``--json``)."""
+    parser = argparse.ArgumentParser(prog="planweave bench planning", description=__doc__.splitlines()[0])
+    parser.add_argument("--goals", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--ttft", type=float, default=0.3)
+    parser.add_argument("--tps", type=float, default=30.0)
+    parser.add_argument("--quick", action="store_true", help="2 goals at 100 tokens/s")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    goals, tps = (make_goals(2, args.seed), 100.0) if args.quick else (make_goals(args.goals, args.seed), args.tps)
+    data = asyncio.run(measure(goals, ttft=args.ttft, tps=tps))
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(f"planning benchmark: {len(goals)} goals ({', '.join(str(g['steps']) for g in data['goals'])} steps; "
+          f"{sum(g['flaky'] for g in data['goals'])} flaky), model ttft {args.ttft}s at {tps:g} tokens/s")
+    f, e, i, r = (data[k] for k in ("first_tool_call_s", "end_to_end_s", "executor_idle_s", "reexecuted_steps"))
+    rows = [
+        ("time to first tool call (s)", f"streaming {f['streaming']}", f"whole plan {f['whole_plan']}",
+         f"{f['whole_plan'] / max(f['streaming'], 1e-9):.1f}x"),
+        ("end to end (s)", f"concurrent {e['concurrent']}", f"synchronous {e['synchronous']}",
+         f"react {e['react']}"),
+        ("executor idle (s)", f"concurrent {i['concurrent']}", f"synchronous {i['synchronous']}", ""),
+        ("steps re-executed", f"local repair {r['local_repair']}", f"global re-plan {r['global_replan']}", ""),
+    ]
+    for row in rows:
+        print(f"  {row[0]:<30} {row[1]:<22} {row[2]:<24} {row[3]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,818 @@
+"""The ``planweave`` command: run, resume, inspect and cancel plans on a journal, and run the benchmarks.
+
+This is planweave's only synchronous edge: each command runs one coroutine with ``asyncio.run`` (or
+:func:`~planweave.clock.run_virtual`) and turns how it ended into output and an exit code (:class:`ExitCode`).
+``--json`` output is exactly one JSON document on stdout; everything meant for people goes to stderr then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import shlex
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence, Sized
+from contextlib import AsyncExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from enum import IntEnum
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from planweave import __version__
+from planweave.cli import views
+from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
+from planweave.engine.events import Event
+from planweave.engine.runtime import Engine, Run, RunResult, process_alive, request_cancel
+from planweave.engine.state import RunState
+from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunNotFound
+from planweave.journal import Journal, default_journal_url, open_journal
+from planweave.plan.graph import validate_plan
+from planweave.planfile import load_plan_file
+from planweave.tools import Tool, Toolbox, builtin_tools
+
+T = TypeVar("T")
+
+
+class ExitCode(IntEnum):
+    """What a ``planweave`` process exit status means."""
+
+    SUCCEEDED = 0
+    FAILED = 1  # the run failed or was cancelled
+    BAD_INPUT = 2  # invalid plan, unknown run, bad option: nothing was run
+    INTERRUPTED = 130  # SIGINT/SIGTERM: the run is left resumable (128 + SIGINT, as shells report it)
+
+
+class UsageError(PlanweaveError):
+    """A command-line argument that cannot be used (a malformed ``--capacity``, an unimportable ``--tools``)."""
+
+
+# -- reading runs back from a journal ----------------------------------------------------------------------------
+def fold_run(run_id: str, events: Sequence[Event]) -> RunState:
+    """Rebuild a run's state from its journaled events, the way resume does, without any tools.
+
+    The plan comes from ``run_created`` (a document in durable journals, a PlanSpec in memory) and is validated
+    without tool or capacity checks, since the tools it used may not be importable here.
+    """
+    if not events:
+        raise RunNotFound(f"no run '{run_id}' in the journal")
+    return RunState.from_events(run_id, events)
+
+
+@dataclass(frozen=True)
+class JournaledRun:
+    """A run as its journal tells it: the folded state, who ran it last and when it last changed."""
+
+    run_id: str
+    state: RunState | None
+    owner: Mapping[str, Any] = field(default_factory=dict)
+    last_at: float | None = None
+    problem: str | None = None  # why the events could not be folded (state is None then)
+
+    @property
+    def status(self) -> str:
+        """The fold's status, except ``interrupted`` for a ``running`` run whose process is gone."""
+        if self.state is None:
+            return "unreadable"
+        if self.state.status == "running" and not process_alive(self.owner):
+            return "interrupted"
+        return self.state.status
+
+    @property
+    def horizon(self) -> float | None:
+        """Where a timeline of this run ends: its end, now while it runs on wall-clock time, or its last event."""
+        if self.state is None:
+            return None
+        if self.state.finished_at is not None:
+            return self.state.finished_at
+        if self.status == "running" and self.last_at is not None and self.last_at >= 1e9:
+            return time.time()
+        return self.last_at
+
+    def overview(self) -> dict[str, Any]:
+        """The ``runs --json`` object: id, plan, status, times, error and step counts by state."""
+        if self.state is None:
+            return {"run_id": self.run_id, "plan": None, "status": self.status, "started_at": None,
+                    "finished_at": None, "makespan_s": None, "error": self.problem, "steps": {}}
+        summary = self.state.summary()
+        return {
+            "run_id": self.run_id,
+            "plan": self.state.plan.spec.name or None,
+            "status": self.status,
+            "started_at": summary["started_at"],
+            "finished_at": summary["finished_at"],
+            "makespan_s": summary["makespan_s"],
+            "error": summary["error"],
+            "steps": self.state.counts(),
+        }
+
+    def report(self) -> dict[str, Any]:
+        """The ``show --json`` object: the ``run --json`` summary plus root cause, owner and every attempt."""
+        assert self.state is not None
+        report = self.state.summary()
+        report["status"] = self.status
+        report["plan"] = self.state.plan.spec.name or None
+        report["root_cause"] = self.state.root_cause
+        report["owner"] = dict(self.owner)
+        for sid, step in report["steps"].items():
+            rec = self.state.records[sid]
+            step["duration_s"] = views.step_elapsed(rec, None)
+            step["attempt_log"] = [
+                {"attempt": a, "started_at": s, "finished_at": f, "outcome": o} for a, s, f, o in rec.attempt_log
+            ]
+        return report
+
+
+def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
+    owner: Mapping[str, Any] = {}
+    for event in events:
+        if event.kind in ("run_created", "run_resumed"):
+            owner = event.data.get("owner", {})
+    last_at = events[-1].at if events else None
+    try:
+        return JournaledRun(run_id, fold_run(run_id, events), owner, last_at)
+    except (PlanweaveError, KeyError, TypeError, ValueError) as exc:  # a damaged run must not hide the others
+        return JournaledRun(run_id, None, owner, last_at, problem=f"cannot read this run: {exc}")
+
+
+def _journal_file_missing(url: str) -> bool:
+    """Whether ``url`` names a SQLite file that does not exist (reading it must not create it)."""
+    if not url.startswith("sqlite:"):
+        return False
+    from planweave.journal.sqlite import path_of
+
+    path = path_of(url)
+    return path != ":memory:" and not Path(path).exists()
+
+
+async def read_run(url: str, run_id: str) -> JournaledRun:
+    """One run of the journal at ``url``; raises RunNotFound."""
+    if _journal_file_missing(url):
+        raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+    async with open_journal(url) as journal:
+        events = await journal.read(run_id)
+    if not events:
+        raise RunNotFound(f"no run '{run_id}' in the journal {url}")
+    run = _journaled(run_id, events)
+    if run.state is None:
+        raise JournalError(f"run '{run_id}' in the journal {url}: {run.problem}")
+    return run
+
+
+async def read_runs(url: str) -> list[JournaledRun]:
+    """Every run in the journal at ``url``, oldest first (none if the journal file does not exist)."""
+    if _journal_file_missing(url):
+        return []
+    async with open_journal(url) as journal:
+        events = await journal.read(None)
+    by_run: dict[str, list[Event]] = {}
+    for event in events:
+        by_run.setdefault(event.run_id, []).append(event)
+    return [_journaled(run_id, run_events) for run_id, run_events in by_run.items()]
+
+
+# -- command-line inputs ----------------------------------------------------------------------------------------
+def parse_capacities(flags: Iterable[str]) -> dict[str, int]:
+    """``["gpu=2", "llm=4"]`` as a dict; raises UsageError naming the malformed flag."""
+    out: dict[str, int] = {}
+    for flag in flags:
+        name, sep, amount = flag.partition("=")
+        name = name.strip()
+        try:
+            value = int(amount)
+        except ValueError:
+            value = -1
+        if not sep or not name or value < 1:
+            raise UsageError(f"--capacity {flag!r}: expected NAME=N with N a whole number >= 1 (e.g. --capacity llm=4)")
+        out[name] = value
+    return out
+
+
+def _as_toolbox(value: Any, spec: str, *, call: bool = True) -> Toolbox:
+    if isinstance(value, Tool):
+        return Toolbox({value.name: value})
+    if isinstance(value, Mapping):
+        box = Toolbox()
+        for item in value.values():
+            if not isinstance(item, Tool):
+                raise UsageError(f"--tools {spec}: the mapping holds {type(item).__name__}, not Tool")
+            box.add(item)
+        return box
+    if isinstance(value, list | tuple):
+        box = Toolbox()
+        for item in value:
+            if not (isinstance(item, Tool) or callable(item)):
+                raise UsageError(f"--tools {spec}: the list holds {type(item).__name__}, not a Tool or a function")
+            box.add(item)
+        return box
+    if call and callable(value):
+        return _as_toolbox(value(), spec, call=False)
+    raise UsageError(
+        f"--tools {spec}: expected a Toolbox, a list of tools or a function returning one, got {type(value).__name__}"
+    )
+
+
+def load_tools(specs: Iterable[str]) -> Toolbox:
+    """The built-in tools plus those named by ``--tools MODULE:ATTR`` flags; raises UsageError.
+
+    ATTR may be a Toolbox, a Tool, a list of tools (or functions), or a function returning one of those. Modules
+    are imported from the working directory too, as ``python -m`` would.
+    """
+    box = builtin_tools()
+    specs = list(specs)
+    if specs and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for spec in specs:
+        module_name, sep, attr = spec.partition(":")
+        if not sep or not module_name or not attr:
+            raise UsageError(f"--tools {spec!r}: expected MODULE:ATTR (e.g. --tools mypkg.tools:toolbox)")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except Exception as exc:  # importing user code can raise anything; say which flag it was
+            raise UsageError(f"--tools {spec}: cannot import it: {type(exc).__name__}: {exc}") from None
+        try:
+            box = box.merged(_as_toolbox(target, spec))
+        except ValueError as exc:
+            raise UsageError(f"--tools {spec}: {exc}") from None
+    return box
+
+
+# -- running ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    """The concurrency and capacities an engine is opened with."""
+
+    concurrency: int | None
+    capacities: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Session:
+    """Where and how a ``run`` or ``resume`` command executes."""
+
+    journal_url: str
+    tools: Toolbox
+    tool_flags: tuple[str, ...]
+    virtual: bool
+    json_output: bool
+    mcp_flags: tuple[str, ...] = ()
+
+    def resume_command(self, run_id: str) -> str:
+        """The command that continues ``run_id`` with the same journal and tools."""
+        parts = ["planweave", "resume", run_id]
+        if self.journal_url != default_journal_url():
+            parts += ["--journal", self.journal_url]
+        for flag in self.tool_flags:
+            parts += ["--tools", flag]
+        for flag in self.mcp_flags:
+            parts += ["--mcp", shlex.quote(flag)]
+        return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a ``run`` or ``resume`` command ended: ``status`` is succeeded, failed, cancelled or interrupted."""
+
+    run_id: str | None
+    status: str
+    error: str | None
+    report: Mapping[str, Any]
+    state: RunState | None
+    durable: bool
+
+    @property
+    def exit_code(self) -> ExitCode:
+        if self.status == "succeeded":
+            return ExitCode.SUCCEEDED
+        if self.status == "interrupted":
+            return ExitCode.INTERRUPTED
+        return ExitCode.FAILED
+
+
+class _InterruptSignals:
+    """Turns the first SIGINT/SIGTERM into a cancellation of the main task; a second one exits immediately.
+
+    Cancelling the main task unwinds the engine's context, which interrupts (not cancels) its runs: the journal
+    keeps them resumable. Once the run is over (``disarm``) a first signal is ignored so the journal closes cleanly.
+    """
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+        self._loop = task.get_loop()
+        self._armed = True
+        self._received = 0
+        self._installed: list[signal.Signals] = []
+        self.fired = False
+
+    def __enter__(self) -> _InterruptSignals:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
+                continue
+            self._installed.append(sig)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig in self._installed:
+            self._loop.remove_signal_handler(sig)
+
+    def disarm(self) -> None:
+        self._armed = False
+
+    def _on_signal(self) -> None:
+        self._received += 1
+        if self._received > 1:
+            sys.stderr.write("interrupted again: exiting without a clean shutdown\n")
+            sys.stderr.flush()
+            os._exit(ExitCode.INTERRUPTED)
+        if self._armed:
+            self.fired = True
+            self._task.cancel()
+
+
+async def open_mcp(stack: AsyncExitStack, flags: Sequence[str], tools: Toolbox) -> Toolbox:
+    """Connect the ``--mcp NAME=SPEC`` servers (for the life of ``stack``) and add their tools to ``tools``."""
+    if not flags:
+        return tools
+    from planweave.tools.mcp import MCPServer, connect_mcp  # the mcp SDK takes a second to import
+
+    servers = [MCPServer.parse(flag) for flag in flags]
+    return tools.merged(await stack.enter_async_context(connect_mcp(servers)))
+
+
+async def _follow(
+    session: Session,
+    limits: Callable[[Journal], Awaitable[Limits]],
+    begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]],
+    console: Console | None,
+) -> Outcome:
+    """Open the journal and an engine, begin the run, show it live and wait for its end or an interrupt.
+
+    ``begin`` may open contexts (a model client) on the stack it gets: they close after the engine.
+    """
+    task = asyncio.current_task()
+    assert task is not None
+    clock: Clock = VirtualClock() if session.virtual else RealClock()
+    run: Run | None = None
+    durable = False
+    with _InterruptSignals(task) as signals:
+        try:
+            async with AsyncExitStack() as stack, open_journal(session.journal_url) as journal:
+                durable = journal.durable
+                limit = await limits(journal)
+                tools = await open_mcp(stack, session.mcp_flags, session.tools)
+                async with Engine(
+                    journal, clock=clock, concurrency=limit.concurrency, capacities=limit.capacities,
+                    tools=tools,
+                ) as engine:
+                    run = await begin(engine, stack)
+                    view = views.LiveRunView(console, clock, ticking=not session.virtual) if console else None
+                    with view.follow(run) if view is not None else nullcontext():
+                        result = await run.wait()
+                    signals.disarm()
+            return _finished(result, run.state, durable)
+        except asyncio.CancelledError:
+            if not signals.fired:
+                raise
+            task.uncancel()
+    # Interrupted: the engine has closed and the journal holds everything the run did.
+    state = run.state if run is not None else None
+    report: dict[str, Any] = state.summary() if state is not None else {"run_id": None, "steps": {}}
+    report["status"] = "interrupted"
+    if run is not None and durable:
+        report["resume"] = session.resume_command(run.id)
+    return Outcome(run.id if run else None, "interrupted", None, report, state, durable)
+
+
+def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
+    report = dict(result.summary)
+    report["root_cause"] = state.root_cause
+    return Outcome(result.run_id, result.status, result.error, report, state, durable)
+
+
+def _run_loop(main: Coroutine[Any, Any, T], virtual: bool) -> T:
+    return run_virtual(main) if virtual else asyncio.run(main)
+
+
+def _console_for(json_output: bool) -> Console | None:
+    """Where the live view goes: stdout, or with ``--json`` stderr if that is a terminal (else nowhere)."""
+    if not json_output:
+        return Console(highlight=False)
+    return Console(stderr=True, highlight=False) if sys.stderr.isatty() else None
+
+
+def _report_outcome(outcome: Outcome, session: Session) -> None:
+    if session.json_output:
+        _print_json(outcome.report)
+    out = Console(stderr=session.json_output, highlight=False)
+    if outcome.status == "interrupted":
+        if outcome.run_id is None:
+            out.print("interrupted before the run started", markup=False)
+        elif outcome.durable:
+            out.print(f"interrupted: resume with {session.resume_command(outcome.run_id)}", markup=False)
+        else:
+            out.print(f"interrupted: the journal {session.journal_url} is not durable, so run "
+                      f"{outcome.run_id} cannot be resumed", markup=False)
+        return
+    if session.json_output:
+        return
+    makespan = views.format_duration(outcome.report.get("makespan_s"))
+    line = Text()
+    line.append_text(views.status_text(outcome.status))
+    line.append(f" {'in' if outcome.status == 'succeeded' else 'after'} {makespan} · run {outcome.run_id}")
+    if outcome.state is not None:
+        line.append(" · ")
+        line.append_text(views.counts_text(outcome.state.counts()))
+    out.print(line)
+    if outcome.error:
+        out.print(Text("error: ", style="bold red") + Text(outcome.error))
+    if outcome.status != "succeeded":
+        out.print(f"details: planweave show {outcome.run_id}"
+                  + (f" --journal {session.journal_url}" if session.journal_url != default_journal_url() else ""),
+                  markup=False, style="dim")
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def _plain_errors(exc: BaseException) -> list[PlanweaveError] | None:
+    """The planweave errors inside ``exc`` (the engine's TaskGroup wraps them in groups), or None if others too."""
+    if isinstance(exc, PlanweaveError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        found: list[PlanweaveError] = []
+        for inner in exc.exceptions:
+            plain = _plain_errors(inner)
+            if plain is None:
+                return None
+            found += plain
+        return found
+    return None
+
+
+@contextmanager
+def _clean_errors() -> Iterator[None]:
+    """Print planweave errors as their message on stderr and exit 2: people see no traceback for them."""
+    try:
+        yield
+    except Exception as exc:
+        errors = _plain_errors(exc)
+        if errors is None:
+            raise
+        for error in errors:
+            typer.echo(str(error) if isinstance(error, PlanInvalid) else f"error: {error}", err=True)
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+
+
+# -- the commands ----------------------------------------------------------------------------------------------
+app = typer.Typer(
+    name="planweave",
+    help="Plan long-horizon agent tasks as DAGs and run them event-driven on a durable journal.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks: AsyncHow makespans, engine overhead, planning.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+tools_app = typer.Typer(help="Tools: built-ins, Python tools (--tools) and MCP servers (--mcp).",
+                        no_args_is_help=True)
+app.add_typer(tools_app, name="tools")
+
+JournalOption = Annotated[
+    str | None,
+    typer.Option("--journal", metavar="URL",
+                 help="Journal URL (sqlite:///path.db, postgresql://..., memory://); default $PLANWEAVE_JOURNAL "
+                      "or sqlite:///.planweave/runs.db."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else.")]
+ToolsOption = Annotated[
+    list[str] | None,
+    typer.Option("--tools", metavar="MODULE:ATTR",
+                 help="Also use these tools: a Toolbox, a list of tools or a function returning one (repeatable)."),
+]
+VirtualOption = Annotated[
+    bool, typer.Option("--virtual-clock", help="Run on virtual time: sleeps and timeouts take no real time."),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"planweave {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Plan long-horizon agent tasks as DAGs and run them event-driven on a durable journal."""
+
+
+McpOption = Annotated[
+    list[str] | None,
+    typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
+                 help="Connect an MCP server (a command over stdio, or an http(s) URL); its tools are NAME.tool "
+                      "(repeatable)."),
+]
+
+
+@app.command()
+def run(
+    file: Annotated[Path | None, typer.Argument(help="The plan file (YAML or JSON); or use --goal.",
+                                                show_default=False)] = None,
+    journal: JournalOption = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Id for the new run (default: random).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, help="Most steps running at once (default: the plan's).")
+    ] = None,
+    capacity: Annotated[
+        list[str] | None,
+        typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource; overrides the plan's (repeatable)."),
+    ] = None,
+    virtual_clock: VirtualOption = False,
+    json_output: JsonOption = False,
+    tools: ToolsOption = None,
+    mcp: McpOption = None,
+    goal: Annotated[str | None, typer.Option("--goal", help="Plan this goal with a model instead of a file.")] = None,
+    model: Annotated[str, typer.Option("--model", help="Model name for --goal ('local': the bundled local model).",
+                                       envvar="PLANWEAVE_MODEL")] = "gpt-4o-mini",
+    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
+    max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans of a --goal run.")] = 5,
+) -> None:
+    """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
+    with _clean_errors():
+        if (file is None) == (goal is None):
+            raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
+        flags = parse_capacities(capacity or ())
+        toolbox = load_tools(tools or ())
+        session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
+                          tuple(mcp or ()))
+        begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
+        if file is not None:
+            spec = load_plan_file(file)
+            capacities = {**spec.capacities, **flags}
+            if not mcp:  # MCP tools are known only once connected: then the engine validates at start
+                # Check everything before the journal is opened: an invalid plan leaves no trace there.
+                validate_plan(spec, toolbox, capacities, source=str(file))
+            limits = Limits(concurrency if concurrency is not None else spec.concurrency, capacities)
+
+            async def begin_file(engine: Engine, _stack: AsyncExitStack) -> Run:
+                return await engine.start(spec, run_id=run_id, source=str(file))
+
+            begin = begin_file
+        else:
+            assert goal is not None
+            limits = Limits(concurrency, flags)
+            goal_text = goal
+
+            async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
+                from planweave.models import Budget, resolve_model
+                from planweave.planning import PlanningLoop, PlanningOptions
+                from planweave.tools.llm import llm_tool
+
+                options: dict[str, Any] = {"base_url": base_url} if base_url else {}
+                client = await stack.enter_async_context(resolve_model(model, **options))
+                budget = Budget(usd=budget_usd, tokens=budget_tokens) if (budget_usd or budget_tokens) else None
+                base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+                catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
+                loop = PlanningLoop(engine, client, catalog, budget=budget,
+                                    options=PlanningOptions(deadline_s=deadline, max_replans=max_replans))
+                return await loop.start(goal_text, run_id=run_id)
+
+            begin = begin_goal
+
+        async def fixed_limits(_journal: Journal) -> Limits:
+            return limits
+
+        outcome = _run_loop(_follow(session, fixed_limits, begin, _console_for(json_output)), virtual_clock)
+    _report_outcome(outcome, session)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue.", show_default=False)],
+    journal: JournalOption = None,
+    retry_unknown: Annotated[
+        bool,
+        typer.Option("--retry-unknown",
+                     help="Run again the non-idempotent steps that were running when the run was interrupted."),
+    ] = False,
+    json_output: JsonOption = False,
+    tools: ToolsOption = None,
+    mcp: McpOption = None,
+    virtual_clock: VirtualOption = False,
+) -> None:
+    """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits."""
+    with _clean_errors():
+        url = journal or default_journal_url()
+        if _journal_file_missing(url):
+            raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+        toolbox = load_tools(tools or ())
+        session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()))
+
+        async def recorded_limits(opened: Journal) -> Limits:
+            # The engine must admit steps as the original run did: its limits are in run_created.
+            events = await opened.read(run_id)
+            if not events:
+                raise RunNotFound(f"no run '{run_id}' in the journal {url}")
+            options = events[0].data.get("options") or {}
+            return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
+
+        async def begin(engine: Engine, _stack: AsyncExitStack) -> Run:
+            return await engine.resume(run_id, retry_unknown=retry_unknown)
+
+        outcome = _run_loop(_follow(session, recorded_limits, begin, _console_for(json_output)), virtual_clock)
+    _report_outcome(outcome, session)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command()
+def runs(journal: JournalOption = None, json_output: JsonOption = False) -> None:
+    """List every run in the journal: status, start, duration and steps by state."""
+    with _clean_errors():
+        url = journal or default_journal_url()
+        found = asyncio.run(read_runs(url))
+    rows = [r.overview() for r in found]
+    if json_output:
+        _print_json(rows)
+        return
+    console = Console(highlight=False)
+    if not rows:
+        console.print(f"no runs in the journal {url}", markup=False)
+        return
+    console.print(views.runs_table(rows))
+
+
+@app.command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run to show.", show_default=False)],
+    journal: JournalOption = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Show one run: its steps, its error and root cause, and a timeline of every attempt."""
+    with _clean_errors():
+        url = journal or default_journal_url()
+        found = asyncio.run(read_run(url, run_id))
+    assert found.state is not None
+    if json_output:
+        _print_json(found.report())
+        return
+    state = found.state
+    console = Console(highlight=False)
+    console.print(views.run_header(state, found.horizon, found.status))
+    times = Text(f"started {views.format_instant(state.created_at)}", style="dim")
+    if state.finished_at is not None:
+        times.append(f" · finished {views.format_instant(state.finished_at)}")
+    console.print(times)
+    if state.error:
+        console.print(Text("error: ", style="bold red") + Text(state.error))
+    if state.root_cause and state.root_cause not in (state.error or ""):
+        console.print(Text(f"root cause: step '{state.root_cause}'", style="red"))
+    if found.status == "interrupted":
+        console.print(f"interrupted: resume with planweave resume {run_id}"
+                      + (f" --journal {url}" if url != default_journal_url() else ""), markup=False)
+    console.print()
+    console.print(views.steps_table(state, found.horizon, detailed=True))
+    console.print()
+    console.print(Text("timeline", style="bold"))
+    console.print(views.timeline(state, console.width, found.horizon), soft_wrap=True)
+
+
+@app.command()
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="The run to cancel.", show_default=False)],
+    journal: JournalOption = None,
+) -> None:
+    """Cancel a run, also one running in another process (it stops within a second)."""
+    with _clean_errors():
+        url = journal or default_journal_url()
+        if _journal_file_missing(url):
+            raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+
+        async def go() -> str:
+            async with open_journal(url) as opened:
+                return await request_cancel(opened, run_id)
+
+        done = asyncio.run(go())
+    if done == "requested":
+        typer.echo(f"cancel requested: the process running run {run_id} stops it within a second")
+    else:
+        typer.echo(f"run {run_id} had no live process (it was interrupted or had failed): marked it cancelled")
+
+
+@tools_app.command("list")
+def tools_list(
+    tools: ToolsOption = None,
+    mcp: Annotated[list[str] | None, typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
+                                                  help="Also list this MCP server's tools (repeatable).")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """List the tools a plan can call: name, description and argument schema."""
+    with _clean_errors():
+        toolbox = load_tools(tools or ())
+
+        async def collect() -> list[dict[str, Any]]:
+            async with AsyncExitStack() as stack:
+                box = await open_mcp(stack, tuple(mcp or ()), toolbox)
+                return [{"name": t.name, "description": t.description, "input_schema": dict(t.input_schema),
+                         "idempotent": t.idempotent} for t in sorted(box.values(), key=lambda t: t.name)]
+
+        listed = asyncio.run(collect())
+    if json_output:
+        _print_json(listed)
+        return
+    console = Console(highlight=False)
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for column in ("tool", "arguments", "description"):
+        table.add_column(column)
+    for item in listed:
+        props = item["input_schema"].get("properties", {})
+        required = set(item["input_schema"].get("required", []))
+        args = ", ".join(f"{k}{'' if k in required else '?'}" for k in props) or "(any)"
+        desc = (item["description"] or "").strip().splitlines()
+        table.add_row(item["name"], args, desc[0] if desc else "")
+    console.print(table)
+
+
+@bench_app.command("asynchow")
+def bench_asynchow(
+    directory: Annotated[Path, typer.Argument(help="The AsyncHow data set directory.", show_default=False)],
+    json_output: JsonOption = False,
+) -> None:
+    """Run every AsyncHow plan on the virtual clock and count the makespans inside the gold interval."""
+    try:
+        from planweave.bench.asynchow import run_asynchow
+    except ImportError as exc:
+        typer.echo(f"error: the AsyncHow benchmark is not available: {exc}", err=True)
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+    with _clean_errors():
+        result = run_asynchow(directory)
+    if json_output:
+        _print_json(result)
+        return
+    total = int(result.get("total", 0))
+    exact = int(result.get("exact", 0))
+    mismatches = result.get("mismatches", [])
+    n_mismatches = len(mismatches) if isinstance(mismatches, Sized) else int(mismatches)
+    share = f" ({100.0 * exact / total:.1f}%)" if total else ""
+    seconds = float(result.get("seconds", 0.0))
+    typer.echo(f"asynchow: {exact}/{total} makespans inside the gold interval{share}, {n_mismatches} mismatches, "
+               f"{seconds:.2f}s")
+
+
+@bench_app.command(
+    "planning",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_planning(ctx: typer.Context) -> None:
+    """Streaming admission and concurrent re-planning vs whole-plan, synchronous and ReAct (options: --help)."""
+    from planweave.bench.planning import main as planning_main
+
+    raise typer.Exit(planning_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "engine",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_engine(ctx: typer.Context) -> None:
+    """Measure engine overhead; every option (--json, --help, ...) goes to planweave.bench.engine."""
+    try:
+        # By name: the benchmark module is optional, and imported only when asked for (it is heavier).
+        module = importlib.import_module("planweave.bench.engine")
+    except ImportError as exc:
+        typer.echo(f"error: the engine benchmark is not available: {exc}", err=True)
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+    bench_main: Callable[[list[str]], int] = module.main
+    raise typer.Exit(bench_main(list(ctx.args)))
+
+
+def main() -> None:
+    """The ``planweave`` console entry point."""
+    app(prog_name="planweave")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,384 @@
+"""Rich rendering for the command line: the live view of a run, step and run tables, and a text Gantt timeline.
+
+Everything here is a function of a :class:`~planweave.engine.state.RunState` (plus a notion of "now"), so the live
+view of a running engine and ``planweave show`` of a journaled run draw the same picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console, Group, JustifyMethod, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from planweave.clock import Clock
+from planweave.engine.events import Event
+from planweave.engine.runtime import Run
+from planweave.engine.state import RunState, StepRecord
+
+STATUS_STYLE: Mapping[str, str] = {
+    "pending": "dim",
+    "ready": "cyan",
+    "running": "bold yellow",
+    "succeeded": "green",
+    "failed": "bold red",
+    "cancelled": "magenta",
+    "skipped": "dim red",
+    "unknown": "bold magenta",
+    "interrupted": "yellow",
+}
+# The order counts are listed in, most urgent first.
+STATUS_ORDER = ("running", "ready", "unknown", "failed", "cancelled", "skipped", "succeeded", "pending")
+
+# Timeline glyphs, distinct without colour so retries stay visible in logs and plain terminals.
+BAR_GLYPH: Mapping[str, str] = {
+    "succeeded": "█",
+    "running": "█",
+    "failed": "▓",
+    "interrupted": "▒",
+    "cancelled": "░",
+}
+RETRY_WAIT_GLYPH = "·"
+
+# A timestamp this large is seconds since the Unix epoch; smaller ones come from a virtual clock starting at 0.
+_EPOCH_THRESHOLD = 1e9
+_YEAR = 365 * 86400.0
+
+
+def format_duration(seconds: float | None) -> str:
+    """A compact human duration (``0.42s``, ``3m05s``, ``2h03m``, ``12d04h``, ``3.0y``); ``-`` for None."""
+    if seconds is None:
+        return "-"
+    s = max(0.0, seconds)
+    if s < 10:
+        return f"{s:.2f}s"
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    if s < 86400:
+        return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+    if s < _YEAR:
+        return f"{int(s // 86400)}d{int(s % 86400 // 3600):02d}h"
+    return f"{s / _YEAR:.1f}y"
+
+
+def format_instant(at: float | None) -> str:
+    """A timestamp for people: local date and time for wall-clock stamps, ``t=...`` for virtual-clock ones."""
+    if at is None:
+        return "-"
+    if at >= _EPOCH_THRESHOLD:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    return f"t={format_duration(at)}"
+
+
+def format_offset(at: float | None, origin: float | None) -> str:
+    """``at`` relative to the run's start (``+1.20s``)."""
+    if at is None or origin is None:
+        return "-"
+    return "+" + format_duration(at - origin)
+
+
+def status_text(status: str) -> Text:
+    return Text(status, style=STATUS_STYLE.get(status, ""))
+
+
+def counts_text(counts: Mapping[str, int]) -> Text:
+    """``3 running · 5 succeeded · 1 failed`` with each state in its colour."""
+    out = Text()
+    for status in STATUS_ORDER:
+        n = counts.get(status, 0)
+        if n:
+            if out:
+                out.append(" · ", style="dim")
+            out.append(f"{n} {status}", style=STATUS_STYLE[status])
+    return out
+
+
+def step_elapsed(rec: StepRecord, now: float | None) -> float | None:
+    """Time from the step's first start to its end (or to ``now`` while it is not finished)."""
+    if rec.started_at is None:
+        return None
+    end = rec.finished_at if rec.finished_at is not None else now
+    return None if end is None else end - rec.started_at
+
+
+def _attempt_text(state: RunState, rec: StepRecord) -> str:
+    allowed = state.plan.steps[rec.id].retries.max + 1
+    if rec.attempts == 0:
+        return "-"
+    return f"{rec.attempts}/{allowed}" if allowed > 1 else str(rec.attempts)
+
+
+def _error_text(rec: StepRecord) -> Text:
+    if rec.error is None:
+        return Text("")
+    first_line = rec.error.strip().splitlines()[0] if rec.error.strip() else rec.error
+    if rec.status == "ready" and rec.retry_at is not None:
+        return Text(f"retrying after: {first_line}", style="yellow")
+    return Text(first_line, style="red" if rec.status in ("failed", "unknown") else "dim")
+
+
+def _visible_steps(state: RunState, max_rows: int | None) -> tuple[list[str], dict[str, int]]:
+    """The steps worth a row when not all fit: active and failed ones first, then the latest finished, then pending.
+
+    Returns the chosen ids in plan order and the counts, by state, of the ones left out.
+    """
+    order = state.plan.order
+    if max_rows is None or len(order) <= max_rows:
+        return list(order), {}
+    urgency = {"running": 0, "failed": 1, "unknown": 1, "ready": 2, "cancelled": 3,
+               "succeeded": 4, "skipped": 4, "pending": 5}
+    index = {sid: i for i, sid in enumerate(order)}
+
+    def key(sid: str) -> tuple[int, float, int]:
+        rec = state.records[sid]
+        return urgency.get(rec.status, 5), -(rec.finished_at or 0.0), index[sid]
+
+    chosen = set(sorted(order, key=key)[:max_rows])
+    hidden: dict[str, int] = {}
+    for sid in order:
+        if sid not in chosen:
+            status = state.records[sid].status
+            hidden[status] = hidden.get(status, 0) + 1
+    return [sid for sid in order if sid in chosen], hidden
+
+
+def steps_table(state: RunState, now: float | None, *, max_rows: int | None = None, detailed: bool = False) -> Table:
+    """One row per step: state, attempt, elapsed and error (``detailed`` adds started and finished offsets)."""
+    table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
+    table.add_column("step", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("attempt", justify="right", no_wrap=True)
+    if detailed:
+        table.add_column("started", justify="right", no_wrap=True)
+        table.add_column("finished", justify="right", no_wrap=True)
+    table.add_column("elapsed", justify="right", no_wrap=True)
+    table.add_column("error", overflow="fold")
+    shown, hidden = _visible_steps(state, max_rows)
+    origin = state.created_at
+    for sid in shown:
+        rec = state.records[sid]
+        cells: list[RenderableType] = [sid, status_text(rec.status), _attempt_text(state, rec)]
+        if detailed:
+            cells += [format_offset(rec.started_at, origin), format_offset(rec.finished_at, origin)]
+        cells += [format_duration(step_elapsed(rec, now)), _error_text(rec)]
+        table.add_row(*cells)
+    if hidden:
+        more = Text(f"… {sum(hidden.values())} more: ", style="dim")
+        more.append_text(counts_text(hidden))
+        table.add_row(more)
+    return table
+
+
+def run_header(state: RunState, now: float | None, status: str | None = None) -> Text:
+    """``run ID · plan name · status · counts · elapsed``."""
+    head = Text()
+    head.append(f"run {state.run_id}", style="bold")
+    if state.plan.spec.name:
+        head.append(f" · {state.plan.spec.name}")
+    if state.plan.version > 1:
+        head.append(f" · plan v{state.plan.version}")
+    shown = status or state.status
+    head.append(" · ")
+    head.append_text(status_text(shown))
+    head.append(" · ")
+    head.append_text(counts_text(state.counts()))
+    end = state.finished_at if state.finished_at is not None else now
+    if state.created_at is not None and end is not None:
+        head.append(f" · {format_duration(end - state.created_at)}", style="bold")
+    return head
+
+
+def live_view(state: RunState, now: float | None, max_rows: int | None) -> RenderableType:
+    """What the live display of a running run shows: a header and the steps table."""
+    return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows))
+
+
+class LiveRunView:
+    """Keeps a Rich live display of one run up to date from the run's events, at most ``rate`` redraws a second.
+
+    Event-driven: each event marks the view stale and schedules one redraw (events of the same loop iteration
+    share it). With ``ticking`` (real time only), the elapsed times also advance once a second while nothing happens;
+    on a virtual clock a ticking timer would be a timer the clock jumps to forever, so there the view only follows
+    events and draws the final state on exit.
+    """
+
+    def __init__(self, console: Console, clock: Clock, *, rate: float = 8.0, ticking: bool = True) -> None:
+        self._console = console
+        self._clock = clock
+        self._interval = 1.0 / rate
+        self._ticking = ticking
+        self._state: RunState | None = None
+        self._live: Live | None = None
+        self._last_draw = 0.0
+        self._redraw: asyncio.Handle | None = None
+        self._tick: asyncio.TimerHandle | None = None
+        # Off a terminal the live display prints only its last frame: show every step in it.
+        self._max_rows: int | None = max(5, console.height - 6) if console.is_terminal else None
+
+    @contextmanager
+    def follow(self, run: Run) -> Iterator[None]:
+        """Display ``run`` until the block exits.
+
+        The first frame is drawn from the run's state, so events emitted before this call (``Engine.start`` returns
+        after the run's first steps have started) are shown too; later ones arrive through the subscription.
+        """
+        self._state = run.state
+        run.subscribe(self.on_event)
+        live = Live(console=self._console, auto_refresh=False, redirect_stdout=False, redirect_stderr=False,
+                    vertical_overflow="visible")
+        self._live = live
+        with live:
+            self._draw()
+            try:
+                yield
+            finally:
+                for handle in (self._redraw, self._tick):
+                    if handle is not None:
+                        handle.cancel()
+                self._redraw = self._tick = None
+                self._draw(final=True)
+                self._live = None
+        if not self._console.is_terminal:
+            self._console.line()  # off a terminal Live prints its last frame without ending the line
+
+    def on_event(self, event: Event) -> None:
+        """Listener for the run's events: schedule a redraw, throttled to the rate."""
+        if self._redraw is not None or self._live is None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._last_draw + self._interval - time.monotonic()
+        if wait <= 0:
+            self._redraw = loop.call_soon(self._scheduled_draw)
+        elif self._ticking:
+            self._redraw = loop.call_later(wait, self._scheduled_draw)
+        # else (virtual time): a later event or the final draw shows this one.
+
+    def _scheduled_draw(self) -> None:
+        self._redraw = None
+        self._draw()
+
+    def _draw(self, final: bool = False) -> None:
+        if self._live is None or self._state is None:
+            return
+        try:
+            now: float | None = self._clock.now()
+        except RuntimeError:  # no loop to read a virtual clock from (the final draw after it stopped)
+            now = None
+        self._live.update(live_view(self._state, now, self._max_rows), refresh=True)
+        self._last_draw = time.monotonic()
+        if self._ticking and not final and self._state.finished_at is None:
+            if self._tick is not None:
+                self._tick.cancel()
+            self._tick = asyncio.get_running_loop().call_later(1.0, self._draw)
+
+
+# -- timelines ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Segment:
+    start: int
+    end: int
+    glyph: str
+    style: str
+
+
+def _segments(rec: StepRecord, t0: float, span: float, width: int, horizon: float) -> list[_Segment]:
+    """Columns of each attempt of ``rec`` on a bar ``width`` wide; attempts never share a column while space lasts."""
+    out: list[_Segment] = []
+    floor = 0
+    for _attempt, started, finished, outcome in rec.attempt_log:
+        end_at = finished if finished is not None else horizon
+        start = max(int((started - t0) / span * width), floor)
+        end = max(start + 1, round((end_at - t0) / span * width))
+        start, end = min(start, width - 1), min(end, width)
+        if end <= start:
+            continue
+        style = STATUS_STYLE.get(str(outcome), "")
+        out.append(_Segment(start, end, BAR_GLYPH.get(str(outcome), "█"), style))
+        floor = end
+    return out
+
+
+def timeline(state: RunState, width: int, horizon: float | None = None) -> Text:
+    """A text Gantt chart: one row per step, bars scaled to ``width`` columns, one segment per attempt.
+
+    Retries show as separate segments (``▓`` a failed attempt, ``·`` the wait before the next); ``horizon`` is where
+    unfinished attempts end (default: the run's end or its last recorded moment).
+    """
+    order = state.plan.order
+    starts = [a[1] for r in state.records.values() for a in r.attempt_log]
+    ends = [a[2] for r in state.records.values() for a in r.attempt_log if a[2] is not None]
+    t0 = state.created_at if state.created_at is not None else min(starts, default=0.0)
+    t1 = horizon if horizon is not None else state.finished_at
+    if t1 is None:
+        t1 = max([*starts, *ends], default=t0)
+    # A floor of a millisecond: a run with nothing finished yet (or only instant steps) still gets a sane scale.
+    span = max(t1 - t0, 1e-3)
+    label_width = min(max((len(s) for s in order), default=4), 28)
+    bar_width = max(10, width - label_width - 16)
+    out = Text()
+    for sid in order:
+        rec = state.records[sid]
+        out.append(sid[:label_width].ljust(label_width) + " │", style="bold" if rec.status == "running" else "")
+        cursor = 0
+        previous_end: int | None = None
+        for seg in _segments(rec, t0, span, bar_width, t1):
+            gap = seg.start - cursor
+            if gap > 0:
+                # Between two attempts of one step: the step was waiting to retry.
+                filler = RETRY_WAIT_GLYPH if previous_end is not None else " "
+                out.append(filler * gap, style="dim")
+            out.append(seg.glyph * (seg.end - seg.start), style=seg.style)
+            cursor = previous_end = seg.end
+        out.append(" " * (bar_width - cursor) + "│ ")
+        if rec.attempt_log:
+            note = format_duration(step_elapsed(rec, t1))
+            if len(rec.attempt_log) > 1:
+                note += f" x{len(rec.attempt_log)}"
+            out.append(note, style=STATUS_STYLE.get(rec.status, ""))
+        else:
+            out.append(rec.status, style=STATUS_STYLE.get(rec.status, ""))
+        out.append("\n")
+    left, right = "0", format_duration(span)
+    out.append(" " * label_width + " └" + left + "─" * max(1, bar_width - len(left) - len(right)) + right + "┘\n",
+               style="dim")
+    out.append(" " * (label_width + 2))
+    for outcome, label in (("succeeded", "succeeded"), ("failed", "failed attempt"),
+                           ("interrupted", "interrupted"), ("cancelled", "cancelled")):
+        out.append(BAR_GLYPH[outcome], style=STATUS_STYLE[outcome])
+        out.append(f" {label}  ")
+    out.append(RETRY_WAIT_GLYPH + " waiting to retry", style="dim")
+    return out
+
+
+# -- runs ------------------------------------------------------------------------------------------------------
+def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
+    """The ``planweave runs`` table, from the objects ``runs --json`` prints."""
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("run", "left"), ("plan", "left"), ("status", "left"), ("started", "left"), ("duration", "right"),
+        ("steps", "left"),
+    )
+    for name, justify in columns:
+        table.add_column(name, justify=justify, no_wrap=name != "steps")
+    for row in rows:
+        started = row.get("started_at")
+        finished = row.get("finished_at")
+        duration = format_duration(finished - started) if started is not None and finished is not None else "-"
+        table.add_row(
+            str(row["run_id"]),
+            str(row.get("plan") or ""),
+            status_text(str(row["status"])),
+            format_instant(started),
+            duration,
+            counts_text(row.get("steps") or {}) if row.get("steps") else Text(str(row.get("error") or ""), "red"),
+        )
+    return table

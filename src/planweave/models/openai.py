@@ -1,0 +1,609 @@
+"""A :class:`~planweave.models.ModelClient` for any OpenAI-compatible Chat Completions endpoint, over httpx.
+
+``POST {base_url}/chat/completions``, streamed as server-sent events (``data: {...}`` lines ending with
+``data: [DONE]``) or not. What this client adds to a bare HTTP call:
+
+* **Retries** on HTTP 429, 5xx, 408/409, timeouts and connection errors, with exponential backoff and jitter; a 429's
+  ``Retry-After`` (seconds or an HTTP date) is honoured as given. A stream is retried only until its first text
+  arrives: after that a failure is raised, since the text already handed out cannot be taken back.
+* **Structured output** with fallbacks: ``response_format`` ``json_schema`` first; when a server rejects it (an HTTP
+  400/422/500 whose body mentions response_format or json_schema) the same call is sent again with
+  ``{"type": "json_object", "schema": ...}``, then with the schema in the prompt only. The reply is parsed and checked
+  against the schema client-side in every mode. What a server accepts is remembered per base URL, as are
+  ``stream_options`` (for usage in streams) and ``max_tokens`` versus ``max_completion_tokens``.
+* **A concurrency limit per model** (an :class:`asyncio.Semaphore` per model name, held for the whole call).
+* **Timeouts**: connect, read (the whole reply when not streaming; the first chunk when streaming) and stall (the
+  longest gap between two chunks of a stream).
+* **Usage and cost**: token counts from the server (``stream_options.include_usage`` for streams) or, if it sends
+  none, estimated at four characters per token; cost from a :class:`~planweave.models.pricing.PriceTable`.
+* **Errors translated at the boundary** into :mod:`planweave.models.errors`, naming the model and base URL, never
+  the API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email.utils
+import os
+import random
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+import jsonschema
+import orjson
+
+from planweave.models import (
+    Chunk,
+    Completion,
+    CompletionRequest,
+    Delta,
+    Message,
+    StructuredMode,
+    UsageSource,
+    check_schema,
+)
+from planweave.models.errors import (
+    MalformedOutput,
+    ModelError,
+    ModelTimeout,
+    ModelUnavailable,
+    ProviderError,
+    RateLimited,
+)
+from planweave.models.pricing import PriceTable, approx_prompt_tokens, approx_tokens
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+BODY_EXCERPT = 300  # characters of an error body kept in ProviderError
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Seconds to wait: for a connection, for a reply (the first chunk of a stream), between two chunks of a stream."""
+
+    connect: float = 10.0
+    read: float = 120.0
+    stall: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """How often and how long to retry a transient failure: ``attempts`` calls in all, waits doubling from ``base``
+    up to ``cap`` (with jitter). A ``Retry-After`` longer than ``max_retry_after`` is not waited for: the
+    :class:`RateLimited` error is raised at once so the caller's own retry policy can decide."""
+
+    attempts: int = 4
+    base: float = 0.5
+    cap: float = 20.0
+    max_retry_after: float = 60.0
+
+
+NO_RETRIES = Backoff(attempts=1)
+
+
+@dataclass(slots=True)
+class ServerCompat:
+    """What an endpoint accepts, learned from its errors and remembered per base URL for every later call."""
+
+    structured: StructuredMode = "json_schema"
+    stream_options: bool = True
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+
+
+_COMPAT: dict[str, ServerCompat] = {}
+_FALLBACK: Mapping[StructuredMode, StructuredMode] = {"json_schema": "json_object", "json_object": "prompt"}
+_ADAPTABLE_STATUS = frozenset({400, 422, 500})
+
+
+def server_compat(base_url: str) -> ServerCompat:
+    """What this process has learned about the endpoint at ``base_url`` (shared by all clients of that URL)."""
+    return _COMPAT.setdefault(base_url.rstrip("/"), ServerCompat())
+
+
+def reset_server_compat() -> None:
+    """Forget what was learned about every endpoint (tests whose servers may reuse a port start afresh)."""
+    _COMPAT.clear()
+
+
+class _Adapted(Exception):
+    """Internal: the endpoint rejected a feature, the compat record was downgraded; send the call again."""
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header: a number of seconds or an HTTP date (None if absent or bad)."""
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+def _schema_instruction(schema: Mapping[str, Any]) -> str:
+    return (
+        "\n\nReply with only a JSON value (no prose, no code fence) that matches this JSON schema:\n"
+        + orjson.dumps(schema).decode()
+    )
+
+
+def _json_value(text: str) -> Any:
+    """Parse a JSON reply, tolerating what models asked in the prompt add: a code fence, or prose around it."""
+    t = text.strip()
+    if t.startswith("```"):
+        first_newline = t.find("\n")
+        if first_newline != -1 and t.endswith("```"):
+            t = t[first_newline + 1 : -3].strip()
+    try:
+        return orjson.loads(t)
+    except orjson.JSONDecodeError:
+        starts = [i for i in (t.find("{"), t.find("[")) if i != -1]
+        end = max(t.rfind("}"), t.rfind("]"))
+        if not starts or end <= min(starts) or (min(starts) == 0 and end == len(t) - 1):
+            raise
+        return orjson.loads(t[min(starts) : end + 1])
+
+
+class OpenAIChatClient:
+    """A client for one OpenAI-compatible endpoint; ``model`` is the default model of requests that name none.
+
+    Use it as ``async with OpenAIChatClient("gpt-4o-mini") as client`` (or call :meth:`aclose`). ``base_url`` and
+    ``api_key`` default to ``OPENAI_BASE_URL`` (else https://api.openai.com/v1) and ``OPENAI_API_KEY``.
+    ``concurrency`` limits calls in flight per model: an int for every model, or a mapping of model name to limit
+    (key ``"*"`` for the others); None for no limit. ``fold_system`` merges system messages into the first user
+    message, for chat templates without a system role (Gemma).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeouts: Timeouts = Timeouts(),
+        backoff: Backoff = Backoff(),
+        concurrency: int | Mapping[str, int] | None = 16,
+        prices: PriceTable | None = None,
+        fold_system: bool = False,
+        http: httpx.AsyncClient | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._model = model
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.timeouts = timeouts
+        self.backoff = backoff
+        self.prices = prices or PriceTable()
+        self.fold_system = fold_system
+        self._concurrency = concurrency
+        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self._own_http = http is None
+        self._http = http
+        self._rng = rng or random.Random()
+        self._url = f"{self.base_url}/chat/completions"
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def compat(self) -> ServerCompat:
+        """What is known about this client's endpoint (see :class:`ServerCompat`)."""
+        return server_compat(self.base_url)
+
+    async def __aenter__(self) -> OpenAIChatClient:
+        self._client()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool (only if this client created it)."""
+        if self._http is not None and self._own_http:
+            await self._http.aclose()
+            self._http = None
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            t = self.timeouts
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(t.read, connect=t.connect),
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+            )
+        return self._http
+
+    def concurrency_limit(self, model: str) -> int | None:
+        """How many calls to ``model`` this client lets run at once (None: no limit)."""
+        c = self._concurrency
+        if c is None or isinstance(c, int):
+            return c
+        return c.get(model, c.get("*"))
+
+    @asynccontextmanager
+    async def _slot(self, model: str) -> AsyncIterator[None]:
+        limit = self.concurrency_limit(model)
+        if limit is None:
+            yield
+            return
+        sem = self._semaphores.get(model)
+        if sem is None:
+            sem = self._semaphores[model] = asyncio.Semaphore(limit)
+        async with sem:
+            yield
+
+    # -- the request --------------------------------------------------------------------------------------------
+    def _payload(
+        self, request: CompletionRequest, model: str, *, stream: bool
+    ) -> tuple[dict[str, Any], StructuredMode | None, ServerCompat]:
+        """The JSON body for ``request``, the structured mode used, and a copy of the compat record it was built on."""
+        compat = dataclasses.replace(self.compat)
+        messages = list(request.messages)
+        if self.fold_system:
+            messages = _fold_system(messages)
+        mode: StructuredMode | None = None
+        body: dict[str, Any] = {"model": model}
+        if request.schema is not None:
+            mode = compat.structured
+            schema = dict(request.schema)
+            if mode == "json_schema":
+                body["response_format"] = {
+                    "type": "json_schema", "json_schema": {"name": request.schema_name, "schema": schema},
+                }
+            else:
+                if mode == "json_object":
+                    body["response_format"] = {"type": "json_object", "schema": schema}
+                messages = _with_instruction(messages, _schema_instruction(schema))
+        body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
+        if request.max_tokens is not None:
+            body[compat.max_tokens_field] = request.max_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.stop:
+            body["stop"] = list(request.stop)
+        if stream:
+            body["stream"] = True
+            if compat.stream_options:
+                body["stream_options"] = {"include_usage": True}
+        return body, mode, compat
+
+    def _adapt(self, status: int, body: str, request: CompletionRequest, sent: ServerCompat, *, stream: bool) -> bool:
+        """Downgrade what we ask of the endpoint after it rejected a feature of a call sent with ``sent``.
+
+        True means: send the call again (with the current record, which a concurrent call may already have changed).
+        """
+        if status not in _ADAPTABLE_STATUS:
+            return False
+        text = body.lower()
+        compat = self.compat
+        if request.schema is not None and sent.structured in _FALLBACK and (
+            "response_format" in text or "json_schema" in text or "json schema" in text
+        ):
+            if compat.structured == sent.structured:  # else another call has stepped down already
+                compat.structured = _FALLBACK[sent.structured]
+            return True
+        if stream and sent.stream_options and "stream_options" in text:
+            compat.stream_options = False
+            return True
+        if sent.max_tokens_field == "max_tokens" and "max_completion_tokens" in text:
+            compat.max_tokens_field = "max_completion_tokens"
+            return True
+        return False
+
+    def _translate(self, exc: httpx.HTTPError, model: str) -> ModelError:
+        where = {"model": model, "base_url": self.base_url}
+        detail = str(exc) or type(exc).__name__
+        if isinstance(exc, httpx.ConnectTimeout):
+            return ModelTimeout(f"no connection within {self.timeouts.connect:g}s", **where)
+        if isinstance(exc, httpx.PoolTimeout):
+            return ModelTimeout(f"no free connection in the pool: {detail}", **where)
+        if isinstance(exc, httpx.TimeoutException):
+            return ModelTimeout(f"no reply within {self.timeouts.read:g}s", **where)
+        if isinstance(exc, httpx.ConnectError):
+            return ModelUnavailable(f"cannot connect ({detail})", **where)
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
+            return ModelUnavailable(f"connection dropped ({detail})", **where)
+        return ModelUnavailable(f"{type(exc).__name__}: {detail}", **where)
+
+    def _status_error(self, response: httpx.Response, body: str, model: str) -> ModelError:
+        where = {"model": model, "base_url": self.base_url}
+        status = response.status_code
+        if status == 429:
+            retry_after = parse_retry_after(response.headers.get("retry-after"))
+            ms = response.headers.get("retry-after-ms")
+            if ms is not None:
+                try:
+                    retry_after = max(0.0, float(ms) / 1000)
+                except ValueError:
+                    pass
+            wait = f", retry after {retry_after:g}s" if retry_after is not None else ""
+            return RateLimited(f"rate limited (HTTP 429{wait}): {_excerpt(body)}", retry_after=retry_after, **where)
+        return ProviderError(f"HTTP {status}: {_excerpt(body)}", status=status, body=_excerpt(body), **where)
+
+    async def _open(
+        self, request: CompletionRequest, model: str, *, stream: bool
+    ) -> tuple[httpx.Response, StructuredMode | None]:
+        """Send the call; return a 2xx response (open if streaming) or raise ModelError or _Adapted."""
+        payload, mode, sent = self._payload(request, model, stream=stream)
+        http = self._client()
+        req = http.build_request("POST", self._url, content=orjson.dumps(payload),
+                                 headers={**self._headers, "Content-Type": "application/json"})
+        try:
+            response = await http.send(req, stream=stream)
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, model) from exc
+        if response.status_code < 400:
+            return response, mode
+        try:
+            body = (await response.aread()).decode("utf-8", "replace")
+        except httpx.HTTPError:
+            body = ""
+        finally:
+            await response.aclose()
+        if self._adapt(response.status_code, body, request, sent, stream=stream):
+            raise _Adapted
+        raise self._status_error(response, body, model)
+
+    async def _pause(self, exc: ModelError, attempt: int) -> None:
+        """Wait before retry ``attempt`` (1-based) after ``exc``; re-raise it if it is final or asks too long a wait."""
+        b = self.backoff
+        transient = isinstance(exc, (RateLimited, ModelTimeout, ModelUnavailable)) or (
+            isinstance(exc, ProviderError) and exc.retryable
+        )
+        if not transient or attempt >= b.attempts:
+            raise exc
+        if isinstance(exc, RateLimited) and exc.retry_after is not None:
+            if exc.retry_after > b.max_retry_after:
+                raise exc
+            delay = exc.retry_after
+        else:
+            delay = min(b.cap, b.base * 2 ** (attempt - 1)) * (0.5 + self._rng.random() / 2)
+        await asyncio.sleep(delay)
+
+    # -- the result ----------------------------------------------------------------------------------------------
+    def _finish(
+        self,
+        request: CompletionRequest,
+        *,
+        model: str,
+        text: str,
+        usage: Mapping[str, Any] | None,
+        finish_reason: str | None,
+        mode: StructuredMode | None,
+        started: float,
+        first_token: float | None,
+    ) -> Completion:
+        source: UsageSource
+        prompt = usage.get("prompt_tokens") if usage else None
+        completion = usage.get("completion_tokens") if usage else None
+        if isinstance(prompt, int) and isinstance(completion, int):
+            source = "server"
+        else:
+            source = "estimated"
+            prompt = approx_prompt_tokens(m.content for m in request.messages)
+            completion = approx_tokens(text)
+        parsed = self._parse(request, text, model, finish_reason) if request.schema is not None else None
+        now = asyncio.get_running_loop().time()
+        return Completion(
+            text=text,
+            model=model,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            usage_source=source,
+            cost_usd=self.prices.cost(model, prompt, completion),
+            finish_reason=finish_reason,
+            parsed=parsed,
+            structured_mode=mode,
+            first_token_s=None if first_token is None else first_token - started,
+            duration_s=now - started,
+        )
+
+    def _parse(self, request: CompletionRequest, text: str, model: str, finish_reason: str | None) -> Any:
+        assert request.schema is not None
+        where = {"model": model, "base_url": self.base_url}
+        hint = (" (the reply was cut at max_tokens: raise max_tokens, or bound the schema with maxItems/maxLength)"
+                if finish_reason == "length" else "")
+        try:
+            value = _json_value(text)
+        except orjson.JSONDecodeError as exc:
+            raise MalformedOutput(
+                f"reply is not valid JSON ({exc}){hint}: {_excerpt(text, 200)}", text=text, **where
+            ) from None
+        schema = dict(request.schema)
+        validator = jsonschema.validators.validator_for(schema)(schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+        if error is not None:
+            path = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise MalformedOutput(
+                f"reply does not match the schema at {path}: {error.message}{hint}", text=text, **where
+            )
+        return value
+
+    def _event_text(self, line: bytes, state: _StreamState) -> str:
+        """Fold one line of a server-sent event stream into ``state``; return the text it adds."""
+        if state.done or not line.startswith(b"data:"):
+            return ""  # blank separators, comments (": ping"), event names, anything after [DONE]
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            state.done = True
+            return ""
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise self._bad_reply(state.requested, "stream event is not JSON", body=_text(data)) from None
+        if not isinstance(event, dict):
+            raise self._bad_reply(state.requested, "stream event is not an object", body=_text(data))
+        if "error" in event:
+            raise self._bad_reply(state.requested, "error in stream", body=_text(data))
+        state.model = event.get("model") or state.model
+        if event.get("usage"):
+            state.usage = event["usage"]
+        text = ""
+        for choice in event.get("choices") or ():
+            content = (choice.get("delta") or {}).get("content")
+            if content:
+                text += content
+            state.finish = choice.get("finish_reason") or state.finish
+        if text:
+            state.pieces.append(text)
+            state.chars += len(text)
+        return text
+
+    def _bad_reply(self, model: str, what: str, status: int = 200, body: str = "") -> ProviderError:
+        return ProviderError(f"{what}: {_excerpt(body)}", status=status, body=_excerpt(body), model=model,
+                             base_url=self.base_url)
+
+    # -- ModelClient -------------------------------------------------------------------------------------------------
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Run the request without streaming and return the completion (retrying transient failures)."""
+        model = request.model or self._model
+        if request.schema is not None:
+            check_schema(request.schema)
+        loop = asyncio.get_running_loop()
+        async with self._slot(model):
+            started = loop.time()
+            attempt = 0
+            while True:
+                try:
+                    response, mode = await self._open(request, model, stream=False)
+                    try:
+                        data = orjson.loads(response.content)
+                        choice = data["choices"][0]
+                        text = choice["message"].get("content") or ""
+                    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+                        raise self._bad_reply(model, "reply is not a chat completion", response.status_code,
+                                              response.text) from None
+                    return self._finish(request, model=data.get("model") or model, text=text,
+                                        usage=data.get("usage"), finish_reason=choice.get("finish_reason"),
+                                        mode=mode, started=started, first_token=None)
+                except _Adapted:
+                    continue
+                except ModelError as exc:
+                    if isinstance(exc, MalformedOutput):
+                        raise
+                    attempt += 1
+                    await self._pause(exc, attempt)
+
+    async def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
+        """Run the request streaming: yield :class:`Delta` items as text arrives, then the :class:`Completion`.
+
+        Failures before the first text are retried like :meth:`complete`; after it they are raised. A gap of more
+        than ``timeouts.stall`` seconds between chunks (``timeouts.read`` before the first) raises ModelTimeout.
+        """
+        model = request.model or self._model
+        if request.schema is not None:
+            check_schema(request.schema)
+        loop = asyncio.get_running_loop()
+        async with self._slot(model):
+            started = loop.time()
+            attempt = 0
+            while True:
+                yielded = False
+                try:
+                    response, mode = await self._open(request, model, stream=True)
+                    chunks = response.aiter_bytes()
+                    state = _StreamState(model)
+                    first_token: float | None = None
+                    buffer = b""
+                    try:
+                        limit = self.timeouts.read
+                        while not state.done:
+                            try:
+                                async with asyncio.timeout(limit):
+                                    data = await anext(chunks, None)
+                            except TimeoutError:
+                                got = f" after {state.chars} characters" if state.chars else ""
+                                raise ModelTimeout(f"stream stalled: nothing for {limit:g}s{got}", model=model,
+                                                   base_url=self.base_url) from None
+                            except httpx.HTTPError as exc:
+                                raise self._translate(exc, model) from exc
+                            if data is None:
+                                data, state.done = b"\n", True  # a last line without a newline still counts
+                            limit = self.timeouts.stall
+                            buffer += data
+                            if b"\n" not in data:
+                                continue
+                            *lines, buffer = buffer.split(b"\n")
+                            # One Delta per network read, not per event: fewer hand-offs when tokens arrive fast.
+                            text = "".join([self._event_text(line, state) for line in lines])
+                            if text:
+                                if first_token is None:
+                                    first_token = loop.time()
+                                yielded = True
+                                yield Delta(text)
+                    finally:
+                        await _close(chunks)
+                        await response.aclose()
+                    yield self._finish(request, model=state.model, text="".join(state.pieces), usage=state.usage,
+                                       finish_reason=state.finish, mode=mode, started=started,
+                                       first_token=first_token)
+                    return
+                except _Adapted:
+                    continue
+                except ModelError as exc:
+                    if yielded or isinstance(exc, MalformedOutput):
+                        raise
+                    attempt += 1
+                    await self._pause(exc, attempt)
+
+
+@dataclass(slots=True)
+class _StreamState:
+    """What a stream has said so far."""
+
+    requested: str
+    model: str = ""
+    pieces: list[str] = field(default_factory=list)
+    chars: int = 0
+    usage: Mapping[str, Any] | None = None
+    finish: str | None = None
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self.model = self.model or self.requested
+
+
+async def _close(iterator: AsyncIterator[bytes]) -> None:
+    close = getattr(iterator, "aclose", None)  # httpx's byte iterator is an async generator
+    if close is not None:
+        await close()
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "replace")
+
+
+def _excerpt(text: str, limit: int = BODY_EXCERPT) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _fold_system(messages: list[Message]) -> list[Message]:
+    system = "\n\n".join(m.content for m in messages if m.role == "system")
+    rest = [m for m in messages if m.role != "system"]
+    if not system:
+        return rest
+    for i, m in enumerate(rest):
+        if m.role == "user":
+            rest[i] = Message("user", f"{system}\n\n{m.content}")
+            return rest
+    return [Message("user", system), *rest]
+
+
+def _with_instruction(messages: list[Message], instruction: str) -> list[Message]:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role == "user":
+            out = list(messages)
+            out[i] = Message("user", messages[i].content + instruction)
+            return out
+    return [*messages, Message("user", instruction.strip())]

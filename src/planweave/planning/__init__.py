@@ -1,0 +1,5 @@
+"""The planning loop (adapter over the engine and a model client): plan, execute and re-plan, overlapping."""
+
+from planweave.planning.loop import PlanningLoop, PlanningOptions
+
+__all__ = ["PlanningLoop", "PlanningOptions"]

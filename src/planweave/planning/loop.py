@@ -1,0 +1,412 @@
+"""The planning loop: plan a goal with a model, stream the plan into execution, re-plan while it runs.
+
+Planning, execution and re-planning overlap. The initial plan streams in as JSON Lines and each step is admitted to
+the running plan the moment its line is complete (:meth:`Run.extend`), so the first tool call starts while the
+model is still writing. Triggers — a step that failed for good, an observation step's result, a verifier's
+rejection, the plan running out — start a re-plan while independent steps keep running; the proposal is spliced in
+by state matching (:meth:`Run.propose`) against the state when it arrives. Failures climb an explicit ladder, each
+rung journaled: retry and fallback (in the engine) → local repair of the failed step's downstream region → global
+re-plan → fail with a report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from planweave.engine.events import Event
+from planweave.engine.runtime import Engine, Run, RunResult
+from planweave.engine.splice import StaleProposal
+from planweave.errors import PlanInvalid
+from planweave.models import Budget, BudgetExceeded, Completion, CompletionRequest, Delta, Message, ModelClient
+from planweave.models.errors import ModelError
+from planweave.models.pricing import approx_prompt_tokens
+from planweave.plan.catalog import ToolCatalog
+from planweave.plan.model import PlanSpec
+from planweave.planning import prompts
+from planweave.planning.lines import LineParser
+
+
+@dataclass(frozen=True)
+class PlanningOptions:
+    """Limits and modes of the planning loop."""
+
+    max_replans: int = 5
+    max_repairs: int = 2  # attempts to fix rejected lines or an invalid proposal, per model call
+    max_stale_retries: int = 2
+    max_staleness: int | None = None  # events since the re-planner looked beyond which a proposal is refused
+    plan_max_tokens: int = 2048
+    join_max_tokens: int = 1024
+    summary_chars: int = 4000
+    deadline_s: float | None = None
+    synchronous: bool = False  # re-plan only once every step stopped (the LLMCompiler way; for comparisons)
+    join: bool = True  # ask the model for a final answer when the plan runs out
+    stream_admission: bool = True  # admit each step as its line arrives (False: wait for the whole plan)
+    local_repair: bool = True  # repair a failed step's region first (False: go straight to a global re-plan)
+
+
+@dataclass(frozen=True)
+class _Trigger:
+    kind: str  # failure | observation | verifier
+    step: str
+    reason: str
+
+
+class PlanningLoop:
+    """Runs one goal to an answer (or a clear failure) on an engine, with a model and tools."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        client: ModelClient,
+        tools: ToolCatalog,
+        *,
+        budget: Budget | None = None,
+        options: PlanningOptions = PlanningOptions(),
+    ) -> None:
+        self.engine = engine
+        self.client = client
+        self.tools = tools
+        self.budget = budget
+        self.options = options
+        self._triggers: list[_Trigger] = []
+        self._wake = asyncio.Event()
+        self._replans = 0
+        self._repaired: set[str] = set()
+
+    # -- the whole loop -------------------------------------------------------------------------------------------
+    async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
+        """Plan and execute ``goal``; return the run's result (its summary carries answer, tokens, cost, versions)."""
+        run = await self.start(goal, run_id=run_id)
+        return await run.wait()
+
+    async def start(self, goal: str, *, run_id: str | None = None) -> Run:
+        """Start planning ``goal``: return the run at once; the loop drives it in the engine's task group."""
+        run = await self.engine.start(PlanSpec(steps=(), goal=goal), tools=self.tools, run_id=run_id, hold=True,
+                                      source="goal")
+        run.subscribe(self._on_event(run))
+        self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
+        return run
+
+    async def _drive(self, run: Run, goal: str) -> None:
+        timeout = self.options.deadline_s
+        try:
+            async with asyncio.timeout(timeout):
+                await self._initial_plan(run, goal)
+                await self._react(run, goal)
+        except TimeoutError:
+            run.cancel(f"deadline of {timeout:g}s reached; stopped with what was done")
+        except BudgetExceeded as exc:
+            run.cancel(f"stopped with what was done: {exc}")
+        except ModelError as exc:
+            if run.finished:
+                return
+            run.record("escalation", {"rung": "fail", "reason": f"the model failed: {exc}"})
+            if not run.state.records:
+                run.cancel(f"no plan: the model failed: {exc}")
+        except Exception as exc:  # a bug here must end this run visibly, not take the engine down
+            if not run.finished:
+                run.record("escalation", {"rung": "fail", "reason": f"internal error: {type(exc).__name__}: {exc}"})
+                run.cancel(f"the planning loop crashed: {type(exc).__name__}: {exc}")
+        finally:
+            if not run.finished:
+                run.release()
+
+    def _on_event(self, run: Run) -> Callable[[Event], None]:
+        def listen(event: Event) -> None:
+            kind, sid = event.kind, event.step
+            if sid is None:
+                pass
+            elif kind == "step_failed" and event.data.get("final"):
+                self._triggers.append(_Trigger("failure", sid, str(event.data.get("error"))))
+            elif kind == "step_succeeded" and sid in run.plan.steps:
+                step = run.plan.steps[sid]
+                if step.observe:
+                    self._triggers.append(_Trigger("observation", sid, f"observation '{sid}' arrived"))
+                if step.verifies is not None:
+                    out = run.outputs.get(sid)
+                    if isinstance(out, Mapping) and out.get("ok") is False:
+                        self._triggers.append(_Trigger(
+                            "verifier", step.verifies, f"verifier '{sid}' rejected '{step.verifies}': "
+                            f"{out.get('reason', 'no reason given')}"))
+            self._wake.set()
+
+        return listen
+
+    async def _react(self, run: Run, goal: str) -> None:
+        while True:
+            trigger = self._next_trigger(run)
+            if trigger is None:
+                if run.state.active == 0:
+                    if await self._exhausted(run, goal):
+                        return
+                    continue
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            if self.options.synchronous:
+                await self._until_idle(run)
+            if trigger.kind == "observation":
+                await self._replan(run, goal, f"{trigger.reason}", trigger="observation")
+                continue
+            # Failures that happened meanwhile are repaired together: their regions may overlap or feed each other.
+            batch = [trigger, *self._take_failures(run)]
+            if not self.options.local_repair or any(t.step in self._repaired for t in batch):
+                await self._escalate_global(run, goal, batch)
+            else:
+                await self._local_repair(run, goal, batch)
+
+    def _take_failures(self, run: Run) -> list[_Trigger]:
+        taken = [t for t in self._triggers if t.kind != "observation"
+                 and (t.kind != "failure" or run.state.records.get(t.step) is not None
+                      and run.state.records[t.step].status == "failed")]
+        self._triggers = [t for t in self._triggers if t.kind == "observation"]
+        return taken
+
+    def _next_trigger(self, run: Run) -> _Trigger | None:
+        while self._triggers:
+            trig = self._triggers.pop(0)
+            rec = run.state.records.get(trig.step)
+            if trig.kind == "failure" and (rec is None or rec.status != "failed"):
+                continue  # already replaced by a newer plan version
+            return trig
+        return None
+
+    async def _until_idle(self, run: Run) -> None:
+        while run.state.active:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _exhausted(self, run: Run, goal: str) -> bool:
+        """The plan ran out: answer, or re-plan. Returns True when the loop is over."""
+        failed = [r for r in run.state.records.values() if r.status == "failed"]
+        if failed and self._replans >= self.options.max_replans:
+            run.record("escalation", {"rung": "fail", "reason": f"re-plan limit ({self.options.max_replans}) reached"})
+            return True
+        if not self.options.join:
+            return True
+        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        completion = await self._call(run, "join", [Message("user", prompts.join_prompt(goal, summary))],
+                                      max_tokens=self.options.join_max_tokens, schema=prompts.JOIN_SCHEMA)
+        decision = completion.parsed if isinstance(completion.parsed, Mapping) else _loads(completion.text)
+        answer = decision.get("answer") if isinstance(decision, Mapping) else None
+        if isinstance(answer, str) and answer.strip():
+            run.record("answer", {"text": answer})
+            return True
+        reason = decision.get("replan") if isinstance(decision, Mapping) else None
+        if self._replans >= self.options.max_replans:
+            run.record("escalation", {"rung": "fail", "reason": f"no answer and the re-plan limit "
+                                                                f"({self.options.max_replans}) is reached"})
+            return True
+        await self._replan(run, goal, str(reason or "the plan ran out without an answer"), trigger="joiner")
+        return False
+
+    # -- planning -----------------------------------------------------------------------------------------------
+    async def _initial_plan(self, run: Run, goal: str) -> None:
+        messages = [Message("system", prompts.planner_system(self.tools.values())),
+                    Message("user", prompts.initial_prompt(goal))]
+        version = run.plan.version
+        accepted: list[str] = []
+        for attempt in range(self.options.max_repairs + 1):
+            errors: list[str] = []
+            started = self.engine.clock.now()
+
+            held: list[tuple[dict[str, Any], int]] = []
+
+            def admit_now(obj: dict[str, Any], number: int, _started: float = started) -> None:
+                try:
+                    accepted.extend(run.extend([obj], version=version, trigger="initial", model_started_at=_started))
+                except PlanInvalid as exc:
+                    errors.extend(f"line {number}: {p}" for p in exc.problems)
+
+            def admit(steps: tuple[dict[str, Any], ...], number: int) -> None:
+                for obj in steps:
+                    if self.options.stream_admission:
+                        admit_now(obj, number)
+                    else:
+                        held.append((obj, number))
+
+            completion = await self._stream_lines(run, "plan", messages, admit, errors)
+            for obj, number in held:  # whole-plan mode: admit only once the model has finished
+                admit_now(obj, number)
+            run.extend([], version=version, model_finished_at=self.engine.clock.now())
+            if not errors:
+                return
+            messages = [*messages, Message("assistant", completion.text),
+                        Message("user", prompts.repair_lines_prompt(errors, accepted))]
+            run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000],
+                                      "attempt": attempt + 1})
+
+    async def _stream_lines(
+        self, run: Run, purpose: str, messages: list[Message],
+        admit: Callable[[tuple[dict[str, Any], ...], int], None], errors: list[str],
+    ) -> Completion:
+        parser = LineParser()
+
+        def feed(text: str) -> None:
+            for line in parser.feed(text):
+                if line.error:
+                    errors.append(line.error)
+                else:
+                    admit(line.steps, line.number)
+
+        completion = await self._call(run, purpose, messages, max_tokens=self.options.plan_max_tokens, on_text=feed)
+        for line in parser.close():
+            if line.error:
+                errors.append(line.error)
+            else:
+                admit(line.steps, line.number)
+        return completion
+
+    async def _propose(self, run: Run, purpose: str, messages: list[Message], keep: list[dict[str, Any]],
+                       trigger: str) -> bool:
+        """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded)."""
+        stale_left = self.options.max_stale_retries
+        for _attempt in range(self.options.max_repairs + 1 + self.options.max_stale_retries):
+            seen = run.position
+            started = self.engine.clock.now()
+            steps: list[dict[str, Any]] = []
+            errors: list[str] = []
+            completion = await self._stream_lines(run, purpose, messages,
+                                                  lambda objs, _n: steps.extend(objs), errors)
+            finished = self.engine.clock.now()
+            if not errors:
+                if run.finished:
+                    return False
+                ids = {s.get("id") for s in steps}
+                proposal = {"steps": [*[k for k in keep if k["id"] not in ids], *steps]}
+                try:
+                    run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
+                                model_started_at=started, model_finished_at=finished)
+                    return True
+                except StaleProposal as exc:
+                    stale_left -= 1
+                    run.record("escalation", {"rung": "stale", "reason": str(exc)})
+                    if stale_left < 0:
+                        return False
+                    summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+                    messages = [*messages, Message("assistant", completion.text), Message(
+                        "user", f"That plan is stale: {exc}. The state now:\n{summary}\nWrite the remaining plan again.")]
+                    continue
+                except PlanInvalid as exc:
+                    errors.extend(str(p) for p in exc.problems)
+            run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000]})
+            messages = [*messages, Message("assistant", completion.text),
+                        Message("user", prompts.repair_lines_prompt(errors, []))]
+        return False
+
+    def _remaining(self, run: Run, exclude: set[str]) -> list[dict[str, Any]]:
+        """The steps still waiting or running, as step objects, minus ``exclude``."""
+        return [
+            run.plan.steps[sid].model_dump(exclude_defaults=True)
+            for sid, rec in run.state.records.items()
+            if rec.status in ("pending", "ready", "running") and sid not in exclude
+        ]
+
+    def _region(self, run: Run, sid: str) -> list[str]:
+        """A step and everything downstream of it in the current plan."""
+        if sid not in run.plan.steps:
+            return []
+        seen, stack = [sid], [sid]
+        while stack:
+            for child in run.plan.dependents[stack.pop()]:
+                if child not in seen:
+                    seen.append(child)
+                    stack.append(child)
+        return seen
+
+    def _spend_replan(self, run: Run, reason: str) -> bool:
+        if self._replans >= self.options.max_replans:
+            run.record("escalation", {"rung": "fail", "reason": f"re-plan limit ({self.options.max_replans}) reached: "
+                                                                f"{reason}"})
+            return False
+        self._replans += 1
+        return True
+
+    async def _local_repair(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
+        region: list[str] = []
+        for trig in batch:
+            region.extend(s for s in self._region(run, trig.step) if s not in region)
+        reason = "; ".join(f"{t.step}: {t.reason}" for t in batch)
+        if not self._spend_replan(run, reason):
+            return
+        for trig in batch:
+            run.record("escalation", {"rung": "local_repair", "reason": trig.reason, "region": region},
+                       step=trig.step)
+        self._repaired.update(region)
+        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        failed = ", ".join(f"'{t.step}'" for t in batch)
+        messages = [Message("system", prompts.planner_system(self.tools.values())),
+                    Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
+        keep = self._remaining(run, set(region))
+        if not await self._propose(run, "local_repair", messages, keep, trigger="local_repair"):
+            await self._escalate_global(run, goal, batch)
+
+    async def _escalate_global(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
+        for trig in batch:
+            run.record("escalation", {"rung": "global_replan", "reason": trig.reason}, step=trig.step)
+        await self._replan(run, goal, "; ".join(f"{t.step}: {t.reason}" for t in batch), trigger="global_replan")
+
+    async def _replan(self, run: Run, goal: str, reason: str, *, trigger: str) -> None:
+        if not self._spend_replan(run, reason):
+            return
+        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        messages = [Message("system", prompts.planner_system(self.tools.values())),
+                    Message("user", prompts.replan_prompt(goal, summary, reason))]
+        if not await self._propose(run, "replan", messages, [], trigger=trigger):
+            run.record("escalation", {"rung": "fail", "reason": f"no usable plan after: {reason}"})
+
+    # -- one model call, budgeted and journaled --------------------------------------------------------------------
+    async def _call(
+        self, run: Run, purpose: str, messages: list[Message], *, max_tokens: int,
+        schema: Mapping[str, Any] | None = None, on_text: Callable[[str], None] | None = None,
+    ) -> Completion:
+        request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema)
+        reservation = None
+        if self.budget is not None:
+            prompt_tokens = approx_prompt_tokens(m.content for m in messages)
+            prices = getattr(self.client, "prices", None)
+            estimate = prices.cost(self.client.model, prompt_tokens, max_tokens) if prices is not None else None
+            reservation = self.budget.reserve(estimate or 0.0, prompt_tokens + max_tokens)
+        started = self.engine.clock.now()
+        try:
+            if on_text is None:
+                completion = await self.client.complete(request)
+            else:
+                completion = await _consume(self.client.stream(request), on_text)
+        except BaseException:
+            if reservation is not None and self.budget is not None:
+                self.budget.release(reservation)
+            raise
+        if reservation is not None and self.budget is not None:
+            self.budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
+        run.record("model_call", {
+            "purpose": purpose, "model": completion.model, "prompt_tokens": completion.prompt_tokens,
+            "completion_tokens": completion.completion_tokens, "cost_usd": completion.cost_usd or 0.0,
+            "usage_source": completion.usage_source, "started_at": started, "finished_at": self.engine.clock.now(),
+        })
+        return completion
+
+
+async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[[str], None]) -> Completion:
+    completion: Completion | None = None
+    async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
+        async for chunk in stream:
+            if isinstance(chunk, Delta):
+                on_text(chunk.text)
+            else:
+                completion = chunk
+    if completion is None:
+        raise ModelError("the model stream ended without a completion", model="?", base_url="?")
+    return completion
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text.strip().removeprefix("```json").removesuffix("```"))
+    except json.JSONDecodeError:
+        return None

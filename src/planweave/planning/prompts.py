@@ -1,0 +1,97 @@
+"""What the planner, re-planner and joiner are told: goal, tool catalog, bounded state (pure text building)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from planweave.engine.state import RunState
+from planweave.plan.catalog import ToolSpec
+
+FORMAT = """Answer with the plan as JSON Lines: one step per line, each a JSON object
+{"id": "...", "tool": "...", "args": {...}, "after": ["..."]} and nothing else (no prose, no code fences).
+- ids: letters, digits, _ and -; unique.
+- args may use "${step_id}" for another step's whole output or "${step_id.key[0]}" for part of it; a step may
+  only refer to steps that exist already or that you wrote on an earlier line.
+- Independent steps run in parallel: do not add `after` unless a step really needs another to finish first.
+- Optional keys: "retries": N, "timeout": seconds, "estimate": {"duration": seconds},
+  "observe": true (re-plan when its result arrives), "fallback": {"tool": ..., "args": {...}}."""
+
+
+def tool_catalog(tools: Iterable[ToolSpec]) -> str:
+    lines = []
+    for tool in sorted(tools, key=lambda t: t.name):
+        schema = json.dumps(tool.input_schema.get("properties", {}), separators=(",", ":"))
+        required = tool.input_schema.get("required", [])
+        desc = (tool.description or "").strip().splitlines()[0] if tool.description else ""
+        lines.append(f"- {tool.name}: {desc} args={schema} required={json.dumps(required)}")
+    return "\n".join(lines)
+
+
+def _short(value: Any, limit: int) -> str:
+    text = json.dumps(value, default=str, separators=(",", ":"))
+    return text if len(text) <= limit else text[: limit - 15] + f"...[{len(text)} chars]"
+
+
+def state_summary(state: RunState, outputs: Mapping[str, Any], *, budget_chars: int = 4000) -> str:
+    """The run's steps with status, errors and summarised outputs, bounded to about ``budget_chars``."""
+    done, running, failed, waiting = [], [], [], []
+    per_output = max(80, budget_chars // max(1, len(state.records)))
+    for sid, rec in state.records.items():
+        step = state.plan.steps[sid]
+        if rec.status == "succeeded":
+            done.append(f"- {sid} ({step.tool}) -> {_short(outputs.get(sid), per_output)}")
+        elif rec.status == "running":
+            running.append(f"- {sid} ({step.tool}) running")
+        elif rec.status in ("failed", "skipped", "cancelled", "unknown"):
+            failed.append(f"- {sid} ({step.tool}) {rec.status}: {rec.error}")
+        else:
+            waiting.append(f"- {json.dumps(step.model_dump(exclude_defaults=True), separators=(',', ':'))}")
+    parts = []
+    for title, items in (("Done (reuse these by id, do not repeat them)", done), ("Running", running),
+                         ("Failed or not run", failed), ("Remaining plan", waiting)):
+        if items:
+            parts.append(f"{title}:\n" + "\n".join(items))
+    text = "\n\n".join(parts) or "Nothing has run yet."
+    return text if len(text) <= budget_chars * 2 else text[: budget_chars * 2] + "\n[...state cut]"
+
+
+def planner_system(tools: Iterable[ToolSpec]) -> str:
+    return ("You plan tasks for an asynchronous executor that runs tool calls in parallel as soon as their inputs "
+            f"exist.\nTools:\n{tool_catalog(tools)}\n\n{FORMAT}")
+
+
+def initial_prompt(goal: str) -> str:
+    return f"Goal: {goal}\n\nWrite the plan."
+
+
+def replan_prompt(goal: str, summary: str, reason: str) -> str:
+    return (f"Goal: {goal}\n\nState of the run:\n{summary}\n\nWhy a new plan is needed: {reason}\n\n"
+            "Write the REMAINING plan only: steps still to run (new ones, or waiting/running ones you keep). Refer to "
+            "finished steps by id instead of repeating them; steps you leave out are cancelled.")
+
+
+def repair_region_prompt(goal: str, summary: str, failed: str, error: str, region: Iterable[str]) -> str:
+    return (f"Goal: {goal}\n\nState of the run:\n{summary}\n\nStep {failed} failed for good: {error}\n"
+            f"Replace it and the steps that depended on it ({', '.join(region)}). Finished steps are frozen: refer "
+            "to them by id. Write only the replacement steps.")
+
+
+def repair_lines_prompt(errors: Iterable[str], accepted: Iterable[str]) -> str:
+    return ("Some lines of your plan were rejected:\n" + "\n".join(f"- {e}" for e in errors)
+            + f"\nAccepted so far: {', '.join(accepted) or 'none'}. Write corrected lines for the rejected steps only.")
+
+
+JOIN_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "answer": {"type": "string", "maxLength": 4000},
+        "replan": {"type": "string", "maxLength": 500},
+    },
+}
+
+
+def join_prompt(goal: str, summary: str) -> str:
+    return (f"Goal: {goal}\n\nResults:\n{summary}\n\nIf the results answer the goal, reply "
+            '{"answer": "<the final answer>"}; otherwise reply {"replan": "<what is missing>"}. JSON only.')

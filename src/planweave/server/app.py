@@ -1,0 +1,689 @@
+"""The HTTP API and the dashboard: submit, list, inspect, cancel and resume runs, and follow them as SSE streams.
+
+:func:`create_app` builds the FastAPI app around an open :class:`~planweave.engine.runtime.Engine`; :func:`serving`
+runs it under uvicorn in the current event loop (also next to a CLI run); :func:`serve` is ``planweave serve``.
+Every endpoint but ``/healthz``, ``/openapi.json`` and the dashboard's files wants ``Authorization: Bearer TOKEN``.
+
+Endpoints: ``GET /healthz``; ``POST /runs``; ``GET /runs``; ``GET /runs/{id}`` (the ``planweave run --json``
+object); ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``; ``POST /runs/{id}/resume``;
+``GET /runs/{id}/events`` and ``GET /events`` (``text/event-stream``, resumable with ``Last-Event-ID``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import uvicorn
+import yaml
+from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from planweave import __version__
+from planweave.engine.runtime import Engine, request_cancel
+from planweave.errors import JournalError, PlanInvalid, PlanProblem, PlanweaveError, RunError, RunNotFound
+from planweave.journal import default_journal_url
+from planweave.plan.catalog import ToolCatalog
+from planweave.server.runs import (
+    HTTP_SOURCE,
+    RunIndex,
+    active_run,
+    owner_gone,
+    plan_view,
+    recover_orphans,
+    run_report,
+)
+from planweave.server.streams import ChangeFeed, StreamTiming, all_events, run_events
+from planweave.server.tokens import AccessToken, resolve_token
+
+__all__ = ["LiveServer", "ServerError", "create_app", "serve", "serving", "telemetry_from_env"]
+
+log = logging.getLogger("planweave.server")
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+RUN_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class ServerError(PlanweaveError):
+    """The server could not start: the address is taken, or the app is not a planweave app."""
+
+
+# -- the wire models --------------------------------------------------------------------------------------------
+class RunSubmission(BaseModel):
+    """``POST /runs``: a plan as a JSON object (``plan``) or as YAML text (``plan_yaml``), and an optional id."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    plan: dict[str, Any] | None = Field(None, description="The plan document: {'steps': [...], ...}.")
+    plan_yaml: str | None = Field(None, description="The plan document as YAML (or JSON) text.")
+    run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, description="Id for the new run (default: random).")
+
+
+class ResumeRequest(BaseModel):
+    """``POST /runs/{id}/resume``: whether to re-run steps whose outcome is unknown (not idempotent)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retry_unknown: bool = False
+
+
+class CancelRequest(BaseModel):
+    """``POST /runs/{id}/cancel``: why (recorded in the journal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field("cancelled over HTTP", max_length=1000)
+
+
+class RunAccepted(BaseModel):
+    """A run was started, resumed, cancelled or asked to cancel."""
+
+    run_id: str
+    status: str
+
+
+class ProblemItem(BaseModel):
+    """One thing wrong with a request, located by plan step and field (either may be empty)."""
+
+    step: str
+    field: str
+    message: str
+
+
+class ProblemReport(BaseModel):
+    """422: every problem found, not just the first."""
+
+    detail: str
+    problems: list[ProblemItem]
+
+
+class ErrorMessage(BaseModel):
+    """4xx/5xx: what went wrong, naming the run."""
+
+    detail: str
+
+
+# -- the app's state ----------------------------------------------------------------------------------------------
+@dataclass
+class AppState:
+    """What the routes share: the engine, the folded journal, the change feed and the token."""
+
+    engine: Engine
+    token: AccessToken
+    index: RunIndex
+    feed: ChangeFeed
+    timing: StreamTiming
+    recover: bool
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    recovered: list[str] = field(default_factory=list)
+
+    def started_here(self, run_id: str) -> bool:
+        """Whether this server's engine started or resumed ``run_id`` (it may have finished since)."""
+        try:
+            self.engine.get(run_id)
+        except RunNotFound:
+            return False
+        return True
+
+
+def _state(request: Request) -> AppState:
+    state: AppState = request.app.state.planweave
+    return state
+
+
+State = Annotated[AppState, Depends(_state)]
+_bearer = HTTPBearer(auto_error=False, description="The server's access token (printed by `planweave serve`).")
+
+
+async def require_token(
+    state: State, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    """Reject the request with 401 unless it carries ``Authorization: Bearer <the token>``."""
+    if credentials is None or not state.token.matches(credentials.credentials):
+        raise HTTPException(
+            401,
+            "missing or wrong access token: send 'Authorization: Bearer TOKEN' (printed by `planweave serve`)",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def _problems(exc: PlanInvalid) -> JSONResponse:
+    body = ProblemReport(
+        detail=str(exc), problems=[ProblemItem(step=p.step, field=p.field, message=p.message) for p in exc.problems]
+    )
+    return JSONResponse(body.model_dump(), status_code=422)
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorMessage, "description": "Missing or wrong access token."},
+    404: {"model": ErrorMessage, "description": "No such run."},
+    409: {"model": ErrorMessage, "description": "The run is not in a state that allows this."},
+    422: {"model": ProblemReport, "description": "The request or the plan is not valid: every problem is listed."},
+}
+_SSE: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "Server-sent events: `id:` journal position, `event:` kind, `data:` event JSON.",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    }
+}
+
+api = APIRouter(dependencies=[Depends(require_token)], responses={401: _ERRORS[401]})
+LastEventId = Annotated[
+    int | None,
+    Header(alias="Last-Event-ID", ge=0, description="Resume after this journal position (the last `id:` seen)."),
+]
+
+
+def _plan_document(submission: RunSubmission) -> Any:
+    if (submission.plan is None) == (submission.plan_yaml is None):
+        raise PlanInvalid([PlanProblem("", "plan", "give exactly one of 'plan' (an object) or 'plan_yaml' (text)")],
+                          HTTP_SOURCE)
+    if submission.plan is not None:
+        return submission.plan
+    try:
+        return yaml.safe_load(submission.plan_yaml or "")
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise PlanInvalid([PlanProblem("", "plan_yaml", f"{where}{problem}")], HTTP_SOURCE) from None
+
+
+@api.post("/runs", status_code=201, response_model=RunAccepted,
+          responses={409: _ERRORS[409], 422: _ERRORS[422]})
+async def submit_run(state: State, submission: RunSubmission, response: Response) -> RunAccepted:
+    """Validate a plan and start running it; 422 lists every problem, naming the step and the field."""
+    run = await state.engine.start(_plan_document(submission), run_id=submission.run_id, source=HTTP_SOURCE)
+    response.headers["Location"] = f"/runs/{quote(run.id)}"
+    return RunAccepted(run_id=run.id, status="running")
+
+
+@api.get("/runs", response_model=list[dict[str, Any]])
+async def list_runs(state: State, response: Response) -> list[dict[str, Any]]:
+    """Every run of the journal, oldest first: id, plan, status, times, error and step counts by state.
+
+    ``X-Journal-Position`` is the position the list is current to: follow ``GET /events`` from there.
+    """
+    position = await state.index.refresh()
+    response.headers["X-Journal-Position"] = str(position)
+    return [state.index.overview(run) for run in state.index.runs()]
+
+
+async def _known(state: AppState, run_id: str) -> None:
+    if state.started_here(run_id):
+        return
+    await state.index.refresh()
+    if state.index.get(run_id) is None:
+        raise RunNotFound(f"no run '{run_id}' in the journal")
+
+
+@api.get("/runs/{run_id}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+async def get_run(state: State, run_id: str) -> dict[str, Any]:
+    """The run as ``planweave run --json`` prints it (folded from the journal unless it is running here)."""
+    run = active_run(state.engine, run_id)
+    if run is not None:
+        return run_report(run.state)
+    await state.index.refresh()
+    found = state.index.get(run_id)
+    if found is None:
+        raise RunNotFound(f"no run '{run_id}' in the journal")
+    if found.state is None:
+        raise JournalError(f"run '{run_id}': {found.problem}")
+    return run_report(found.state, state.index.status(found))
+
+
+@api.get("/runs/{run_id}/plan", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+async def get_plan(
+    state: State, run_id: str,
+    version: Annotated[int | None, Query(ge=1, description="Plan version (default: the current one).")] = None,
+) -> dict[str, Any]:
+    """The run's plan as a graph: steps with dependencies and status, the critical path, and the plan versions."""
+    run = active_run(state.engine, run_id)
+    await state.index.refresh()
+    found = state.index.get(run_id)
+    if run is not None:
+        run_state = run.state
+    elif found is None:
+        raise RunNotFound(f"no run '{run_id}' in the journal")
+    elif found.state is None:
+        raise JournalError(f"run '{run_id}': {found.problem}")
+    else:
+        run_state = found.state
+    plan = run_state.plan
+    if version is not None and version != plan.version:
+        earlier = found.plans.get(version) if found is not None else None
+        if earlier is None:
+            raise RunNotFound(f"run '{run_id}' has no plan version {version} (versions 1 to {plan.version})")
+        plan = earlier
+    return plan_view(run_state, plan)
+
+
+@api.post("/runs/{run_id}/cancel", status_code=202, response_model=RunAccepted,
+          responses={404: _ERRORS[404], 409: _ERRORS[409]})
+async def cancel_run(
+    state: State, run_id: str, body: Annotated[CancelRequest | None, Body()] = None
+) -> RunAccepted:
+    """Cancel the run: at once if it runs here, else through the journal (its process stops it within a second)."""
+    reason = body.reason if body is not None else CancelRequest().reason
+    run = active_run(state.engine, run_id)
+    if run is not None:
+        run.cancel(reason)
+        return RunAccepted(run_id=run_id, status="cancelled")
+    outcome = await request_cancel(state.engine.journal, run_id, reason)
+    return RunAccepted(run_id=run_id, status="cancel_requested" if outcome == "requested" else "cancelled")
+
+
+@api.post("/runs/{run_id}/resume", status_code=202, response_model=RunAccepted,
+          responses={404: _ERRORS[404], 409: _ERRORS[409], 422: _ERRORS[422]})
+async def resume_run(
+    state: State, run_id: str, body: Annotated[ResumeRequest | None, Body()] = None
+) -> RunAccepted:
+    """Continue an interrupted or failed run here; finished steps keep their results."""
+    if active_run(state.engine, run_id) is not None:
+        raise RunError(f"run '{run_id}' is already running in this server")
+    await state.index.refresh()
+    found = state.index.get(run_id)
+    if found is None:
+        raise RunNotFound(f"no run '{run_id}' in the journal")
+    if found.state is not None and found.state.status == "running" and not owner_gone(found.owner, state.engine,
+                                                                                        run_id):
+        owner = found.owner
+        raise RunError(f"run '{run_id}' is running in process {owner.get('pid')} on {owner.get('host')}: "
+                       "cancel it there first, or wait for it to end")
+    run = await state.engine.resume(run_id, retry_unknown=body.retry_unknown if body is not None else False)
+    return RunAccepted(run_id=run.id, status="running")
+
+
+@api.get("/runs/{run_id}/events", response_class=StreamingResponse, responses={**_SSE, 404: _ERRORS[404]})
+async def stream_run(state: State, run_id: str, last_event_id: LastEventId = None) -> StreamingResponse:
+    """The run's events as server-sent events after ``Last-Event-ID``, then live; it ends after ``run_finished``."""
+    await _known(state, run_id)
+    stream = run_events(state.engine, state.engine.journal, state.feed, run_id, last_event_id or 0, state.timing)
+    return _sse(stream)
+
+
+@api.get("/events", response_class=StreamingResponse, responses=_SSE)
+async def stream_all(state: State, last_event_id: LastEventId = None) -> StreamingResponse:
+    """Every run's events as server-sent events after ``Last-Event-ID``, then live (for the runs list)."""
+    return _sse(all_events(state.engine.journal, state.feed, last_event_id or 0, state.timing))
+
+
+def _sse(stream: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(
+        stream, media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+    )
+
+
+# -- the app ----------------------------------------------------------------------------------------------------
+class _SecurityHeaders:
+    """Adds headers that keep the dashboard's page from loading anything but its own files, or being framed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                    (b"x-frame-options", b"DENY"),
+                    (b"content-security-policy",
+                     b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'"),
+                ]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    state: AppState = app.state.planweave
+    if state.recover:
+        try:
+            state.recovered = await recover_orphans(state.engine, state.index)
+        except Exception as exc:  # a damaged journal must not keep the API (and its diagnosis) from coming up
+            log.error("could not look for interrupted runs to resume: %s", exc)
+    state.ready.set()
+    try:
+        yield
+    finally:
+        state.feed.close()
+
+
+def create_app(
+    engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None
+) -> FastAPI:
+    """The planweave HTTP API and dashboard around an open ``engine``, accepting only ``token``.
+
+    With ``recover``, startup resumes the runs submitted over HTTP that the journal shows running but whose process
+    is gone (a server restart). Create the app before starting runs on ``engine``: its listener only sees runs
+    started after it subscribed (streams of older runs still work: they subscribe to the run itself).
+    """
+    access = token if isinstance(token, AccessToken) else AccessToken(token)
+    if not access.value:
+        raise ServerError("the access token is empty")
+    state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
+                     recover)
+    engine.subscribe(state.feed.notify)
+    app = FastAPI(
+        title="planweave",
+        version=__version__,
+        description="Submit, follow, cancel and resume planweave runs.",
+        docs_url=None,  # Swagger UI and ReDoc load from a CDN: the dashboard serves nothing from elsewhere
+        redoc_url=None,
+        openapi_url="/openapi.json",
+        lifespan=_lifespan,
+    )
+    app.state.planweave = state
+    app.add_middleware(_SecurityHeaders)
+
+    @app.exception_handler(PlanInvalid)
+    async def _plan_invalid(request: Request, exc: PlanInvalid) -> JSONResponse:
+        return _problems(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            PlanProblem("", ".".join(str(p) for p in err.get("loc", ())), str(err.get("msg", "invalid")))
+            for err in exc.errors()
+        ]
+        return _problems(PlanInvalid(problems, f"{request.method} {request.url.path}"))
+
+    @app.exception_handler(RunNotFound)
+    async def _not_found(request: Request, exc: RunNotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(RunError)
+    async def _conflict(request: Request, exc: RunError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=409)
+
+    @app.exception_handler(JournalError)
+    async def _journal_failed(request: Request, exc: JournalError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.get("/healthz", response_model=dict[str, str])
+    async def healthz() -> dict[str, str]:
+        """Liveness: no token needed, nothing about the runs."""
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/", include_in_schema=False)
+    async def dashboard() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    app.include_router(api)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+# -- running it -------------------------------------------------------------------------------------------------
+class _Uvicorn(uvicorn.Server):
+    """uvicorn, told to end the event streams before it waits for open connections to close."""
+
+    def __init__(self, config: uvicorn.Config, feed: ChangeFeed, handle_signals: bool) -> None:
+        super().__init__(config)
+        self._feed = feed
+        self._handle_signals = handle_signals
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Through the loop, and never re-raised afterwards (uvicorn's default): the engine and journal must close
+        # cleanly after the server stops, which a re-raised SIGINT would interrupt.
+        if not self._handle_signals:
+            yield
+            return
+        import signal
+
+        loop = asyncio.get_running_loop()
+        installed = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, self.handle_exit, sig, None)
+            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
+                continue
+            installed.append(sig)
+        try:
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self._feed.close()  # endless streams would otherwise hold the shutdown forever
+        await super().shutdown(sockets)
+
+
+class _RedactToken(logging.Filter):
+    """Replaces the token in uvicorn's log records, in case a client put it in a URL."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self._token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(self._token in str(a) for a in record.args):
+            record.args = tuple(str(a).replace(self._token, "[token]") if self._token in str(a) else a
+                                for a in record.args)
+        if isinstance(record.msg, str) and self._token in record.msg:
+            record.msg = record.msg.replace(self._token, "[token]")
+        return True
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        hint = " (is another `planweave serve` running? choose another --port)" if port else ""
+        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
+    sock.setblocking(False)
+    return sock
+
+
+class LiveServer:
+    """The app served by uvicorn in this event loop until :meth:`stop` (or SIGINT/SIGTERM if it handles them).
+
+    Use as ``async with LiveServer(app) as server``; the socket is bound before the server starts, so
+    :attr:`url` is usable at once (port 0 picks a free port).
+    """
+
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        handle_signals: bool = False,
+        log_config: dict[str, Any] | None = uvicorn.config.LOGGING_CONFIG,
+        access_log: bool = True,
+    ) -> None:
+        state = getattr(app.state, "planweave", None)
+        if not isinstance(state, AppState):
+            raise ServerError("LiveServer serves apps made by planweave.server.create_app")
+        self.app = app
+        self.host = host
+        self._state = state
+        self._sock = _bind(host, port)
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(app, log_config=log_config, access_log=access_log, lifespan="on", ws="none",
+                                timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
+        self._server = _Uvicorn(config, state.feed, handle_signals)
+        self._task: asyncio.Task[None] | None = None
+        self._redact = _RedactToken(state.token.value)
+
+    @property
+    def url(self) -> str:
+        """The base URL, ending with ``/`` (the dashboard)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
+
+    def dashboard_url(self, run_id: str | None = None) -> str:
+        """The dashboard's URL, opened on ``run_id`` if given."""
+        return self.url + (f"#/runs/{quote(run_id)}" if run_id else "")
+
+    @property
+    def recovered(self) -> list[str]:
+        """The runs that startup resumed (interrupted when a previous server stopped)."""
+        return list(self._state.recovered)
+
+    async def __aenter__(self) -> LiveServer:
+        for name in ("uvicorn.access", "uvicorn.error"):
+            logging.getLogger(name).addFilter(self._redact)
+        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]), name="planweave-server")
+        ready = asyncio.create_task(self._state.ready.wait())
+        await asyncio.wait([self._task, ready], return_when=asyncio.FIRST_COMPLETED)
+        if not ready.done():
+            ready.cancel()
+            await self._finish()
+            raise ServerError(f"the server at {self.url} stopped while starting (see its log)")
+        return self
+
+    def stop(self) -> None:
+        """Ask the server to stop: event streams end, open requests get a few seconds to complete."""
+        self._server.should_exit = True
+
+    async def wait(self) -> None:
+        """Return when the server has stopped (after :meth:`stop`, or a signal when it handles them)."""
+        if self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _finish(self) -> None:
+        try:
+            if self._task is not None:
+                await asyncio.wait([self._task])
+                if not self._task.cancelled() and self._task.exception() is not None:
+                    log.error("the server stopped with an error: %s", self._task.exception())
+        finally:
+            self._sock.close()
+            for name in ("uvicorn.access", "uvicorn.error"):
+                logging.getLogger(name).removeFilter(self._redact)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.stop()
+        await self._finish()
+
+
+def telemetry_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the standard OpenTelemetry variables ask for traces (``OTEL_TRACES_EXPORTER`` other than ``none``)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "").split(",") if e.strip()}
+    return bool(exporters - {"none"})
+
+
+def redact_url(url: str) -> str:
+    """``url`` without its password (journal URLs may carry one)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def _announce(server: LiveServer, token: AccessToken, journal_url: str, out: Any) -> None:
+    lines = [f"planweave {__version__} serving {server.url} (journal {redact_url(journal_url)})"]
+    if token.origin == "generated":
+        lines.append(f"access token (shown only now; kept in {token.path}, mode 0600): {token.value}")
+        lines.append(f"dashboard: {server.url}#token={token.value}")
+    elif token.origin == "file":
+        lines.append(f"access token: in {token.path}")
+    elif token.origin == "env":
+        lines.append("access token: from $PLANWEAVE_TOKEN")
+    else:
+        lines.append("access token: as given")
+    if server.host not in _LOOPBACK:
+        lines.append(f"warning: listening on {server.host}, not only this machine: whoever has the token can run "
+                     "any tool (shell, python) here")
+    if server.recovered:
+        lines.append("resumed interrupted runs: " + ", ".join(server.recovered))
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+
+
+@asynccontextmanager
+async def serving(
+    engine: Engine,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    token: str | AccessToken | None = None,
+    journal_url: str | None = None,
+    recover: bool = False,
+    handle_signals: bool = False,
+    announce: bool = True,
+) -> AsyncIterator[LiveServer]:
+    """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
+
+    ``token`` None resolves it as :func:`~planweave.server.tokens.resolve_token` does. With ``announce`` the URL
+    (and a newly generated token, once) is printed on stdout. Start runs inside the block, after the app exists.
+    """
+    url = journal_url or engine.journal.url
+    access = token if isinstance(token, AccessToken) else resolve_token(token, url)
+    app = create_app(engine, access, recover=recover)
+    async with LiveServer(app, host, port, handle_signals=handle_signals) as server:
+        if announce:
+            _announce(server, access, url, sys.stdout)
+        yield server
+
+
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    journal: str | None = None,
+    token: str | None = None,
+    *,
+    tools: ToolCatalog | None = None,
+    concurrency: int | None = None,
+    telemetry: bool | None = None,
+) -> None:
+    """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
+
+    Runs submitted over HTTP and interrupted by a previous stop are resumed at startup. Runs still going at the stop
+    are interrupted, not cancelled: the next start resumes them. ``telemetry`` None follows the OpenTelemetry
+    environment variables (:func:`telemetry_from_env`). Raises :class:`ServerError` or
+    :class:`~planweave.server.tokens.TokenError` before serving if it cannot.
+    """
+    from planweave import open_engine
+
+    url = journal or default_journal_url()
+    access = resolve_token(token, url)
+    async with open_engine(url, tools=tools, concurrency=concurrency) as engine:
+        shutdown_telemetry = _start_telemetry(engine) if (telemetry_from_env() if telemetry is None else telemetry) \
+            else None
+        try:
+            async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=True,
+                               handle_signals=True) as server:
+                await server.wait()
+        finally:
+            if shutdown_telemetry is not None:
+                shutdown_telemetry()
+
+
+def _start_telemetry(engine: Engine) -> Any:
+    from planweave.server.telemetry import instrument, tracer_provider_from_env
+
+    provider = tracer_provider_from_env()
+    instrument(engine, provider)
+    return provider.shutdown

@@ -1,0 +1,649 @@
+// planweave dashboard: plain JavaScript, no build step, nothing loaded from elsewhere.
+//
+// Data flow: the runs list comes from GET /runs and stays current through the global event stream (GET /events,
+// followed from the list's X-Journal-Position). A selected run's state (GET /runs/{id}) and plan graph
+// (GET /runs/{id}/plan) are re-read when its event stream (GET /runs/{id}/events) says something happened; the
+// timeline and the errors are built from the events themselves. Streams are read with fetch() so that they can
+// carry the Authorization header (EventSource cannot), and resume with Last-Event-ID after a disconnect.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "planweave.token";
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const $ = (id) => document.getElementById(id);
+
+  let token = localStorage.getItem(TOKEN_KEY) || "";
+  let globalStream = null;
+  let runs = new Map();
+  let runsRefresh = null;
+  let view = null; // the selected run: see selectRun()
+  let ticker = null;
+
+  // -- small helpers --------------------------------------------------------------------------------------------
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined) continue;
+      if (k === "class") node.className = v;
+      else if (k === "text") node.textContent = v;
+      else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+      else node.setAttribute(k, v);
+    }
+    for (const child of children) if (child !== null && child !== undefined) node.append(child);
+    return node;
+  }
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined) continue;
+      if (k === "text") node.textContent = v;
+      else node.setAttribute(k, String(v));
+    }
+    for (const child of children) if (child) node.append(child);
+    return node;
+  }
+
+  const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+  const isEpoch = (t) => typeof t === "number" && t > 1e9;
+  const nowFor = (t) => (isEpoch(t) ? Date.now() / 1000 : null);
+
+  function formatDuration(seconds) {
+    if (seconds === null || seconds === undefined || !isFinite(seconds)) return "—";
+    if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+    if (seconds < 60) return `${seconds.toFixed(seconds < 10 ? 2 : 1)} s`;
+    const m = Math.floor(seconds / 60);
+    if (m < 60) return `${m} min ${Math.round(seconds % 60)} s`;
+    return `${Math.floor(m / 60)} h ${m % 60} min`;
+  }
+
+  function formatCost(value) {
+    if (value === null || value === undefined) return "—";
+    return value >= 0.01 || value === 0 ? `$${value.toFixed(2)}` : `$${value.toFixed(5)}`;
+  }
+
+  const formatTokens = (value) => (value === null || value === undefined ? "—" : value.toLocaleString());
+
+  function formatInstant(t) {
+    if (!isEpoch(t)) return t === null || t === undefined ? "—" : `t=${t.toFixed(2)}`;
+    return new Date(t * 1000).toLocaleString();
+  }
+
+  function runDuration(run) {
+    if (run.makespan_s !== null && run.makespan_s !== undefined) return run.makespan_s;
+    const now = nowFor(run.started_at);
+    return now !== null && run.status === "running" ? now - run.started_at : null;
+  }
+
+  function countsText(counts) {
+    const parts = Object.entries(counts || {}).map(([status, n]) => `${n} ${status}`);
+    return parts.length ? parts.join(" · ") : "—";
+  }
+
+  // Runs a function at most once per `ms`, and once more after the last call: live updates without a storm.
+  function throttle(fn, ms) {
+    let timer = null;
+    let again = false;
+    let running = false;
+    const fire = async () => {
+      timer = null;
+      if (running) { again = true; return; }
+      running = true;
+      try { await fn(); } catch (err) { console.error(err); }
+      running = false;
+      if (again) { again = false; timer = setTimeout(fire, ms); }
+    };
+    return () => { if (timer === null) timer = setTimeout(fire, ms); else again = true; };
+  }
+
+  // -- the API --------------------------------------------------------------------------------------------------
+  class Unauthorized extends Error {}
+
+  async function api(path, options = {}) {
+    const headers = { Authorization: `Bearer ${token}`, ...(options.headers || {}) };
+    if (options.body !== undefined) headers["Content-Type"] = "application/json";
+    const resp = await fetch(path, { ...options, headers, cache: "no-store" });
+    if (resp.status === 401) {
+      showLogin("The token was not accepted.");
+      throw new Unauthorized("401");
+    }
+    let body = null;
+    try { body = await resp.json(); } catch (err) { body = null; }
+    if (!resp.ok) {
+      const error = new Error((body && body.detail) || `${resp.status} ${resp.statusText}`);
+      error.status = resp.status;
+      error.body = body;
+      throw error;
+    }
+    return { body, headers: resp.headers };
+  }
+
+  // An event stream read with fetch: calls onEvent(kind, data, id) per event and resumes after the last id on
+  // reconnect. When the server ends it, it is reopened unless done() says it is over (a run after run_finished).
+  function openStream(path, lastId, onEvent, done = () => false) {
+    const controller = new AbortController();
+    let stopped = false;
+    let last = lastId || 0;
+    (async () => {
+      let backoff = 500;
+      while (!stopped) {
+        try {
+          const headers = { Authorization: `Bearer ${token}`, Accept: "text/event-stream" };
+          if (last) headers["Last-Event-ID"] = String(last);
+          const resp = await fetch(path, { headers, signal: controller.signal, cache: "no-store" });
+          if (resp.status === 401) { showLogin("The token was not accepted."); return; }
+          if (!resp.ok || !resp.body) throw new Error(`${path}: ${resp.status}`);
+          setConnected(true);
+          backoff = 500;
+          const reader = resp.body.getReader();
+          const decoder = new TextDecoder();
+          let buffer = "";
+          for (;;) {
+            const { value, done } = await reader.read();
+            if (done) break;
+            buffer += decoder.decode(value, { stream: true }).replace(/\r/g, "");
+            let end;
+            while ((end = buffer.indexOf("\n\n")) >= 0) {
+              const frame = buffer.slice(0, end);
+              buffer = buffer.slice(end + 2);
+              const parsed = parseFrame(frame);
+              if (parsed) {
+                if (parsed.id) last = Number(parsed.id);
+                onEvent(parsed.event, parsed.data, last);
+              }
+            }
+          }
+          if (done()) return; // ended by the server because there is nothing more to say
+          setConnected(false);
+        } catch (err) {
+          if (stopped) return;
+          setConnected(false);
+        }
+        await sleep(backoff);
+        backoff = Math.min(backoff * 2, 10000);
+      }
+    })();
+    return {
+      close() { stopped = true; controller.abort(); },
+      get lastId() { return last; },
+    };
+  }
+
+  function parseFrame(frame) {
+    let id = null;
+    let event = "message";
+    const data = [];
+    for (const line of frame.split("\n")) {
+      if (!line || line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      let value = colon < 0 ? "" : line.slice(colon + 1);
+      if (value.startsWith(" ")) value = value.slice(1);
+      if (field === "id") id = value;
+      else if (field === "event") event = value;
+      else if (field === "data") data.push(value);
+    }
+    if (!data.length) return null;
+    try { return { id, event, data: JSON.parse(data.join("\n")) }; } catch (err) { return null; }
+  }
+
+  function setConnected(live) {
+    const badge = $("connection");
+    badge.textContent = live ? "live" : "reconnecting…";
+    badge.classList.toggle("live", live);
+  }
+
+  // -- login ----------------------------------------------------------------------------------------------------
+  function showLogin(message) {
+    stopAll();
+    localStorage.removeItem(TOKEN_KEY);
+    token = "";
+    $("main").hidden = true;
+    $("logout").hidden = true;
+    $("login").hidden = false;
+    $("login-error").textContent = message || "";
+    $("token-input").focus();
+  }
+
+  function stopAll() {
+    if (globalStream) globalStream.close();
+    globalStream = null;
+    if (view && view.stream) view.stream.close();
+    view = null;
+    if (ticker) clearInterval(ticker);
+    ticker = null;
+  }
+
+  async function start() {
+    $("login").hidden = true;
+    $("main").hidden = false;
+    $("logout").hidden = false;
+    try {
+      await loadRuns();
+    } catch (err) {
+      if (!(err instanceof Unauthorized)) $("login-error").textContent = String(err.message || err);
+      return;
+    }
+    ticker = setInterval(tick, 1000); // only redraws what depends on the clock (running durations, open bars)
+    route();
+  }
+
+  // -- the runs list --------------------------------------------------------------------------------------------
+  async function loadRuns() {
+    const { body, headers } = await api("/runs");
+    runs = new Map(body.map((run) => [run.run_id, run]));
+    renderRuns();
+    if (!globalStream) {
+      const position = Number(headers.get("X-Journal-Position") || 0);
+      runsRefresh = throttle(refreshRuns, 500);
+      globalStream = openStream("/events", position, () => runsRefresh());
+    }
+  }
+
+  async function refreshRuns() {
+    const { body } = await api("/runs");
+    runs = new Map(body.map((run) => [run.run_id, run]));
+    renderRuns();
+  }
+
+  function renderRuns() {
+    const tbody = $("runs").querySelector("tbody");
+    const rows = [...runs.values()].reverse().map((run) => {
+      const row = el("tr", { class: "run-row", "data-run": run.run_id, onclick: () => navigate(run.run_id) },
+        el("td", { class: "id", title: run.plan ? `${run.run_id} (${run.plan})` : run.run_id, text: run.run_id }),
+        el("td", {}, el("span", { class: `badge status-${run.status}`, text: run.status })),
+        el("td", { class: "duration", text: formatDuration(runDuration(run)) }),
+        el("td", { text: formatCost(run.cost_usd) }));
+      if (view && view.id === run.run_id) row.classList.add("selected");
+      return row;
+    });
+    tbody.replaceChildren(...rows);
+    $("runs-empty").hidden = runs.size > 0;
+  }
+
+  // -- routing --------------------------------------------------------------------------------------------------
+  function navigate(runId) {
+    location.hash = `#/runs/${encodeURIComponent(runId)}`;
+  }
+
+  function route() {
+    const match = location.hash.match(/^#\/runs\/(.+)$/);
+    const runId = match ? decodeURIComponent(match[1]) : null;
+    if (runId && (!view || view.id !== runId)) selectRun(runId);
+    if (!runId) { $("run").hidden = true; $("no-run").hidden = false; }
+  }
+
+  // -- one run --------------------------------------------------------------------------------------------------
+  function selectRun(runId) {
+    if (view && view.stream) view.stream.close();
+    view = {
+      id: runId,
+      summary: null,
+      plan: null,
+      version: null, // null: follow the current version
+      attempts: new Map(), // step -> [{attempt, start, end, outcome}]
+      errors: [],
+      startedAt: null,
+      lastAt: null,
+      finished: false,
+      stream: null,
+    };
+    const current = view;
+    current.refresh = throttle(() => refreshRun(current), 200);
+    current.redraw = throttle(async () => { if (view === current) renderTimeline(); }, 100);
+    $("no-run").hidden = true;
+    $("run").hidden = false;
+    $("run-title").textContent = runId;
+    $("errors").replaceChildren(el("p", { class: "muted", text: "None." }));
+    $("dag").replaceChildren();
+    $("gantt").replaceChildren();
+    renderRuns();
+    refreshRun(current);
+    current.stream = openStream(`/runs/${encodeURIComponent(runId)}/events`, 0, (kind, event) => {
+      if (view !== current) return;
+      if (kind === "run_finished") current.finished = true;
+      else if (kind === "run_created" || kind === "run_resumed") current.finished = false;
+      applyEvent(current, kind, event);
+      current.refresh();
+      current.redraw();
+    }, () => current.finished || view !== current);
+  }
+
+  function closeOpenAttempts(current, at, outcome, only) {
+    for (const [step, attempts] of current.attempts) {
+      if (only && !only.includes(step)) continue;
+      const last = attempts[attempts.length - 1];
+      if (last && last.end === null) { last.end = at; last.outcome = outcome; }
+    }
+  }
+
+  function applyEvent(current, kind, event) {
+    const at = event.at;
+    current.lastAt = at;
+    const data = event.data || {};
+    const step = event.step;
+    switch (kind) {
+      case "run_created":
+        current.startedAt = at;
+        break;
+      case "step_started": {
+        if (!current.attempts.has(step)) current.attempts.set(step, []);
+        current.attempts.get(step).push({ attempt: data.attempt, start: at, end: null, outcome: "running" });
+        break;
+      }
+      case "step_succeeded":
+        closeOpenAttempts(current, at, "succeeded", [step]);
+        break;
+      case "step_failed":
+        closeOpenAttempts(current, at, "failed", [step]);
+        current.errors.push({ at, step, attempt: data.attempt, kind: data.kind, text: data.error || "failed",
+          final: data.final !== false, retryIn: data.retry_in });
+        renderErrors(current);
+        break;
+      case "step_cancelled":
+        closeOpenAttempts(current, at, "cancelled", [step]);
+        break;
+      case "run_cancelled":
+        closeOpenAttempts(current, at, "cancelled");
+        break;
+      case "run_resumed":
+        closeOpenAttempts(current, at, "interrupted");
+        break;
+      case "plan_version":
+        closeOpenAttempts(current, at, "cancelled", data.cancelled || []);
+        break;
+      case "escalation":
+        current.errors.push({ at, step, kind: `escalation: ${data.rung}`, text: data.reason || "", escalation: true });
+        renderErrors(current);
+        break;
+      case "run_finished":
+        closeOpenAttempts(current, at, "interrupted");
+        if (data.error) {
+          current.errors.push({ at, step: null, kind: `run ${data.status}`, text: data.error, final: true });
+          renderErrors(current);
+        }
+        break;
+      default:
+        break;
+    }
+  }
+
+  async function refreshRun(current) {
+    const base = `/runs/${encodeURIComponent(current.id)}`;
+    const planPath = current.version ? `${base}/plan?version=${current.version}` : `${base}/plan`;
+    let summary;
+    let plan;
+    try {
+      [summary, plan] = await Promise.all([api(base), api(planPath)]);
+    } catch (err) {
+      if (err instanceof Unauthorized || view !== current) return;
+      if (err.status === 404 && !current.summary) {
+        $("run-error").hidden = false;
+        $("run-error").textContent = String(err.message);
+      }
+      return;
+    }
+    if (view !== current) return;
+    current.summary = summary.body;
+    current.plan = plan.body;
+    renderHeader(current);
+    renderVersions(current);
+    renderDag(current);
+    renderTimeline();
+  }
+
+  function renderHeader(current) {
+    const s = current.summary;
+    const badge = $("run-status");
+    badge.textContent = s.status;
+    badge.className = `badge status-${s.status}`;
+    $("run-duration").textContent = formatDuration(runDuration(s));
+    const counts = {};
+    for (const step of Object.values(s.steps || {})) counts[step.status] = (counts[step.status] || 0) + 1;
+    $("run-counts").textContent = countsText(counts);
+    $("run-tokens").textContent = formatTokens(s.tokens);
+    $("run-cost").textContent = formatCost(s.cost_usd);
+    $("run-started").textContent = formatInstant(s.started_at);
+    $("run-error").hidden = !s.error;
+    $("run-error").textContent = s.error ? `error: ${s.error}` : "";
+    $("run-answer").hidden = !s.answer;
+    $("run-answer").textContent = s.answer ? s.answer : "";
+    $("cancel-run").hidden = s.status !== "running";
+    $("resume-run").hidden = !["failed", "interrupted"].includes(s.status);
+  }
+
+  function renderVersions(current) {
+    const plan = current.plan;
+    const select = $("version-select");
+    const options = plan.versions.map((v) => el("option", {
+      value: String(v.version),
+      text: `v${v.version}${v.trigger ? ` (${v.trigger})` : ""}${v.version === plan.current_version ? " · current" : ""}`,
+    }));
+    select.replaceChildren(...options);
+    select.value = String(plan.version);
+    const items = plan.versions.filter((v) => v.parent !== null && v.parent !== undefined).map((v) => {
+      const diff = [["+", v.added], ["kept ", v.kept], ["adopted ", v.adopted], ["−", v.cancelled], ["dropped ", v.dropped]]
+        .filter(([, list]) => list && list.length)
+        .map(([sign, list]) => `${sign}${list.join(", ")}`)
+        .join("; ");
+      return el("li", { text: `plan_version v${v.version} from v${v.parent} (${v.trigger || "replan"}) at ${formatInstant(v.spliced_at)}${diff ? `: ${diff}` : ""}` });
+    });
+    $("versions").replaceChildren(...items);
+  }
+
+  // -- the DAG: layered by topological depth, critical path highlighted -------------------------------------------
+  function layout(steps) {
+    const depth = new Map();
+    for (const step of steps) { // plan order is topological: dependencies come first
+      const d = step.deps.length ? Math.max(...step.deps.map((dep) => (depth.get(dep) ?? -1) + 1)) : 0;
+      depth.set(step.id, d);
+    }
+    const layers = [];
+    for (const step of steps) {
+      const d = depth.get(step.id);
+      (layers[d] = layers[d] || []).push(step.id);
+    }
+    // One barycentre pass: order each layer by the mean row of its dependencies, to untangle edges.
+    const row = new Map();
+    layers.forEach((layer, i) => {
+      if (i > 0) {
+        const byId = new Map(steps.map((s) => [s.id, s]));
+        const weight = (id) => {
+          const deps = byId.get(id).deps.filter((d) => row.has(d));
+          return deps.length ? deps.reduce((sum, d) => sum + row.get(d), 0) / deps.length : 0;
+        };
+        layer.sort((a, b) => weight(a) - weight(b));
+      }
+      layer.forEach((id, j) => row.set(id, j));
+    });
+    return { depth, row, layers };
+  }
+
+  function renderDag(current) {
+    const plan = current.plan;
+    const container = $("dag");
+    if (!plan.steps.length) { container.replaceChildren(el("p", { class: "muted", text: "No steps yet." })); return; }
+    const W = 168, H = 40, GX = 64, GY = 18, PAD = 16;
+    const { depth, row, layers } = layout(plan.steps);
+    const tallest = Math.max(...layers.map((l) => l.length));
+    const width = PAD * 2 + layers.length * W + (layers.length - 1) * GX;
+    const height = PAD * 2 + tallest * H + (tallest - 1) * GY;
+    const pos = (id) => {
+      const layer = layers[depth.get(id)];
+      const offset = ((tallest - layer.length) * (H + GY)) / 2;
+      return { x: PAD + depth.get(id) * (W + GX), y: PAD + offset + row.get(id) * (H + GY) };
+    };
+    const critical = new Set(plan.critical_path);
+    const criticalEdges = new Set();
+    for (let i = 1; i < plan.critical_path.length; i++) criticalEdges.add(`${plan.critical_path[i - 1]}>${plan.critical_path[i]}`);
+    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "plan graph" });
+    root.append(svg("defs", {},
+      svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+        svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" })),
+      svg("marker", { id: "arrow-critical", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+        svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow-critical" }))));
+    const edges = svg("g", { class: "edges" });
+    const nodes = svg("g", { class: "nodes" });
+    for (const step of plan.steps) {
+      const to = pos(step.id);
+      for (const dep of step.deps) {
+        const from = pos(dep);
+        const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2, mx = (x1 + x2) / 2;
+        const isCritical = criticalEdges.has(`${dep}>${step.id}`);
+        edges.append(svg("path", {
+          d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
+          class: isCritical ? "edge critical" : "edge",
+          "marker-end": isCritical ? "url(#arrow-critical)" : "url(#arrow)",
+          "data-from": dep, "data-to": step.id,
+        }));
+      }
+      const label = step.id.length > 22 ? `${step.id.slice(0, 21)}…` : step.id;
+      const tip = `${step.id} (${step.tool}): ${step.status}${step.description ? `\n${step.description}` : ""}`;
+      nodes.append(svg("g", {
+        class: `node status-${step.status}${critical.has(step.id) ? " critical" : ""}`,
+        transform: `translate(${to.x},${to.y})`, "data-step": step.id, "data-status": step.status,
+      },
+      svg("title", { text: tip }),
+      svg("rect", { width: W, height: H, rx: 6, ry: 6 }),
+      svg("text", { x: 10, y: 17, text: label }),
+      svg("text", { x: 10, y: 31, class: "tool", text: `${step.tool} · ${step.status}` })));
+    }
+    root.append(edges, nodes);
+    container.replaceChildren(root);
+  }
+
+  // -- the timeline of step attempts ----------------------------------------------------------------------------
+  function renderTimeline() {
+    const current = view;
+    if (!current) return;
+    const container = $("gantt");
+    const order = current.plan ? current.plan.steps.map((s) => s.id) : [];
+    for (const step of current.attempts.keys()) if (!order.includes(step)) order.push(step);
+    const rows = order.filter((id) => current.attempts.has(id));
+    if (!rows.length || current.startedAt === null) {
+      container.replaceChildren(el("p", { class: "muted", text: "No step has started yet." }));
+      return;
+    }
+    const running = current.summary && current.summary.status === "running";
+    const t0 = current.startedAt;
+    let t1 = current.summary && current.summary.finished_at !== null && current.summary.finished_at !== undefined
+      ? current.summary.finished_at : current.lastAt;
+    const now = nowFor(t0);
+    if (running && now !== null) t1 = Math.max(t1, now);
+    for (const attempts of current.attempts.values()) for (const a of attempts) if (a.end !== null) t1 = Math.max(t1, a.end);
+    const span = Math.max(t1 - t0, 1e-3);
+    const LABEL = 150, ROW = 22, PAD = 8, AXIS = 20;
+    const width = Math.max(container.clientWidth - 2, 600);
+    const plotW = width - LABEL - PAD * 2;
+    const height = AXIS + rows.length * ROW + PAD;
+    const x = (t) => LABEL + PAD + ((t - t0) / span) * plotW;
+    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "timeline of step attempts" });
+    for (let i = 0; i <= 5; i++) {
+      const t = t0 + (span * i) / 5;
+      root.append(svg("line", { x1: x(t), x2: x(t), y1: AXIS - 4, y2: height, class: "grid" }));
+      root.append(svg("text", { x: x(t), y: 12, class: "tick", "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle", text: formatDuration((span * i) / 5) }));
+    }
+    rows.forEach((id, i) => {
+      const y = AXIS + i * ROW;
+      root.append(svg("text", { x: 4, y: y + 15, class: "row-label", text: id.length > 20 ? `${id.slice(0, 19)}…` : id }));
+      for (const a of current.attempts.get(id)) {
+        const end = a.end !== null ? a.end : running && now !== null ? now : t1;
+        const bar = svg("rect", {
+          x: x(a.start), y: y + 4, width: Math.max(x(end) - x(a.start), 2), height: ROW - 8, rx: 3,
+          class: `bar outcome-${a.outcome}`, "data-step": id, "data-attempt": a.attempt,
+        });
+        bar.append(svg("title", { text: `${id} attempt ${a.attempt}: ${a.outcome}, ${formatDuration(end - a.start)}` }));
+        root.append(bar);
+      }
+    });
+    container.replaceChildren(root);
+  }
+
+  function renderErrors(current) {
+    const list = $("errors");
+    if (!current.errors.length) { list.replaceChildren(el("p", { class: "muted", text: "None." })); return; }
+    list.replaceChildren(...current.errors.map((e) => {
+      const where = e.step ? `step ${e.step}${e.attempt ? ` · attempt ${e.attempt}` : ""}` : "run";
+      const retry = e.final === false && e.retryIn !== undefined ? ` · retry in ${formatDuration(e.retryIn)}` : "";
+      return el("div", { class: e.escalation ? "error-item escalation" : "error-item" },
+        el("div", { class: "meta", text: `${where} · ${e.kind || "error"}${retry} · ${formatInstant(e.at)}` }),
+        el("pre", { text: e.text }));
+    }));
+  }
+
+  function tick() {
+    if (view && view.summary && view.summary.status === "running") {
+      $("run-duration").textContent = formatDuration(runDuration(view.summary));
+      renderTimeline();
+    }
+    if ([...runs.values()].some((r) => r.status === "running")) renderRuns();
+  }
+
+  // -- actions --------------------------------------------------------------------------------------------------
+  async function submitRun(event) {
+    event.preventDefault();
+    const text = $("plan-input").value.trim();
+    const out = $("submit-error");
+    out.replaceChildren();
+    if (!text) { out.textContent = "Write a plan first."; return; }
+    let body;
+    if (text.startsWith("{")) {
+      try { body = { plan: JSON.parse(text) }; } catch (err) { out.textContent = `not valid JSON: ${err.message}`; return; }
+    } else {
+      body = { plan_yaml: text };
+    }
+    try {
+      const { body: created } = await api("/runs", { method: "POST", body: JSON.stringify(body) });
+      await refreshRuns();
+      navigate(created.run_id);
+    } catch (err) {
+      if (err instanceof Unauthorized) return;
+      const problems = (err.body && err.body.problems) || [];
+      out.replaceChildren(el("p", { text: problems.length ? `${problems.length} problem(s):` : String(err.message) }),
+        ...problems.map((p) => el("div", { text: `${[p.step && `step '${p.step}'`, p.field].filter(Boolean).join(", ")}: ${p.message}` })));
+    }
+  }
+
+  async function runAction(action) {
+    if (!view) return;
+    const current = view;
+    try {
+      await api(`/runs/${encodeURIComponent(current.id)}/${action}`, { method: "POST", body: "{}" });
+    } catch (err) {
+      if (!(err instanceof Unauthorized)) alert(err.message);
+      return;
+    }
+    if (action === "resume") selectRun(current.id); // a resumed run has a new stream (from the start: the timeline)
+    else current.refresh();
+  }
+
+  $("version-select").addEventListener("change", (event) => {
+    if (!view || !view.plan) return;
+    const chosen = Number(event.target.value);
+    view.version = chosen === view.plan.current_version ? null : chosen;
+    refreshRun(view);
+  });
+
+  $("login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    token = $("token-input").value.trim();
+    if (!token) return;
+    localStorage.setItem(TOKEN_KEY, token);
+    $("token-input").value = "";
+    start();
+  });
+  $("logout").addEventListener("click", () => showLogin(""));
+  $("submit-form").addEventListener("submit", submitRun);
+  $("cancel-run").addEventListener("click", () => runAction("cancel"));
+  $("resume-run").addEventListener("click", () => runAction("resume"));
+  window.addEventListener("hashchange", route);
+
+  // A token in the fragment (#token=...) never reaches the server or its logs: take it and remove it.
+  const fromFragment = location.hash.match(/^#token=([^&]+)$/);
+  if (fromFragment) {
+    token = decodeURIComponent(fromFragment[1]);
+    localStorage.setItem(TOKEN_KEY, token);
+    history.replaceState(null, "", location.pathname);
+  }
+  if (token) start(); else showLogin("");
+})();

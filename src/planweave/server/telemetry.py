@@ -1,0 +1,341 @@
+"""OpenTelemetry traces of runs: a span per run, per step attempt and per tool call, from outside the engine.
+
+The engine knows nothing of OpenTelemetry. :func:`instrument` subscribes a listener to the engine's events (run and
+attempt spans) and wraps the engine's tool catalog (tool-call spans, children of the attempt that made the call,
+found through :func:`~planweave.engine.context.current_step`). Nothing here runs unless :func:`instrument` is
+called: ``planweave serve`` calls it only when ``OTEL_TRACES_EXPORTER`` (or a flag) asks for traces.
+
+Span tree: ``planweave.run`` → ``step <id>`` (one per attempt) → ``tool <name>``. Attributes:
+``planweave.run_id``, ``planweave.step_id``, ``planweave.tool``, ``planweave.attempt``; a failed attempt or tool
+call has status ERROR with the error text, and ``error.type`` set to the failure kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
+
+from planweave import __version__
+from planweave.engine.context import current_step
+from planweave.engine.events import Event
+from planweave.engine.runtime import Engine, Run
+from planweave.errors import PlanweaveError, RunNotFound
+from planweave.plan.catalog import ToolCatalog, ToolSpec
+
+__all__ = ["TelemetryError", "instrument", "tracer_provider_from_env"]
+
+RUN_ID = "planweave.run_id"
+STEP_ID = "planweave.step_id"
+TOOL = "planweave.tool"
+ATTEMPT = "planweave.attempt"
+ERROR_TYPE = "error.type"
+
+
+class TelemetryError(PlanweaveError):
+    """The OpenTelemetry environment asks for an exporter planweave cannot set up."""
+
+
+class _RunTracing:
+    """The open spans of the engine's runs, driven by its events (the engine's listener)."""
+
+    def __init__(self, engine: Engine, tracer: Tracer) -> None:
+        self._engine = engine
+        self._tracer = tracer
+        self._runs: dict[str, Span] = {}
+        self._attempts: dict[tuple[str, str], Span] = {}
+
+    # -- spans the tool wrapper needs ---------------------------------------------------------------------------
+    def attempt_span(self, run_id: str, step_id: str) -> Span | None:
+        """The span of the attempt of ``step_id`` that is running now, if any."""
+        return self._attempts.get((run_id, step_id))
+
+    @property
+    def tracer(self) -> Tracer:
+        return self._tracer
+
+    # -- the listener --------------------------------------------------------------------------------------------
+    def on_event(self, event: Event) -> None:
+        """Open and close spans as the run's events say (called by the engine, synchronously, for every event)."""
+        kind = event.kind
+        if kind == "step_started":
+            self._start_attempt(event)
+        elif kind == "step_succeeded":
+            self._end_attempt(event.run_id, event.step, None)
+        elif kind == "step_failed":
+            self._fail_attempt(event)
+        elif kind == "step_cancelled":
+            self._end_attempt(event.run_id, event.step, "cancelled")
+        elif kind in ("run_created", "run_resumed"):
+            self._start_run(event)
+        elif kind == "run_cancelled":
+            for run_id, step_id in [key for key in self._attempts if key[0] == event.run_id]:
+                self._end_attempt(run_id, step_id, "cancelled")
+        elif kind == "run_finished":
+            self._end_run(event.run_id, str(event.data.get("status")), event.data.get("error"))
+        elif kind == "model_call":
+            self._model_call(event)
+        elif kind in ("plan_version", "steps_added", "escalation"):
+            self._run_event(event)
+
+    def _run(self, run_id: str) -> Run | None:
+        try:
+            return self._engine.get(run_id)
+        except RunNotFound:
+            return None
+
+    def _start_run(self, event: Event) -> None:
+        self._end_run(event.run_id, "interrupted", "the run was started again before its span ended")
+        run = self._run(event.run_id)
+        attributes: dict[str, Any] = {RUN_ID: event.run_id, "planweave.resumed": event.kind == "run_resumed"}
+        if run is not None:
+            attributes["planweave.plan"] = run.plan.spec.name
+            attributes["planweave.steps"] = len(run.plan)
+        # A root span: a run outlives the request (or command) that started it.
+        self._runs[event.run_id] = self._tracer.start_span(
+            "planweave.run", context=otel_context.Context(), attributes=attributes
+        )
+        if run is not None:
+            self._watch(run)
+
+    def _watch(self, run: Run) -> None:
+        """Close the spans of a run that is interrupted (the engine closed): it emits no ``run_finished`` then."""
+        waiter = asyncio.ensure_future(run.wait())
+
+        def done(task: asyncio.Future[Any]) -> None:
+            if task.cancelled() or task.exception() is not None:
+                self._end_run(run.id, "interrupted", "the run was interrupted; resume it to continue")
+
+        waiter.add_done_callback(done)
+
+    def _start_attempt(self, event: Event) -> None:
+        assert event.step is not None
+        parent = self._runs.get(event.run_id)
+        run = self._run(event.run_id)
+        attributes: dict[str, Any] = {RUN_ID: event.run_id, STEP_ID: event.step,
+                                      ATTEMPT: int(event.data.get("attempt", 1))}
+        if run is not None and event.step in run.plan.steps:
+            step = run.plan.steps[event.step]
+            rec = run.state.records.get(event.step)
+            on_fallback = rec is not None and rec.fallback_active and step.fallback is not None
+            attributes[TOOL] = step.fallback.tool if on_fallback and step.fallback is not None else step.tool
+        context = trace.set_span_in_context(parent) if parent is not None else otel_context.Context()
+        self._attempts[(event.run_id, event.step)] = self._tracer.start_span(
+            f"step {event.step}", context=context, attributes=attributes
+        )
+
+    def _model_call(self, event: Event) -> None:
+        """A span for a model call the run reported, with its own times (it happened before the event)."""
+        data = event.data
+        parent = self._attempts.get((event.run_id, event.step)) if event.step else None
+        parent = parent or self._runs.get(event.run_id)
+        attributes: dict[str, Any] = {RUN_ID: event.run_id, "gen_ai.request.model": str(data.get("model", "")),
+                                      "gen_ai.usage.input_tokens": int(data.get("prompt_tokens", 0) or 0),
+                                      "gen_ai.usage.output_tokens": int(data.get("completion_tokens", 0) or 0),
+                                      "planweave.cost_usd": float(data.get("cost_usd", 0.0) or 0.0)}
+        if event.step:
+            attributes[STEP_ID] = event.step
+        if data.get("purpose"):
+            attributes["planweave.purpose"] = str(data["purpose"])
+        context = trace.set_span_in_context(parent) if parent is not None else otel_context.Context()
+        span = self._tracer.start_span(f"model {data.get('model', '')}".strip(), context=context,
+                                       attributes=attributes, start_time=_epoch_ns(data.get("started_at")))
+        span.end(end_time=_epoch_ns(data.get("finished_at")))
+
+    def _run_event(self, event: Event) -> None:
+        span = self._runs.get(event.run_id)
+        if span is None:
+            return
+        data = event.data
+        attributes = {k: str(data[k]) for k in ("version", "parent", "trigger", "rung", "reason") if data.get(k)}
+        if event.step:
+            attributes[STEP_ID] = event.step
+        span.add_event(event.kind, attributes)
+
+    def _fail_attempt(self, event: Event) -> None:
+        span = self._attempts.pop((event.run_id, event.step or ""), None)
+        if span is None:
+            return
+        error = str(event.data.get("error", "failed"))
+        kind = str(event.data.get("kind", "error"))
+        span.set_attribute(ERROR_TYPE, kind)
+        span.set_attribute("planweave.final", bool(event.data.get("final", True)))
+        if "retry_in" in event.data:
+            span.set_attribute("planweave.retry_in", float(event.data["retry_in"]))
+        span.add_event("exception", {"exception.type": kind, "exception.message": error})
+        span.set_status(Status(StatusCode.ERROR, error))
+        span.end()
+
+    def _end_attempt(self, run_id: str, step_id: str | None, outcome: str | None) -> None:
+        span = self._attempts.pop((run_id, step_id or ""), None)
+        if span is None:
+            return
+        if outcome is None:
+            span.set_status(Status(StatusCode.OK))
+        else:
+            span.set_attribute("planweave.outcome", outcome)
+        span.end()
+
+    def _end_run(self, run_id: str, status: str, error: Any) -> None:
+        for key in [key for key in self._attempts if key[0] == run_id]:
+            self._end_attempt(key[0], key[1], status if status != "succeeded" else "unfinished")
+        span = self._runs.pop(run_id, None)
+        if span is None:
+            return
+        span.set_attribute("planweave.status", status)
+        if status == "succeeded":
+            span.set_status(Status(StatusCode.OK))
+        else:
+            span.set_status(Status(StatusCode.ERROR, str(error) if error else status))
+        span.end()
+
+
+def _epoch_ns(at: Any) -> int | None:
+    """Seconds since the epoch as nanoseconds; None (use now) for anything else, e.g. virtual-clock times."""
+    if isinstance(at, int | float) and at >= 1e9:
+        return int(at * 1e9)
+    return None
+
+
+class _TracedTool:
+    """A tool whose calls are spans, children of the span of the step attempt that makes them."""
+
+    def __init__(self, inner: ToolSpec, tracing: _RunTracing) -> None:
+        self._inner = inner
+        self._tracing = tracing
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def description(self) -> str:
+        return self._inner.description
+
+    @property
+    def idempotent(self) -> bool:
+        return self._inner.idempotent
+
+    @property
+    def input_schema(self) -> Mapping[str, Any]:
+        return self._inner.input_schema
+
+    def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
+        return self._inner.check_args(args, deferred)
+
+    async def invoke(self, args: Mapping[str, Any]) -> Any:
+        """Call the tool inside a ``tool <name>`` span (the current span while it runs, for nested tracing)."""
+        attributes: dict[str, Any] = {TOOL: self.name}
+        parent: Span | None = None
+        try:
+            step = current_step()
+        except LookupError:
+            pass
+        else:
+            attributes.update({RUN_ID: step.run_id, STEP_ID: step.step_id, ATTEMPT: step.attempt})
+            parent = self._tracing.attempt_span(step.run_id, step.step_id)
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        span = self._tracing.tracer.start_span(f"tool {self.name}", context=context, attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            return await self._inner.invoke(args)
+        except asyncio.CancelledError:
+            span.set_attribute("planweave.outcome", "cancelled")
+            raise
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_attribute(ERROR_TYPE, getattr(exc, "kind", type(exc).__name__))
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+
+
+class _TracedCatalog(Mapping[str, ToolSpec]):
+    """The engine's tool catalog with every tool wrapped in :class:`_TracedTool`."""
+
+    def __init__(self, inner: ToolCatalog, tracing: _RunTracing) -> None:
+        self._inner = inner
+        self._tracing = tracing
+        self._wrapped: dict[str, tuple[ToolSpec, _TracedTool]] = {}
+
+    def __getitem__(self, name: str) -> ToolSpec:
+        tool = self._inner[name]
+        cached = self._wrapped.get(name)
+        if cached is None or cached[0] is not tool:
+            cached = self._wrapped[name] = (tool, _TracedTool(tool, self._tracing))
+        return cached[1]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._inner)
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+
+def instrument(engine: Engine, tracer_provider: trace.TracerProvider | None = None) -> None:
+    """Trace ``engine``'s runs: call before starting them (the listener sees runs started after this call).
+
+    Spans go to ``tracer_provider`` (default: the global one, see :func:`opentelemetry.trace.set_tracer_provider`).
+    Tool calls are traced for runs that use the engine's catalog (not for runs started with their own ``tools=``).
+    """
+    tracer = trace.get_tracer("planweave", __version__, tracer_provider=tracer_provider)
+    tracing = _RunTracing(engine, tracer)
+    engine.subscribe(tracing.on_event)
+    if engine.tools is None:
+        from planweave.tools import builtin_tools  # what the engine would use by default
+
+        engine.tools = builtin_tools()
+    engine.tools = _TracedCatalog(engine.tools, tracing)
+
+
+def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
+    if name == "console":
+        return ConsoleSpanExporter()
+    if name == "otlp":
+        protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                    or "http/protobuf").strip().lower()
+        if protocol == "grpc":
+            try:
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
+                    OTLPSpanExporter as GrpcExporter,
+                )
+            except ImportError:
+                raise TelemetryError(
+                    "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the package opentelemetry-exporter-otlp-proto-grpc; "
+                    "install it, or use http/protobuf (the default)"
+                ) from None
+            exporter: SpanExporter = GrpcExporter()
+            return exporter
+        if protocol != "http/protobuf":
+            raise TelemetryError(f"OTLP protocol '{protocol}' is not supported: use http/protobuf or grpc")
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter()  # reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT itself
+    raise TelemetryError(f"OTEL_TRACES_EXPORTER names '{name}': planweave supports otlp, console and none")
+
+
+def tracer_provider_from_env(environ: Mapping[str, str] | None = None) -> TracerProvider:
+    """A tracer provider set up from the standard variables: ``OTEL_TRACES_EXPORTER`` (otlp, console, none;
+    comma-separated), ``OTEL_EXPORTER_OTLP_ENDPOINT`` and friends, ``OTEL_SERVICE_NAME`` (default ``planweave``),
+    ``OTEL_RESOURCE_ATTRIBUTES``. Shut it down at exit to send the last spans. Raises :class:`TelemetryError`.
+    """
+    env = os.environ if environ is None else environ
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "planweave"}))
+    provider = TracerProvider(resource=resource)
+    names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
+    for name in names:
+        if name != "none":
+            provider.add_span_processor(BatchSpanProcessor(_exporter(name, env)))
+    return provider

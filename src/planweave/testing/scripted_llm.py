@@ -1,0 +1,510 @@
+"""A scripted OpenAI-compatible server on 127.0.0.1, for tests and benchmarks of model clients (not a model).
+
+It serves ``POST /v1/chat/completions`` (streamed as server-sent events like the real API, or not) and
+``GET /v1/models`` over real HTTP/1.1 (asyncio streams and h11, the HTTP state machine httpx itself uses). Each chat
+request takes the next reply of its *script*: a sequence of replies, or a function from the request to a reply.
+Replies are :class:`Text` (any text: prose, JSON, JSON-lines plans, malformed output), :class:`HttpError` (429 with
+``Retry-After``, 500, ...), :class:`Stall` (stop sending mid-stream) and :class:`Drop` (cut the connection). Time to
+first token and tokens per second are configurable. Every request is recorded in :attr:`ScriptedLLM.requests`.
+
+    server = ScriptedLLM([Text("hello"), HttpError(429, retry_after=1), Text("again")])
+    async with server as base_url:          # http://127.0.0.1:PORT/v1
+        ...
+    server.requests[0].body["messages"]
+
+Manual runs: ``python -m planweave.testing.scripted_llm --port 8000 --script replies.jsonl`` where each line is a
+reply as :func:`reply_from_json` reads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import inspect
+import itertools
+import json
+import math
+import re
+import sys
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h11
+import orjson
+
+_TOKEN = re.compile(r"\s*\S{1,4}|\s+")
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split text into the pieces the server streams and counts as completion tokens (about four characters)."""
+    return _TOKEN.findall(text)
+
+
+def plan_lines(steps: Iterable[Mapping[str, Any]]) -> str:
+    """A JSON-lines plan: one JSON object per line (what a planner model is asked to write)."""
+    return "".join(orjson.dumps(dict(s)).decode() + "\n" for s in steps)
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """Answer with ``text``. Unset timings take the server's defaults; ``usage=False`` sends no token counts;
+    ``prompt_tokens``/``completion_tokens`` replace the counted ones."""
+
+    text: str
+    ttft: float | None = None
+    tokens_per_second: float | None = None
+    finish_reason: str = "stop"
+    usage: bool = True
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpError:
+    """Answer with an HTTP error: an OpenAI-style error body (or ``body`` verbatim) and ``Retry-After`` if given."""
+
+    status: int
+    message: str = "scripted error"
+    retry_after: float | str | None = None
+    body: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """Stream ``after``, then send nothing for ``seconds`` (None: until the client goes away), then ``then``.
+
+    A non-streaming request gets no response at all while stalled.
+    """
+
+    after: str = ""
+    seconds: float | None = None
+    then: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Stream ``after``, then cut the connection (a non-streaming request is cut before any response)."""
+
+    after: str = ""
+
+
+Reply = Text | HttpError | Stall | Drop
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """A request the server received: ``body`` is the parsed JSON body (None if there was none or it is not JSON)."""
+
+    method: str
+    path: str
+    headers: Mapping[str, str]
+    body: Any
+    at: float = field(compare=False)
+
+    @property
+    def stream(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("stream"))
+
+    @property
+    def response_format(self) -> Any:
+        return self.body.get("response_format") if isinstance(self.body, dict) else None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        messages = self.body.get("messages") if isinstance(self.body, dict) else None
+        return messages if isinstance(messages, list) else []
+
+
+ScriptFunction = Callable[[RecordedRequest], Reply | Awaitable[Reply]]
+
+
+def reply_from_json(obj: Mapping[str, Any]) -> Reply:
+    """A reply from a JSON object (one line of a ``--script`` file).
+
+    ``{"text": "..."}``, ``{"json": value}``, ``{"plan": [step, ...]}`` (JSON lines), ``{"status": 429,
+    "retry_after": 2}``, ``{"stall": true, "after": "...", "seconds": 5}``, ``{"drop": true, "after": "..."}``;
+    text replies also take ``ttft``, ``tokens_per_second`` and ``finish_reason``.
+    """
+    if obj.get("stall"):
+        return Stall(str(obj.get("after", "")), obj.get("seconds"), str(obj.get("then", "")))
+    if obj.get("drop"):
+        return Drop(str(obj.get("after", "")))
+    if "status" in obj:
+        return HttpError(int(obj["status"]), str(obj.get("message", "scripted error")), obj.get("retry_after"),
+                         obj.get("body"))
+    timing = {k: obj[k] for k in ("ttft", "tokens_per_second", "finish_reason") if k in obj}
+    if "json" in obj:
+        return Text(orjson.dumps(obj["json"]).decode(), **timing)
+    if "plan" in obj:
+        return Text(plan_lines(obj["plan"]), **timing)
+    if "text" in obj:
+        return Text(str(obj["text"]), **timing)
+    raise ValueError(f"not a scripted reply (needs text, json, plan, status, stall or drop): {dict(obj)!r}")
+
+
+class ScriptedLLM:
+    """The server. ``async with`` it to serve (on a free port unless ``port`` is given); it yields the base URL.
+
+    ``json_schema=False`` makes it answer ``response_format`` ``json_schema`` with HTTP 500, as llama.cpp's server
+    does (such a rejection takes no reply from the script). ``default`` answers requests after the script has run out;
+    without it they get HTTP 410.
+    """
+
+    def __init__(
+        self,
+        script: Iterable[Reply] | ScriptFunction = (),
+        *,
+        default: Reply | None = None,
+        ttft: float = 0.0,
+        tokens_per_second: float | None = None,
+        json_schema: bool = True,
+        models: Sequence[str] = ("scripted",),
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._function: ScriptFunction | None = script if callable(script) else None
+        self._queue: deque[Reply] = deque() if callable(script) else deque(script)
+        self.default = default
+        self.ttft = ttft
+        self.tokens_per_second = tokens_per_second
+        self.json_schema = json_schema
+        self.models = tuple(models)
+        self.host = host
+        self.port = port
+        self.requests: list[RecordedRequest] = []
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._ids = itertools.count(1)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1`` (the port is known once the server is serving)."""
+        return f"http://{self.host}:{self.port}/v1"
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        """The chat completion requests received, in order."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    def push(self, *replies: Reply) -> None:
+        """Append replies to the script (a sequence script only)."""
+        if self._function is not None:
+            raise TypeError("this server's script is a function; it has no queue to push to")
+        self._queue.extend(replies)
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self.base_url
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop listening and end every open connection (stalled ones included)."""
+        if self._server is None:
+            return
+        self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._server.wait_closed()
+        self._server = None
+
+    # -- HTTP --------------------------------------------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        conn = h11.Connection(h11.SERVER)
+        try:
+            while True:
+                received = await self._read_request(conn, reader)
+                if received is None:
+                    break
+                if not await self._respond(conn, reader, writer, received):
+                    break
+                if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
+                    break
+                conn.start_next_cycle()
+        except (ConnectionError, h11.ProtocolError, asyncio.CancelledError):
+            pass
+        finally:
+            self._connections.discard(task)
+            if writer.transport.is_closing():
+                writer.transport.abort()
+            else:
+                writer.close()
+
+    async def _read_request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> RecordedRequest | None:
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(65536))
+            elif isinstance(event, h11.Request):
+                request = event
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                break
+            elif isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
+                return None
+        assert request is not None
+        try:
+            parsed = orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            parsed = None
+        recorded = RecordedRequest(
+            method=request.method.decode(),
+            path=request.target.decode().split("?", 1)[0],
+            headers={k.decode().lower(): v.decode() for k, v in request.headers},
+            body=parsed,
+            at=asyncio.get_running_loop().time(),
+        )
+        self.requests.append(recorded)
+        return recorded
+
+    async def _respond(
+        self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: RecordedRequest
+    ) -> bool:
+        """Answer one request; False if the connection must end."""
+        path = req.path.rstrip("/")
+        if req.method == "GET" and path in ("/v1/models", "/models"):
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "planweave"} for m in self.models]
+            await self._send_json(conn, writer, 200, {"object": "list", "data": data})
+            return True
+        if req.method != "POST" or path not in ("/v1/chat/completions", "/chat/completions"):
+            await self._send_json(conn, writer, 404, _error_body(f"no route {req.method} {req.path}", "not_found"))
+            return True
+        if not isinstance(req.body, dict) or not isinstance(req.body.get("messages"), list):
+            await self._send_json(conn, writer, 400, _error_body("body must be JSON with 'messages'", "invalid"))
+            return True
+        fmt = req.response_format
+        if not self.json_schema and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+            # What llama-cpp-python's server does: its chat handlers accept only text and json_object.
+            await self._send_json(conn, writer, 500, _error_body(
+                "response_format type 'json_schema' is not supported by this server", "internal_server_error"))
+            return True
+        reply = await self._next_reply(req)
+        if isinstance(reply, HttpError):
+            await self._send_error(conn, writer, reply)
+            return True
+        if isinstance(reply, Drop) and not req.stream:
+            writer.transport.abort()
+            return False
+        if isinstance(reply, Stall) and not req.stream:
+            if not await self._stall(reader, reply.seconds):
+                return False
+            reply = Text(reply.after + reply.then)
+        if req.stream:
+            return await self._stream(conn, reader, writer, req, reply)
+        assert isinstance(reply, Text)
+        await self._complete(conn, writer, req, reply)
+        return True
+
+    async def _next_reply(self, req: RecordedRequest) -> Reply:
+        if self._function is not None:
+            result = self._function(req)
+            return await result if inspect.isawaitable(result) else result
+        if self._queue:
+            return self._queue.popleft()
+        if self.default is not None:
+            return self.default
+        n = len(self.chat_requests)
+        return HttpError(410, f"scripted server: the script has no reply left for chat request #{n}")
+
+    async def _send_json(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: Any,
+                         headers: Sequence[tuple[str, str]] = ()) -> None:
+        data = orjson.dumps(body)
+        hdrs = [("content-type", "application/json"), ("content-length", str(len(data))), *headers]
+        writer.write(conn.send(h11.Response(status_code=status, headers=hdrs)))
+        writer.write(conn.send(h11.Data(data=data)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+
+    async def _send_error(self, conn: h11.Connection, writer: asyncio.StreamWriter, reply: HttpError) -> None:
+        headers = [] if reply.retry_after is None else [("retry-after", _retry_after_text(reply.retry_after))]
+        if reply.body is not None:
+            data = reply.body.encode()
+            hdrs = [("content-type", "text/plain"), ("content-length", str(len(data))), *headers]
+            writer.write(conn.send(h11.Response(status_code=reply.status, headers=hdrs)))
+            writer.write(conn.send(h11.Data(data=data)))
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+            return
+        kind = "rate_limit_exceeded" if reply.status == 429 else "server_error"
+        await self._send_json(conn, writer, reply.status, _error_body(reply.message, kind), headers)
+
+    async def _stall(self, reader: asyncio.StreamReader, seconds: float | None) -> bool:
+        """Send nothing for ``seconds`` (None: until the client closes); False if the client went away."""
+        if seconds is not None:
+            await asyncio.sleep(seconds)
+            return True
+        while await reader.read(65536):
+            pass  # a client waiting for this response sends nothing more; EOF means it gave up
+        return False
+
+    # -- chat completions ----------------------------------------------------------------------------------------
+    def _usage(self, req: RecordedRequest, reply: Text, completion_tokens: int) -> dict[str, int]:
+        prompt = reply.prompt_tokens
+        if prompt is None:
+            prompt = sum(math.ceil(len(str(m.get("content") or "")) / 4) + 4 for m in req.messages) + 2
+        completion = reply.completion_tokens if reply.completion_tokens is not None else completion_tokens
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+    def _model(self, req: RecordedRequest) -> str:
+        model = req.body.get("model") if isinstance(req.body, dict) else None
+        return model if isinstance(model, str) and model else self.models[0]
+
+    async def _complete(self, conn: h11.Connection, writer: asyncio.StreamWriter, req: RecordedRequest,
+                        reply: Text) -> None:
+        pieces = split_tokens(reply.text)
+        ttft = self.ttft if reply.ttft is None else reply.ttft
+        tps = self.tokens_per_second if reply.tokens_per_second is None else reply.tokens_per_second
+        delay = ttft + (len(pieces) / tps if tps else 0.0)
+        if delay > 0:
+            await asyncio.sleep(delay)
+        body: dict[str, Any] = {
+            "id": f"chatcmpl-scripted-{next(self._ids)}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self._model(req),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
+                         "finish_reason": reply.finish_reason}],
+        }
+        if reply.usage:
+            body["usage"] = self._usage(req, reply, len(pieces))
+        await self._send_json(conn, writer, 200, body)
+
+    async def _stream(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      req: RecordedRequest, reply: Reply) -> bool:
+        assert not isinstance(reply, HttpError)
+        text = reply.text if isinstance(reply, Text) else reply.after
+        timing = reply if isinstance(reply, Text) else Text("")
+        ttft = self.ttft if timing.ttft is None else timing.ttft
+        tps = self.tokens_per_second if timing.tokens_per_second is None else timing.tokens_per_second
+        cid = f"chatcmpl-scripted-{next(self._ids)}"
+        created = int(time.time())
+        model = self._model(req)
+        loop = asyncio.get_running_loop()
+
+        def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+            chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+        async def send_pieces(pieces: list[str]) -> None:
+            start = loop.time()
+            due: list[bytes] = []  # events whose time has come go out in one write
+            for i, piece in enumerate(pieces):
+                if tps:
+                    wait = start + i / tps - loop.time()
+                    if wait > 0:
+                        if due:
+                            writer.write(conn.send(h11.Data(data=b"".join(due))))
+                            due.clear()
+                            await writer.drain()
+                        await asyncio.sleep(wait)
+                due.append(event({"content": piece}))
+            if due:
+                writer.write(conn.send(h11.Data(data=b"".join(due))))
+            await writer.drain()
+
+        headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
+        writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
+        writer.write(conn.send(h11.Data(data=event({"role": "assistant", "content": ""}))))
+        await writer.drain()
+        if ttft > 0:
+            await asyncio.sleep(ttft)
+        pieces = split_tokens(text)
+        await send_pieces(pieces)
+        if isinstance(reply, Drop):
+            writer.transport.abort()
+            return False
+        if isinstance(reply, Stall):
+            if not await self._stall(reader, reply.seconds):
+                return False
+            more = split_tokens(reply.then)
+            await send_pieces(more)
+            pieces += more
+            reply = Text(reply.after + reply.then)
+        finish = reply.finish_reason
+        writer.write(conn.send(h11.Data(data=event({}, finish))))
+        options = req.body.get("stream_options") if isinstance(req.body, dict) else None
+        if reply.usage and isinstance(options, dict) and options.get("include_usage"):
+            usage = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                     "choices": [], "usage": self._usage(req, reply, len(pieces))}
+            writer.write(conn.send(h11.Data(data=b"data: " + orjson.dumps(usage) + b"\n\n")))
+        writer.write(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+        return True
+
+
+def _error_body(message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": None}}
+
+
+def _retry_after_text(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def load_script(path: str | Path) -> list[Reply]:
+    """Replies from a JSON-lines file (blank lines and lines starting with ``#`` are skipped)."""
+    replies = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            replies.append(reply_from_json(json.loads(line)))
+        except (json.JSONDecodeError, ValueError, TypeError) as exc:
+            raise ValueError(f"{path}:{number}: {exc}") from None
+    return replies
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    replies = load_script(args.script) if args.script else []
+    script: Iterable[Reply] | ScriptFunction = replies
+    default: Reply | None = Text(args.text) if args.text is not None else None
+    if args.loop and replies:
+        cycle = itertools.cycle(replies)
+        script = lambda _request: next(cycle)  # noqa: E731
+    server = ScriptedLLM(script, default=default, ttft=args.ttft, tokens_per_second=args.tps,
+                         json_schema=not args.no_json_schema, models=tuple(args.model or ["scripted"]),
+                         host=args.host, port=args.port)
+    async with server as base_url:
+        print(f"scripted LLM server at {base_url} ({len(replies)} scripted replies)", flush=True)
+        await asyncio.Event().wait()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the server until interrupted (``python -m planweave.testing.scripted_llm --help``)."""
+    parser = argparse.ArgumentParser(prog="python -m planweave.testing.scripted_llm",
+                                     description="A scripted OpenAI-compatible server for tests and benchmarks.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--script", help="JSON-lines file of replies")
+    parser.add_argument("--loop", action="store_true", help="repeat the script forever")
+    parser.add_argument("--text", help="reply with this text once the script has run out")
+    parser.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token")
+    parser.add_argument("--tps", type=float, default=None, help="tokens per second (default: as fast as possible)")
+    parser.add_argument("--no-json-schema", action="store_true", help="answer json_schema response_format with 500")
+    parser.add_argument("--model", action="append", help="model name listed by /v1/models (repeatable)")
+    args = parser.parse_args(argv)
+    try:
+        asyncio.run(_serve(args))
+    except KeyboardInterrupt:
+        print("stopped", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

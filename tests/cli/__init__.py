@@ -1,0 +1,1 @@
+"""Tests of the ``planweave`` command line."""

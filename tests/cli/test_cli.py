@@ -1,0 +1,460 @@
+"""The ``planweave`` command line: its JSON contract, exit codes, inspection commands and cross-process control."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from rich.console import Console
+from typer.testing import CliRunner
+
+from planweave import RunNotFound, VirtualClock, __version__, open_engine, run_virtual
+from planweave.cli.main import JournaledRun, app, read_run
+from planweave.cli.views import LiveRunView, format_duration
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+THREE_YEARS = 3 * 365 * 86400.0
+STEP_KEYS = {"status", "attempts", "started_at", "finished_at", "error"}
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------
+def invoke(*args: str) -> Any:
+    """Run the CLI in this process with wide, colourless output."""
+    result = CliRunner(env={"COLUMNS": "160", "NO_COLOR": "1", "PLANWEAVE_JOURNAL": None}).invoke(app, list(args))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def write_plan(path: Path, doc: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'runs.db'}"  # tmp_path is absolute: four slashes
+
+
+def cli_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "planweave.cli.main", *args]
+
+
+def subprocess_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PLANWEAVE_JOURNAL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    env["COLUMNS"] = "160"
+    return env
+
+
+def journal_view(url: str, run_id: str) -> JournaledRun | None:
+    """The run as another process sees it in the journal right now (None before it is there)."""
+    try:
+        return asyncio.run(read_run(url, run_id))
+    except RunNotFound:
+        return None
+
+
+def wait_for_step(url: str, run_id: str, step: str, status: str, proc: subprocess.Popen[str]) -> None:
+    """Poll the journal (bounded by a deadline) until ``step`` has ``status``; fail if the process died first."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = journal_view(url, run_id)
+        if seen is not None and seen.state is not None and seen.state.records[step].status == status:
+            return
+        assert proc.poll() is None, f"the run exited early with {proc.returncode}"
+        time.sleep(0.05)
+    pytest.fail(f"step '{step}' of run '{run_id}' was not {status} within 30 s")
+
+
+SUCCEEDING = {
+    "name": "fan",
+    "steps": [
+        {"id": "left", "tool": "sleep", "args": {"seconds": 0.05, "result": {"n": 2}}},
+        {"id": "right", "tool": "sleep", "args": {"seconds": 0.05, "result": {"n": 3}}},
+        {"id": "sum", "tool": "noop", "args": {"l": "${left.n}", "r": "${right.n}"}},
+    ],
+}
+
+FAILING = {
+    "name": "broken",
+    "steps": [
+        {"id": "fetch", "tool": "sleep", "args": {"seconds": 0.05, "result": {"n": 1}}},
+        {"id": "broken", "tool": "shell", "args": {"argv": ["sh", "-c", "echo boom >&2; exit 3"]}},
+        {"id": "use_broken", "tool": "noop", "args": {"x": "${broken.stdout}"}},
+        {"id": "after_use", "tool": "noop", "after": ["use_broken"]},
+        {"id": "independent", "tool": "noop", "args": {"n": "${fetch.n}"}},
+    ],
+}
+
+
+def flaky_plan(tmp_path: Path) -> dict[str, Any]:
+    """A plan whose ``flaky`` step fails its first attempt and succeeds on the retry."""
+    marker = tmp_path / "flaky.marker"
+    script = f'if [ -e "{marker}" ]; then echo ok; else touch "{marker}"; echo transient >&2; exit 1; fi'
+    return {
+        "name": "demo",
+        "steps": [
+            {"id": "prepare", "tool": "sleep", "args": {"seconds": 0.05}},
+            {"id": "flaky", "tool": "shell", "args": {"argv": ["sh", "-c", script]},
+             "retries": {"max": 2, "backoff": 0.05}},
+            {"id": "finish", "tool": "noop", "args": {"said": "${flaky.stdout}"}, "after": ["prepare"]},
+        ],
+    }
+
+
+# -- run ---------------------------------------------------------------------------------------------------------
+def test_run_json_prints_one_summary_object_and_exits_zero(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "fan.yaml", SUCCEEDING)
+    result = invoke("run", str(plan), "--journal", "memory://", "--json", "--run-id", "r1")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)  # the whole of stdout is one JSON document
+    assert report["run_id"] == "r1"
+    assert report["status"] == "succeeded"
+    assert {"started_at", "finished_at", "makespan_s"} <= report.keys()
+    assert report["makespan_s"] == pytest.approx(report["finished_at"] - report["started_at"])
+    assert set(report["steps"]) == {"left", "right", "sum"}
+    for step in report["steps"].values():
+        assert step.keys() >= STEP_KEYS
+        assert step["status"] == "succeeded"
+        assert step["attempts"] == 1
+
+
+def test_failing_run_names_the_root_cause_skips_dependents_and_finishes_the_independent_branch(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "broken.yaml", FAILING)
+    result = invoke("run", str(plan), "--journal", "memory://", "--json")
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    steps = report["steps"]
+    assert report["status"] == "failed"
+    assert report["root_cause"] == "broken"
+    assert "step 'broken' failed" in report["error"]
+    assert "code 3" in report["error"] and "boom" in report["error"]
+    assert steps["broken"]["status"] == "failed"
+    for dependent in ("use_broken", "after_use"):
+        assert steps[dependent]["status"] == "skipped"
+        assert steps[dependent]["error"] == "dependency 'broken' failed"
+    assert steps["fetch"]["status"] == steps["independent"]["status"] == "succeeded"
+
+
+def test_run_without_json_shows_the_steps_and_a_final_summary(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "broken.yaml", FAILING)
+    result = invoke("run", str(plan), "--journal", "memory://")
+    assert result.exit_code == 1
+    out = result.stdout
+    for sid in ("fetch", "broken", "use_broken", "after_use", "independent"):
+        assert sid in out
+    assert "failed after " in out
+    assert "error: step 'broken' failed" in out
+    assert "dependency 'broken' failed" in out
+
+
+def test_invalid_plan_lists_every_problem_exits_2_and_leaves_the_journal_untouched(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "bad.yaml", {"steps": [
+        {"id": "a", "tool": "nosuchtool"},
+        {"id": "b", "tool": "noop", "args": {"x": "${missing.out}"}},
+        {"id": "c", "tool": "sleep", "args": {"secs": 1}},
+        {"id": "d", "tool": "noop", "after": ["e"]},
+        {"id": "e", "tool": "noop", "after": ["d"]},
+    ]})
+    result = invoke("run", str(plan), "--journal", sqlite_url(tmp_path), "--json")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    err = result.stderr
+    assert "5 problems" in err
+    assert "unknown tool 'nosuchtool'" in err
+    assert "unknown step 'missing'" in err
+    assert "no argument 'secs'" in err
+    assert "required by tool 'sleep'" in err
+    assert "dependency cycle" in err
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_unparseable_plan_and_bad_flags_exit_2_with_a_message(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("steps: [\n", encoding="utf-8")
+    result = invoke("run", str(broken), "--journal", "memory://")
+    assert result.exit_code == 2
+    assert "broken.yaml is not valid" in result.stderr and "line" in result.stderr
+
+    plan = write_plan(tmp_path / "fan.yaml", SUCCEEDING)
+    result = invoke("run", str(plan), "--journal", "memory://", "--capacity", "llm")
+    assert result.exit_code == 2
+    assert "--capacity 'llm'" in result.stderr
+
+    result = invoke("run", str(plan), "--journal", "memory://", "--tools", "no_such_module_here:toolbox")
+    assert result.exit_code == 2
+    assert "cannot import" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_capacity_flag_overrides_the_plans_capacity(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "caps.yaml", {
+        "capacities": {"gpu": 1},
+        "steps": [{"id": f"s{i}", "tool": "sleep", "args": {"seconds": 10}, "resources": {"gpu": 1}} for i in range(4)],
+    })
+    serial = json.loads(invoke("run", str(plan), "--journal", "memory://", "--virtual-clock", "--json").stdout)
+    wide = json.loads(
+        invoke("run", str(plan), "--journal", "memory://", "--virtual-clock", "--json", "--capacity", "gpu=4").stdout
+    )
+    assert serial["makespan_s"] == pytest.approx(40.0)
+    assert wide["makespan_s"] == pytest.approx(10.0)
+
+
+def test_tools_flag_adds_a_toolbox_to_the_builtins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    log = tmp_path / "effects.log"
+    plan = write_plan(tmp_path / "marks.yaml", {"steps": [
+        {"id": "one", "tool": "mark", "args": {"step": "one", "log": str(log), "seconds": 0}},
+        {"id": "two", "tool": "noop", "args": {"after": "${one.step}"}},
+    ]})
+    result = invoke("run", str(plan), "--journal", "memory://", "--json", "--tools", "crashy_tools:toolbox")
+    assert result.exit_code == 0, result.output
+    assert log.read_text() == "one\n"
+
+
+def test_virtual_clock_runs_a_three_year_step_in_well_under_a_second(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "long.yaml", {"steps": [
+        {"id": "wait", "tool": "sleep", "args": {"seconds": THREE_YEARS}},
+        {"id": "after", "tool": "noop", "after": ["wait"]},
+    ]})
+    started = time.perf_counter()
+    result = invoke("run", str(plan), "--journal", "memory://", "--virtual-clock", "--json")
+    elapsed = time.perf_counter() - started
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["status"] == "succeeded"
+    assert report["makespan_s"] == pytest.approx(THREE_YEARS, abs=1.0)
+    assert elapsed < 1.0
+
+
+def test_examples_run(tmp_path: Path) -> None:
+    hello = invoke("run", str(EXAMPLES / "hello.yaml"), "--journal", "memory://", "--json")
+    assert hello.exit_code == 0, hello.output
+    report = json.loads(hello.stdout)
+    assert report["steps"]["flaky"]["attempts"] == 2
+    assert report["makespan_s"] < 5.0
+
+    research = invoke("run", str(EXAMPLES / "research.yaml"), "--journal", "memory://", "--virtual-clock", "--json")
+    assert research.exit_code == 0, research.output
+    assert json.loads(research.stdout)["makespan_s"] == pytest.approx(3.6)
+
+
+# -- runs, show, resume, cancel ---------------------------------------------------------------------------------
+def test_runs_and_show_describe_a_finished_run(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    plan = write_plan(tmp_path / "demo.yaml", flaky_plan(tmp_path))
+    assert invoke("run", str(plan), "--journal", url, "--run-id", "demo", "--json").exit_code == 0
+
+    listing = invoke("runs", "--journal", url)
+    assert listing.exit_code == 0
+    assert "demo" in listing.stdout and "succeeded" in listing.stdout
+
+    rows = json.loads(invoke("runs", "--journal", url, "--json").stdout)
+    assert [r["run_id"] for r in rows] == ["demo"]
+    assert rows[0]["status"] == "succeeded"
+    assert rows[0]["steps"] == {"succeeded": 3}
+    assert rows[0]["makespan_s"] > 0
+
+    shown = invoke("show", "demo", "--journal", url)
+    assert shown.exit_code == 0
+    assert "timeline" in shown.stdout
+    flaky_row = next(line for line in shown.stdout.splitlines() if line.startswith("flaky ") and "│" in line)
+    assert "▓" in flaky_row and "█" in flaky_row  # the failed attempt and the retry are separate segments
+    assert "x2" in flaky_row
+
+    report = json.loads(invoke("show", "demo", "--journal", url, "--json").stdout)
+    assert report["status"] == "succeeded"
+    assert report["root_cause"] is None
+    flaky = report["steps"]["flaky"]
+    assert flaky.keys() >= STEP_KEYS
+    assert flaky["attempts"] == 2
+    assert [a["outcome"] for a in flaky["attempt_log"]] == ["failed", "succeeded"]
+
+
+def test_show_of_a_failed_run_names_the_root_cause(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    plan = write_plan(tmp_path / "broken.yaml", FAILING)
+    assert invoke("run", str(plan), "--journal", url, "--run-id", "bad", "--json").exit_code == 1
+    shown = invoke("show", "bad", "--journal", url)
+    assert "error: step 'broken' failed" in shown.stdout
+    assert "dependency 'broken' failed" in shown.stdout
+    report = json.loads(invoke("show", "bad", "--journal", url, "--json").stdout)
+    assert report["root_cause"] == "broken"
+    assert report["steps"]["after_use"]["status"] == "skipped"
+
+
+def test_unknown_runs_and_finished_runs_are_clean_errors(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    missing = invoke("show", "nope", "--journal", url)
+    assert missing.exit_code == 2
+    assert "no run 'nope'" in missing.stderr
+    assert not (tmp_path / "runs.db").exists()  # reading must not create the journal
+    assert json.loads(invoke("runs", "--journal", url, "--json").stdout) == []
+
+    plan = write_plan(tmp_path / "fan.yaml", SUCCEEDING)
+    assert invoke("run", str(plan), "--journal", url, "--run-id", "done", "--json").exit_code == 0
+    again = invoke("resume", "done", "--journal", url)
+    assert again.exit_code == 2
+    assert "already ended: succeeded" in again.stderr
+    duplicate = invoke("run", str(plan), "--journal", url, "--run-id", "done")
+    assert duplicate.exit_code == 2
+    assert "already in the journal" in duplicate.stderr
+    finished = invoke("cancel", "done", "--journal", url)
+    assert finished.exit_code == 2
+    assert "already ended" in finished.stderr
+    for result in (missing, again, duplicate, finished):
+        assert "Traceback" not in result.output
+
+
+def test_cancel_stops_a_run_in_another_process(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    plan = write_plan(tmp_path / "long.yaml", {"steps": [
+        {"id": "quick", "tool": "noop"},
+        {"id": "long", "tool": "sleep", "args": {"seconds": 600}, "after": ["quick"]},
+        {"id": "never", "tool": "noop", "after": ["long"]},
+    ]})
+    with subprocess.Popen(
+        cli_command("run", str(plan), "--journal", url, "--run-id", "victim", "--json"),
+        cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:
+        try:
+            wait_for_step(url, "victim", "long", "running", proc)
+            cancelled = subprocess.run(cli_command("cancel", "victim", "--journal", url), cwd=tmp_path,
+                                       env=subprocess_env(), capture_output=True, text=True, timeout=60)
+            assert cancelled.returncode == 0, cancelled.stderr
+            assert "cancel requested" in cancelled.stdout
+            started = time.monotonic()
+            out, _err = proc.communicate(timeout=30)
+            assert time.monotonic() - started < 10  # the engine checks for requests twice a second
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 1
+    assert json.loads(out)["status"] == "cancelled"
+    shown = subprocess.run(cli_command("show", "victim", "--journal", url, "--json"), cwd=tmp_path,
+                           env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    report = json.loads(shown.stdout)
+    assert report["status"] == "cancelled"
+    assert report["steps"]["quick"]["status"] == "succeeded"
+    assert report["steps"]["long"]["status"] == report["steps"]["never"]["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_leaves_the_run_resumable(tmp_path: Path, signum: signal.Signals) -> None:
+    url = sqlite_url(tmp_path)
+    plan = write_plan(tmp_path / "two.yaml", {"steps": [
+        {"id": "first", "tool": "noop", "args": {"v": 1}},
+        {"id": "second", "tool": "sleep", "args": {"seconds": 1.0, "result": "${first.v}"}},
+    ]})
+    with subprocess.Popen(
+        cli_command("run", str(plan), "--journal", url, "--run-id", "paused"),
+        cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as proc:
+        try:
+            wait_for_step(url, "paused", "second", "running", proc)
+            proc.send_signal(signum)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert proc.returncode == 130, err
+    assert f"interrupted: resume with planweave resume paused --journal {url}" in out
+    assert "Traceback" not in err
+
+    seen = journal_view(url, "paused")
+    assert seen is not None and seen.status == "interrupted"
+    resumed = subprocess.run(cli_command("resume", "paused", "--journal", url, "--json"), cwd=tmp_path,
+                             env=subprocess_env(), capture_output=True, text=True, timeout=60)
+    assert resumed.returncode == 0, resumed.stderr
+    report = json.loads(resumed.stdout)
+    assert report["status"] == "succeeded"
+    assert report["steps"]["first"]["attempts"] == 1  # finished work is kept
+    assert report["steps"]["second"]["attempts"] == 2  # an idempotent step that was running is run again
+
+
+# -- views -----------------------------------------------------------------------------------------------------
+def test_live_view_draws_every_step_and_ends_on_the_final_state() -> None:
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=120, height=40, color_system=None)
+
+    async def go() -> str:
+        clock = VirtualClock()
+        async with open_engine("memory://", clock=clock) as engine:
+            run = await engine.start(FAILING_VIRTUAL)
+            view = LiveRunView(console, clock, ticking=False)
+            with view.follow(run):
+                result = await run.wait()
+            return result.status
+
+    assert run_virtual(go()) == "failed"
+    final_frame = screen.getvalue().rsplit("run ", 1)[-1]  # each redraw starts with the header
+    assert "failed" in final_frame.splitlines()[0]
+    for sid, status in (("wait", "succeeded"), ("bad", "failed"), ("after_bad", "skipped")):
+        row = next(line for line in final_frame.splitlines() if line.startswith(sid + " "))
+        assert status in row
+
+
+FAILING_VIRTUAL = {"steps": [
+    {"id": "wait", "tool": "sleep", "args": {"seconds": 5}},
+    {"id": "bad", "tool": "sleep", "args": {"seconds": -1}, "after": ["wait"]},
+    {"id": "after_bad", "tool": "noop", "after": ["bad"]},
+]}
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (None, "-"), (0.5, "0.50s"), (42.0, "42.0s"), (185.0, "3m05s"), (7380.0, "2h03m"), (2 * 86400 + 3600, "2d01h"),
+    (THREE_YEARS, "3.0y"),
+])
+def test_durations_read_naturally(seconds: float | None, text: str) -> None:
+    assert format_duration(seconds) == text
+
+
+# -- odds and ends -----------------------------------------------------------------------------------------------
+def test_version() -> None:
+    result = invoke("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"planweave {__version__}"
+
+
+def test_bench_engine_forwards_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+
+    def fake_main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 3
+
+    monkeypatch.setitem(sys.modules, "planweave.bench.engine", types.SimpleNamespace(main=fake_main))
+    result = invoke("bench", "engine", "--json", "--steps", "100", "fan_out")
+    assert result.exit_code == 3
+    assert seen == [["--json", "--steps", "100", "fan_out"]]
+
+
+def test_bench_asynchow_prints_the_result(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[Path] = []
+
+    def fake_run(path: Path) -> dict[str, Any]:
+        calls.append(path)
+        return {"total": 4, "exact": 3, "mismatches": [{"index": 2}], "seconds": 0.5}
+
+    monkeypatch.setitem(sys.modules, "planweave.bench.asynchow", types.SimpleNamespace(run_asynchow=fake_run))
+    as_json = invoke("bench", "asynchow", str(tmp_path), "--json")
+    assert as_json.exit_code == 0
+    assert json.loads(as_json.stdout)["exact"] == 3
+    assert calls == [tmp_path]
+    human = invoke("bench", "asynchow", str(tmp_path))
+    assert "3/4" in human.stdout and "1 mismatches" in human.stdout

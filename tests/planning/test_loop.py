@@ -1,0 +1,214 @@
+"""The planning loop against a scripted OpenAI-compatible server: streaming admission, repair, re-planning."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from planweave import Toolbox, builtin_tools, open_engine
+from planweave.engine.runtime import RunResult
+from planweave.models import Budget
+from planweave.models.openai import OpenAIChatClient
+from planweave.planning import PlanningLoop, PlanningOptions
+from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+
+
+def purpose(req: RecordedRequest) -> str:
+    text = " ".join(str(m.get("content", "")) for m in req.messages)
+    if "If the results answer the goal" in text:
+        return "join"
+    if "failed for good" in text:
+        return "repair"
+    if "REMAINING plan" in text:
+        return "replan"
+    if "were rejected" in text:
+        return "fix"
+    return "plan"
+
+
+def tools_with(calls: list[str]) -> Toolbox:
+    box = builtin_tools()
+
+    async def fetch(city: str, fail: bool = False) -> dict[str, Any]:
+        """Fetch the weather of a city."""
+        calls.append(city)
+        await asyncio.sleep(0.05)
+        if fail:
+            raise ConnectionError(f"{city} is down")
+        return {"city": city, "temp": len(city) * 3}
+
+    box.add(fetch, idempotent=True)
+    return box
+
+
+async def run_goal(script: Callable[[RecordedRequest], Reply], tools: Toolbox, *, tps: float | None = None,
+                   options: PlanningOptions = PlanningOptions(), budget: Budget | None = None,
+                   ) -> tuple[RunResult, ScriptedLLM]:
+    server = ScriptedLLM(script, tokens_per_second=tps)
+    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
+            open_engine("memory://", tools=tools) as engine:
+        loop = PlanningLoop(engine, client, tools, budget=budget, options=options)
+        return await loop.run("compare the weather in Paris and Rome"), server
+
+
+PLAN = [
+    {"id": "paris", "tool": "fetch", "args": {"city": "Paris"}},
+    {"id": "rome", "tool": "fetch", "args": {"city": "Rome"}},
+    {"id": "pick", "tool": "noop", "args": {"p": "${paris.temp}", "r": "${rome.temp}"}},
+]
+ANSWER = Text(json.dumps({"answer": "Rome is warmer"}))
+
+
+async def test_first_tool_call_starts_before_the_plan_stream_ends() -> None:
+    calls: list[str] = []
+
+    def script(req: RecordedRequest) -> Reply:
+        return Text(plan_lines(PLAN)) if purpose(req) == "plan" else ANSWER
+
+    result, _ = await run_goal(script, tools_with(calls), tps=60)
+    assert result.ok, result.error
+    summary = result.summary
+    plan_call = next(c for c in result.state.model_calls if c["purpose"] == "plan")
+    assert summary["steps"]["paris"]["started_at"] < plan_call["finished_at"] - 0.3
+    assert summary["answer"] == "Rome is warmer"
+    assert summary["tokens"] > 0
+    versions = summary["plan_versions"]
+    assert versions[-1]["added"] == ["paris", "rome", "pick"] and versions[-1]["model_finished_at"] is not None
+
+
+async def test_malformed_lines_are_repaired_without_losing_work() -> None:
+    calls: list[str] = []
+    bad = "this is prose\n" + plan_lines([PLAN[0], {"id": "rome", "tool": "fecth", "args": {"city": "Rome"}}])
+
+    def script(req: RecordedRequest) -> Reply:
+        p = purpose(req)
+        if p == "plan":
+            return Text(bad)
+        if p == "fix":
+            return Text(plan_lines(PLAN[1:]))
+        return ANSWER
+
+    result, server = await run_goal(script, tools_with(calls))
+    assert result.ok, result.error
+    assert calls.count("Paris") == 1  # the accepted line ran once, before and after the repair
+    fix = next(r for r in server.chat_requests if purpose(r) == "fix")
+    text = fix.messages[-1]["content"]
+    assert "line 1 is not valid JSON" in text and "unknown tool 'fecth' (did you mean 'fetch'?)" in text
+    assert [e["rung"] for e in result.state.escalations] == ["repair_lines"]
+
+
+async def test_failure_is_repaired_locally_while_other_steps_keep_running() -> None:
+    calls: list[str] = []
+    plan = [
+        {"id": "paris", "tool": "fetch", "args": {"city": "Paris", "fail": True}},
+        {"id": "rome", "tool": "fetch", "args": {"city": "Rome"}},
+        {"id": "slow", "tool": "sleep", "args": {"seconds": 0.5}},
+        {"id": "pick", "tool": "noop", "args": {"p": "${paris.temp}", "r": "${rome.temp}"}},
+    ]
+
+    def script(req: RecordedRequest) -> Reply:
+        p = purpose(req)
+        if p == "plan":
+            return Text(plan_lines(plan))
+        if p == "repair":
+            return Text(plan_lines([
+                {"id": "paris", "tool": "fetch", "args": {"city": "Paris-Orly"}},
+                {"id": "pick", "tool": "noop", "args": {"p": "${paris.temp}", "r": "${rome.temp}"}},
+            ]), ttft=0.1)
+        return ANSWER
+
+    result, _ = await run_goal(script, tools_with(calls))
+    assert result.ok, result.error
+    state = result.state
+    assert [e["rung"] for e in state.escalations] == ["local_repair"]
+    assert calls.count("Rome") == 1  # the finished branch was kept, not re-run
+    repair = next(v for v in state.versions if v["trigger"] == "local_repair")
+    assert set(repair["added"]) == {"paris", "pick"} and "rome" in repair["kept"]
+    assert "slow" in repair["adopted"]  # still running while the model re-planned: adopted, not restarted
+    assert result.outputs["pick"] == {"p": 30, "r": 12}
+
+
+async def test_escalation_climbs_to_global_replan_then_fails_with_a_report() -> None:
+    calls: list[str] = []
+    broken = [{"id": "paris", "tool": "fetch", "args": {"city": "Paris", "fail": True}},
+              {"id": "pick", "tool": "noop", "args": {"p": "${paris}"}}]
+
+    def script(req: RecordedRequest) -> Reply:
+        return Text(plan_lines(broken)) if purpose(req) != "join" else ANSWER
+
+    result, _ = await run_goal(script, tools_with(calls), options=PlanningOptions(max_replans=2))
+    assert result.status == "failed"
+    rungs = [e["rung"] for e in result.state.escalations]
+    assert rungs[:2] == ["local_repair", "global_replan"]
+    assert rungs[-1] == "fail"
+    assert "re-plan limit (2)" in result.state.escalations[-1]["reason"]
+    assert result.error is not None and "paris" in result.error
+
+
+async def test_joiner_can_ask_for_a_replan_and_the_limit_holds() -> None:
+    calls: list[str] = []
+
+    def script(req: RecordedRequest) -> Reply:
+        p = purpose(req)
+        if p == "plan":
+            return Text(plan_lines(PLAN[:1]))
+        if p == "join":
+            return Text(json.dumps({"replan": "Rome is missing"}))
+        return Text(plan_lines([{"id": f"rome{len(calls)}", "tool": "fetch", "args": {"city": f"Rome{len(calls)}"}}]))
+
+    result, _ = await run_goal(script, tools_with(calls), options=PlanningOptions(max_replans=2))
+    assert result.status == "succeeded"  # every step succeeded; there is just no answer
+    assert result.summary["answer"] is None
+    assert [v["trigger"] for v in result.summary["plan_versions"]] == ["initial", "joiner", "joiner"]
+    assert result.state.escalations[-1]["rung"] == "fail"
+
+
+async def test_token_budget_stops_the_run_cleanly_and_says_why() -> None:
+    calls: list[str] = []
+
+    def script(req: RecordedRequest) -> Reply:
+        return Text(plan_lines(PLAN)) if purpose(req) == "plan" else ANSWER
+
+    result, server = await run_goal(script, tools_with(calls), budget=Budget(tokens=3000),
+                                    options=PlanningOptions(plan_max_tokens=1500, join_max_tokens=2500))
+    assert result.status == "cancelled"
+    assert result.error is not None and "budget exceeded" in result.error
+    assert len(server.chat_requests) == 1  # the joiner call was never sent: its reservation did not fit
+
+
+async def test_deadline_stops_the_run_cleanly() -> None:
+    calls: list[str] = []
+    plan = [{"id": "long", "tool": "sleep", "args": {"seconds": 30}}]
+
+    def script(req: RecordedRequest) -> Reply:
+        return Text(plan_lines(plan)) if purpose(req) == "plan" else ANSWER
+
+    result, _ = await run_goal(script, tools_with(calls), options=PlanningOptions(deadline_s=0.5))
+    assert result.status == "cancelled"
+    assert result.error is not None and "deadline of 0.5s" in result.error
+    assert result.summary["makespan_s"] < 5
+
+
+@pytest.mark.parametrize("kind", ["observation", "verifier"])
+async def test_observations_and_verifiers_trigger_replans(kind: str) -> None:
+    calls: list[str] = []
+    first = [{"id": "look", "tool": "fetch", "args": {"city": "Paris"}, "observe": True}] if kind == "observation" \
+        else [{"id": "look", "tool": "fetch", "args": {"city": "Paris"}},
+              {"id": "check", "tool": "noop", "args": {"ok": False, "reason": "too cold"}, "verifies": "look"}]
+
+    def script(req: RecordedRequest) -> Reply:
+        p = purpose(req)
+        if p == "plan":
+            return Text(plan_lines(first))
+        if p in ("replan", "repair"):
+            return Text(plan_lines([{"id": "rome", "tool": "fetch", "args": {"city": "Rome"}}]))
+        return ANSWER
+
+    result, _ = await run_goal(script, tools_with(calls))
+    assert result.ok, result.error
+    assert "Rome" in calls
+    assert result.summary["plan_versions"][-1]["trigger"] in ("observation", "local_repair")
