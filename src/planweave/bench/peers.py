@@ -1,7 +1,8 @@
 """The systems planweave is measured against: a hand-written asyncio floor, LangGraph and Ray (local).
 
 Every system implements :class:`System`: ``prepare`` turns a :class:`~planweave.bench.workloads.Workload` into
-whatever the system runs (not timed), ``run`` executes it and returns when every step is done (timed). LangGraph
+whatever the system runs (not timed), ``run`` executes it and returns when every step is done (timed), and
+``step_durations`` says how long each sleeping step really took (its critical path is the fair bound). LangGraph
 and Ray are optional (``pip install -e .[bench]``); they are imported when opened, and a missing one raises
 :class:`SystemUnavailable`, which the benchmark reports as a skipped column.
 """
@@ -38,8 +39,15 @@ class System(Protocol[P]):
         """Build what :meth:`run` executes for ``workload`` (not timed)."""
         ...
 
-    async def run(self, prepared: P) -> None:
-        """Execute every step and return once all are done (timed)."""
+    async def run(self, prepared: P) -> object:
+        """Execute every step and return once all are done (timed); return a trace for :meth:`step_durations`."""
+        ...
+
+    async def step_durations(self, prepared: P, trace: object) -> Mapping[str, float]:
+        """How long each step of a sleeping workload actually took in the run that returned ``trace`` (not timed).
+
+        Empty for no-op workloads, where nothing is recorded so that recording costs nothing.
+        """
         ...
 
     async def close(self) -> None:
@@ -50,12 +58,12 @@ class System(Protocol[P]):
 # -- the asyncio floor --------------------------------------------------------------------------------------------
 
 
-async def run_floor(deps: Deps, durations: Mapping[str, float]) -> None:
+async def run_floor(deps: Deps, work: Callable[[str], Awaitable[None]] | None = None) -> None:
     """Run the DAG ``deps`` with as little as an asyncio program can do: one task per step, no journal, no polling.
 
     A step's task, as it completes, launches each child whose last parent it was, inside one TaskGroup. (Launching
     from inside the finishing task rather than from a done-callback keeps the group non-empty, so it cannot close
-    between a task ending and its children starting.) Steps sleep ``durations[sid]`` seconds if given.
+    between a task ending and its children starting.) Each step awaits ``work(step_id)`` if given, else nothing.
     """
     children: dict[str, list[str]] = {sid: [] for sid in deps}
     waiting: dict[str, int] = {}
@@ -67,9 +75,8 @@ async def run_floor(deps: Deps, durations: Mapping[str, float]) -> None:
     async with asyncio.TaskGroup() as tg:
 
         async def step(sid: str) -> None:
-            seconds = durations.get(sid)
-            if seconds:
-                await asyncio.sleep(seconds)
+            if work is not None:
+                await work(sid)
             for child in children[sid]:
                 waiting[child] -= 1
                 if waiting[child] == 0:
@@ -78,6 +85,19 @@ async def run_floor(deps: Deps, durations: Mapping[str, float]) -> None:
         for sid, count in waiting.items():
             if count == 0:
                 tg.create_task(step(sid))
+
+
+class SleepRecorder:
+    """Step work that sleeps each step's duration and records how long the sleep really took."""
+
+    def __init__(self, durations: Mapping[str, float]) -> None:
+        self.durations = durations
+        self.actual: dict[str, float] = {}
+
+    async def __call__(self, sid: str) -> None:
+        started = time.perf_counter()
+        await asyncio.sleep(self.durations[sid])
+        self.actual[sid] = time.perf_counter() - started
 
 
 class FloorSystem:
@@ -89,11 +109,17 @@ class FloorSystem:
     async def open(self) -> None:
         pass
 
-    async def prepare(self, workload: Workload) -> Workload:
-        return workload
+    async def prepare(self, workload: Workload) -> tuple[Deps, SleepRecorder | None]:
+        return workload.deps, SleepRecorder(workload.durations) if workload.durations else None
 
-    async def run(self, prepared: Workload) -> None:
-        await run_floor(prepared.deps, prepared.durations)
+    async def run(self, prepared: tuple[Deps, SleepRecorder | None]) -> object:
+        deps, recorder = prepared
+        await run_floor(deps, recorder)
+        return None
+
+    async def step_durations(self, prepared: tuple[Deps, SleepRecorder | None], trace: object) -> Mapping[str, float]:
+        recorder = prepared[1]
+        return dict(recorder.actual) if recorder is not None else {}
 
     async def close(self) -> None:
         pass
@@ -102,10 +128,10 @@ class FloorSystem:
 # -- LangGraph ----------------------------------------------------------------------------------------------------
 
 
-def _langgraph_node(seconds: float) -> Callable[[Mapping[str, Any]], Awaitable[None]]:
+def _langgraph_node(sid: str, recorder: SleepRecorder | None) -> Callable[[Mapping[str, Any]], Awaitable[None]]:
     async def node(state: Mapping[str, Any]) -> None:
-        if seconds:
-            await asyncio.sleep(seconds)
+        if recorder is not None:
+            await recorder(sid)
 
     return node
 
@@ -132,12 +158,13 @@ class LangGraphSystem:
             raise SystemUnavailable(f"not installed ({exc.name}); pip install -e .[bench]") from None
         self._graph_module = langgraph.graph
 
-    async def prepare(self, workload: Workload) -> Any:
+    async def prepare(self, workload: Workload) -> tuple[Any, SleepRecorder | None]:
         graph_module = self._graph_module
         started = time.perf_counter()
+        recorder = SleepRecorder(workload.durations) if workload.durations else None
         graph = graph_module.StateGraph(dict)
         for sid in workload.deps:
-            graph.add_node(sid, _langgraph_node(workload.durations.get(sid, 0.0)))
+            graph.add_node(sid, _langgraph_node(sid, recorder))
         for sid, parents in workload.deps.items():
             if not parents:
                 graph.add_edge(graph_module.START, sid)
@@ -147,11 +174,16 @@ class LangGraphSystem:
                 graph.add_edge(list(parents), sid)
         compiled = graph.compile()
         self.compile_seconds[workload.name] = time.perf_counter() - started
-        return compiled
+        return compiled, recorder
 
-    async def run(self, prepared: Any) -> None:
+    async def run(self, prepared: tuple[Any, SleepRecorder | None]) -> object:
         # One superstep per DAG level: lift the default limit of 25 supersteps.
-        await prepared.ainvoke({}, {"recursion_limit": 1_000_000})
+        await prepared[0].ainvoke({}, {"recursion_limit": 1_000_000})
+        return None
+
+    async def step_durations(self, prepared: tuple[Any, SleepRecorder | None], trace: object) -> Mapping[str, float]:
+        recorder = prepared[1]
+        return dict(recorder.actual) if recorder is not None else {}
 
     async def close(self) -> None:
         pass
@@ -164,9 +196,11 @@ def _ray_noop(*parents: None) -> None:
     """A Ray task body: nothing, once the parents' results (passed as ObjectRefs) are available."""
 
 
-def _ray_sleep(seconds: float, *parents: None) -> None:
-    """A Ray task body: sleep ``seconds`` (a worker process per concurrent step, as Ray runs tasks)."""
+def _ray_sleep(seconds: float, *parents: float) -> float:
+    """A Ray task body: sleep ``seconds`` (a worker process per concurrent step) and return how long it took."""
+    started = time.perf_counter()
     time.sleep(seconds)
+    return time.perf_counter() - started
 
 
 class RaySystem:
@@ -208,7 +242,7 @@ class RaySystem:
     async def prepare(self, workload: Workload) -> tuple[Workload, tuple[str, ...]]:
         return workload, workload.sinks
 
-    async def run(self, prepared: tuple[Workload, tuple[str, ...]]) -> None:
+    async def run(self, prepared: tuple[Workload, tuple[str, ...]]) -> object:
         workload, sinks = prepared
         refs: dict[str, Any] = {}
         durations = workload.durations
@@ -220,6 +254,12 @@ class RaySystem:
                 refs[sid] = self._noop.remote(*parent_refs)
         # Blocking the loop is fine here: nothing else runs while a system is measured.
         self._ray.get([refs[sid] for sid in sinks])
+        return refs
+
+    async def step_durations(self, prepared: tuple[Workload, tuple[str, ...]], trace: object) -> Mapping[str, float]:
+        if not prepared[0].durations or not isinstance(trace, dict):
+            return {}
+        return dict(zip(trace, self._ray.get(list(trace.values())), strict=True))
 
     async def close(self) -> None:
         if self._ray is not None:

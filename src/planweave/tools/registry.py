@@ -153,7 +153,8 @@ class Toolbox(Mapping[str, Tool]):
     def add(self, item: Tool | ToolFunction, *, name: str | None = None, idempotent: bool = False) -> Tool:
         """Add a tool (or a function, wrapped as one); a second tool of the same name is an error."""
         t = item if isinstance(item, Tool) else Tool.from_function(item, name=name, idempotent=idempotent)
-        if t.name in self._tools and self._tools[t.name] is not t:
+        existing = self._tools.get(t.name)
+        if existing is not None and existing is not t and existing.fn is not t.fn:
             raise ValueError(f"tool '{t.name}' is already registered")
         self._tools[t.name] = t
         return t
