@@ -11,11 +11,13 @@ CORE = [
     SRC / "engine" / "events.py",
     SRC / "engine" / "state.py",
     SRC / "engine" / "scheduler.py",
+    SRC / "engine" / "splice.py",
     SRC / "engine" / "context.py",
     SRC / "clock.py",
     SRC / "errors.py",
 ]
 FORBIDDEN = ("planweave.journal", "planweave.tools", "planweave.cli", "planweave.bench", "planweave.engine.runtime",
+             "planweave.planning", "planweave.models", "planweave.server",
              "sqlite3", "psycopg", "httpx", "socket", "subprocess", "fastapi", "ray", "yaml", "mcp")
 
 
@@ -46,4 +48,16 @@ def test_journals_do_not_import_the_runtime_or_tools() -> None:
         for name in imports(path):
             if name.startswith(("planweave.engine.runtime", "planweave.tools", "planweave.cli")):
                 bad.append(f"{path.relative_to(SRC)} imports {name}")
+    assert not bad, "\n".join(bad)
+
+
+def test_nothing_imports_the_edges() -> None:
+    bad = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] in ("cli", "server", "bench"):
+            continue
+        for name in imports(path):
+            if name.startswith(("planweave.cli", "planweave.server", "planweave.bench")):
+                bad.append(f"{rel} imports {name}")
     assert not bad, "\n".join(bad)

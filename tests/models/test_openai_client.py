@@ -194,7 +194,7 @@ async def test_client_errors_are_not_retried() -> None:
 
 
 async def test_error_messages_never_contain_the_api_key() -> None:
-    async with serve([HttpError(401, "invalid key")] * 3) as (_, client):
+    async with serve([HttpError(401, f"invalid key {KEY}")] * 3) as (_, client):
         with pytest.raises(ModelError) as info:
             await client.complete(CompletionRequest.of("x"))
     assert KEY not in str(info.value) and KEY not in repr(info.value.args)

@@ -47,7 +47,8 @@ async def test_submitted_run_succeeds_and_reads_like_run_json(live: Live) -> Non
 
 
 async def test_a_plan_in_yaml_is_accepted(live: Live) -> None:
-    plan_yaml = "steps:\n  - id: a\n    tool: noop\n    args: {x: 1}\n  - id: b\n    tool: noop\n    args: {y: '${a.x}'}\n"
+    plan_yaml = ("steps:\n  - id: a\n    tool: noop\n    args: {x: 1}\n"
+                 "  - id: b\n    tool: noop\n    args: {y: '${a.x}'}\n")
     async with live.client() as client:
         resp = await client.post("/runs", json={"plan_yaml": plan_yaml, "run_id": "from-yaml"})
         assert resp.status_code == 201, resp.text
@@ -180,13 +181,12 @@ async def test_resume_continues_an_interrupted_run_keeping_finished_steps(journa
         if run.state.records["first"].status != "succeeded":
             await asyncio.wait_for(done_first.wait(), 10)
         assert run.state.records["second"].status == "running"
-    async with start_live(journal_url, recover=False) as second:
-        async with second.client() as client:
-            before = (await client.get(f"/runs/{run_id}")).json()
-            resp = await client.post(f"/runs/{run_id}/resume", json={"retry_unknown": False})
-            assert resp.status_code == 202, resp.text
-            busy = await client.post(f"/runs/{run_id}/resume")
-            result = await asyncio.wait_for(second.engine.get(run_id).wait(), 20)
+    async with start_live(journal_url, recover=False) as second, second.client() as client:
+        before = (await client.get(f"/runs/{run_id}")).json()
+        resp = await client.post(f"/runs/{run_id}/resume", json={"retry_unknown": False})
+        assert resp.status_code == 202, resp.text
+        busy = await client.post(f"/runs/{run_id}/resume")
+        result = await asyncio.wait_for(second.engine.get(run_id).wait(), 20)
     assert before["status"] == "interrupted"
     assert busy.status_code == 409 and "already running" in busy.json()["detail"]
     assert result.ok
@@ -216,9 +216,8 @@ async def test_openapi_and_dashboard_are_served(live: Live) -> None:
 
 
 async def test_runs_submitted_over_http_are_resumed_after_a_restart(journal_url: str) -> None:
-    async with start_live(journal_url) as first:
-        async with first.client() as client:
-            run_id = await submit(client, chain_plan(3, 0.2))
+    async with start_live(journal_url) as first, first.client() as client:
+        run_id = await submit(client, chain_plan(3, 0.2))
             # Stop the server while the first step sleeps: the engine interrupts the run, leaving it resumable.
     async with start_live(journal_url) as second:
         assert second.server.recovered == [run_id]

@@ -33,7 +33,8 @@ async def read_stream(client: httpx.AsyncClient, path: str, last_id: int | None 
         assert resp.headers["content-type"].startswith("text/event-stream")
         async for frame in sse(resp):
             frames.append(frame)
-            if (limit is not None and len(frames) >= limit) or (until is not None and until(frame)):
+            done = until is not None and until(frame)
+            if done or (limit is not None and len(frames) >= limit):
                 break
     return frames
 

@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 from planweave.clock import Clock
 
 
-def _ignore_usage(usage: Mapping[str, Any]) -> None:
+def _ignore_usage(step_id: str, usage: Mapping[str, Any]) -> None:
     return None
 
 
@@ -24,16 +24,20 @@ class StepContext(NamedTuple):
     step_id: str
     attempt: int
     clock: Clock
-    report_usage: Callable[[Mapping[str, Any]], None] = _ignore_usage
+    usage_sink: Callable[[str, Mapping[str, Any]], None] = _ignore_usage
+
+    def report_usage(self, usage: Mapping[str, Any]) -> None:
+        """Journal one model call made by this step's tool (tokens and cost count against the run)."""
+        self.usage_sink(self.step_id, usage)
 
 
-_current: contextvars.ContextVar[StepContext] = contextvars.ContextVar("planweave_step")
+current_step_var: contextvars.ContextVar[StepContext] = contextvars.ContextVar("planweave_step")
 
 
 def current_step() -> StepContext:
     """The context of the step whose tool call is running (raises LookupError outside a step)."""
-    return _current.get()
+    return current_step_var.get()
 
 
 def set_current_step(ctx: StepContext) -> contextvars.Token[StepContext]:
-    return _current.set(ctx)
+    return current_step_var.set(ctx)

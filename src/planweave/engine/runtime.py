@@ -19,7 +19,8 @@ from functools import cached_property
 from typing import Any
 
 from planweave.clock import Clock, RealClock
-from planweave.engine.context import StepContext, set_current_step
+from planweave.engine.context import StepContext
+from planweave.engine.context import current_step_var as _current_step
 from planweave.engine.events import Event, EventKind
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
@@ -32,6 +33,9 @@ from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
 from planweave.plan.refs import RefResolutionError, render
 
 EventListener = Callable[[Event], None]
+_new_event = tuple.__new__
+_current_task = asyncio.current_task
+_STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -95,6 +99,9 @@ class Run:
         self._durable = self._journal.durable
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._holds = 0
+        self._now = self._clock.now
+        self._append = self._journal.append
+        self._report = self._report_usage
         self._ready = asyncio.Event()
 
     # -- public ------------------------------------------------------------------------------------------------
@@ -126,15 +133,17 @@ class Run:
 
     # -- event emission: the only place state changes -------------------------------------------------------------
     def _emit(self, kind: EventKind, step: str | None, data: Mapping[str, Any]) -> None:
-        event = Event(self.id, kind, self._clock.now(), step, data)
+        # Hot path (several calls per step): the tuple is built directly rather than through Event's __new__.
+        event: Event = _new_event(Event, (self.id, kind, self._now(), step, data, None))
         ready = self.state.apply(event)
-        self._journal.append(event)
-        for listener in self._listeners:
-            listener(event)
+        self._append(event)
+        if self._listeners:
+            for listener in self._listeners:
+                listener(event)
         if ready:
             enqueue = self._engine._enqueue
             for sid in ready:
-                enqueue(self, sid, event.at)
+                enqueue(self, sid, event[2])
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     async def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
@@ -186,7 +195,8 @@ class Run:
             self._engine._release(claims)  # stale queue entry: cancelled, replaced by a new version, or a duplicate
             return
         attempt = rec.attempts + 1
-        self._emit("step_started", sid, {"attempt": attempt})  # now, so no second launch can see it ready
+        # Emitted now, so no second launch can see it ready. Event data is never mutated: shared dicts are safe.
+        self._emit("step_started", sid, _STARTED[attempt] if attempt < 4 else {"attempt": attempt})
         self._tasks[sid] = tg.create_task(self._execute(rec, attempt, claims))
 
     async def _execute(self, rec: StepRecord, attempt: int, claims: Claim | None) -> None:
@@ -197,7 +207,7 @@ class Run:
             if self._durable and sid not in self.state.idempotent:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
-            set_current_step(StepContext(self.id, sid, attempt, self._clock, self._usage_reporter(sid)))
+            _current_step.set(StepContext(self.id, sid, attempt, self._clock, self._report))
             if rec.fallback_active and step.fallback is not None:
                 tool = self._tools[step.fallback.tool]
                 args = render(plan.fallbacks[sid], self.outputs)
@@ -222,10 +232,11 @@ class Run:
             self.outputs[sid] = output
             self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
         finally:
-            if self._tasks.get(sid) is asyncio.current_task():
+            if self._tasks.get(sid) is _current_task():
                 del self._tasks[sid]
             self._engine._release(claims)
-            self._check_done()
+            if not self.state.active and not self._holds:
+                self._done.set()
 
     def _check_done(self) -> None:
         if not self.state.active and not self._holds:
@@ -249,11 +260,8 @@ class Run:
         else:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
 
-    def _usage_reporter(self, sid: str) -> Callable[[Mapping[str, Any]], None]:
-        def report(usage: Mapping[str, Any]) -> None:
-            self._emit("model_call", sid, dict(usage))
-
-        return report
+    def _report_usage(self, sid: str, usage: Mapping[str, Any]) -> None:
+        self._emit("model_call", sid, dict(usage))
 
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None:
         """Journal an event about the run that is not a step transition (``model_call``, ``escalation``,
@@ -551,8 +559,12 @@ class Engine:
             run._launch(rec, claims)
 
     def _release(self, claims: Claim | None) -> None:
-        self._scheduler.release(claims)
-        if self._scheduler._heap:
+        scheduler = self._scheduler
+        if claims is None:
+            scheduler.running -= 1  # Scheduler.release, inlined for the common claim-free step
+        else:
+            scheduler.release(claims)
+        if scheduler._heap:
             self._pump()
 
 

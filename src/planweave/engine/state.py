@@ -29,6 +29,7 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
 }
 
 RunStatus = str  # "running" | "succeeded" | "failed" | "cancelled"
+NOTHING_READY: tuple[str, ...] = ()  # shared: most events make nothing ready, and this is the hot path
 
 
 class StepRecord:
@@ -60,7 +61,7 @@ class StepRecord:
         self.retry_at: float | None = None
         self.fallback_active = False  # the next attempts use the step's fallback
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
-        self.attempt_log: list[list[Any]] = []
+        self.attempt_log: list[tuple[int, float, float | None, str]] = []
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -145,19 +146,23 @@ class RunState:
                 child.finished_at = event.at
                 stack.extend(self.plan.dependents[child.id])
 
-    def _release_dependents(self, sid: str, event: Event) -> list[str]:
-        ready = []
+    def _release_dependents(self, sid: str, event: Event) -> Sequence[str]:
+        ready: list[str] | None = None
         waiting = self.waiting
         records = self.records
         for child in self.plan.dependents[sid]:
-            waiting[child] -= 1
-            if waiting[child] == 0 and records[child].status == "pending":
+            left = waiting[child] - 1
+            waiting[child] = left
+            if left == 0 and records[child].status == "pending":
                 self._move(records[child], "ready", event)
-                ready.append(child)
-        return ready
+                if ready is None:
+                    ready = [child]
+                else:
+                    ready.append(child)
+        return ready if ready is not None else NOTHING_READY
 
     # -- the fold ----------------------------------------------------------------------------------------------
-    def apply(self, event: Event) -> list[str]:
+    def apply(self, event: Event) -> Sequence[str]:
         """Apply one event; return the steps it made ready (in plan order)."""
         self.events_applied += 1
         if event.pos is not None:
@@ -170,8 +175,8 @@ class RunState:
             rec.retry_at = None
             if rec.started_at is None:
                 rec.started_at = event.at
-            rec.attempt_log.append([rec.attempts, event.at, None, "running"])
-            return []
+            rec.attempt_log.append((rec.attempts, event.at, None, "running"))
+            return NOTHING_READY
         if kind == "step_succeeded":
             rec = self.records[event.step]  # type: ignore[index]
             self._move(rec, "succeeded", event)
@@ -196,7 +201,7 @@ class RunState:
                 rec.retry_at = event.at + float(event.data.get("retry_in", 0.0))
                 if event.data.get("fallback"):
                     rec.fallback_active = True
-            return []
+            return NOTHING_READY
         if kind == "step_cancelled":
             rec = self.records[event.step]  # type: ignore[index]
             if rec.status not in ("succeeded", "failed", "cancelled", "skipped"):
@@ -205,7 +210,7 @@ class RunState:
                 rec.error = event.data.get("reason", "cancelled")
                 self._close_attempt(rec, event.at, "cancelled")
                 self._skip_dependents(rec.id, f"dependency '{rec.id}' was cancelled", event)
-            return []
+            return NOTHING_READY
         if kind == "run_created":
             self.created_at = event.at
             self.versions.append({
@@ -233,14 +238,14 @@ class RunState:
                     self._close_attempt(rec, event.at, "cancelled")
             self.status = "cancelled"
             self.error = reason
-            return []
+            return NOTHING_READY
         if kind == "run_finished":
             self.status = event.data["status"]
             self.error = event.data.get("error")
             self.finished_at = event.at
-            return []
+            return NOTHING_READY
         if kind == "run_cancel_requested":
-            return []
+            return NOTHING_READY
         if kind == "model_call":
             call = dict(event.data)
             call.setdefault("at", event.at)
@@ -249,17 +254,17 @@ class RunState:
             self.model_calls.append(call)
             self.tokens += int(call.get("prompt_tokens", 0)) + int(call.get("completion_tokens", 0))
             self.cost_usd += float(call.get("cost_usd", 0.0))
-            return []
+            return NOTHING_READY
         if kind == "escalation":
             self.escalations.append({"at": event.at, "step": event.step, **event.data})
-            return []
+            return NOTHING_READY
         if kind == "answer":
             self.answer = event.data.get("text")
-            return []
+            return NOTHING_READY
         raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
 
     # -- plan versions ----------------------------------------------------------------------------------------------
-    def _plan_version(self, event: Event) -> list[str]:
+    def _plan_version(self, event: Event) -> Sequence[str]:
         from planweave.engine.splice import splice_diff  # splice builds on this module
 
         new_plan = self._plan_from(event.data["plan"], int(event.data["version"]), event.data.get("parent"))
@@ -273,7 +278,7 @@ class RunState:
         })
         return self._rebase(new_plan, set(diff.added), event)
 
-    def _steps_added(self, event: Event) -> list[str]:
+    def _steps_added(self, event: Event) -> Sequence[str]:
         from planweave.plan.model import Step
 
         steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in event.data.get("steps", ())]
@@ -289,7 +294,7 @@ class RunState:
             if key in event.data:
                 entry[key] = event.data[key]
         if not steps:
-            return []
+            return NOTHING_READY
         if entry["spliced_at"] is None:
             entry["spliced_at"] = event.at
         entry["added"].extend(s.id for s in steps)
@@ -304,7 +309,7 @@ class RunState:
         spec = raw if isinstance(raw, PlanSpec) else parse_plan_document(raw, f"run '{self.run_id}' version {version}")
         return validate_plan(spec, version=version, parent=parent, source=f"run '{self.run_id}' version {version}")
 
-    def _rebase(self, new_plan: Plan, fresh: set[str], event: Event) -> list[str]:
+    def _rebase(self, new_plan: Plan, fresh: set[str], event: Event) -> Sequence[str]:
         """Switch to ``new_plan``: steps in ``fresh`` start over as pending, the others keep their records."""
         old_version = self.plan.version
         records: dict[str, StepRecord] = {}
@@ -350,11 +355,11 @@ class RunState:
         self.retired.append((version, rec))
 
     def _close_attempt(self, rec: StepRecord, at: float, outcome: str) -> None:
-        if rec.attempt_log and rec.attempt_log[-1][2] is None:
-            rec.attempt_log[-1][2] = at
-            rec.attempt_log[-1][3] = outcome
+        log = rec.attempt_log
+        if log and log[-1][2] is None:
+            log[-1] = (log[-1][0], log[-1][1], at, outcome)  # tuples of atoms: the GC stops tracking them
 
-    def _resume(self, event: Event) -> list[str]:
+    def _resume(self, event: Event) -> Sequence[str]:
         retry_unknown = bool(event.data.get("retry_unknown"))
         ready: list[str] = []
         self.status = "running"

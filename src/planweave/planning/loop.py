@@ -162,8 +162,8 @@ class PlanningLoop:
 
     def _take_failures(self, run: Run) -> list[_Trigger]:
         taken = [t for t in self._triggers if t.kind != "observation"
-                 and (t.kind != "failure" or run.state.records.get(t.step) is not None
-                      and run.state.records[t.step].status == "failed")]
+                 and (t.kind != "failure" or (run.state.records.get(t.step) is not None
+                      and run.state.records[t.step].status == "failed"))]
         self._triggers = [t for t in self._triggers if t.kind == "observation"]
         return taken
 

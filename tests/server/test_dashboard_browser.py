@@ -1,0 +1,127 @@
+"""The dashboard in a real browser (Debian's chromium, headless): log in, start a run, watch it finish.
+
+Skipped when chromium or Playwright is missing, except under CI (``CI=true``), where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .conftest import Live
+
+CHROMIUM = os.environ.get("PLANWEAVE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
+PLAN_YAML = """\
+name: dashboard demo
+steps:
+  - id: fetch
+    tool: sleep
+    args: {seconds: 0.3}
+    estimate: {duration: 0.3}
+  - id: parse
+    tool: sleep
+    args: {seconds: 0.3}
+    after: [fetch]
+    estimate: {duration: 0.3}
+  - id: index
+    tool: sleep
+    args: {seconds: 0.3}
+    after: [fetch]
+    estimate: {duration: 0.1}
+  - id: report
+    tool: noop
+    args: {parsed: "${parse}", indexed: "${index}"}
+"""
+
+
+def _require_browser() -> None:
+    problem = None
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        problem = "the playwright Python package is not installed"
+    if problem is None and not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        problem = f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)"
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the dashboard test must run in CI, but {problem}")
+        pytest.skip(problem)
+
+
+async def test_the_dashboard_shows_a_run_progress_to_completion(live: Live, tmp_path: Path) -> None:
+    _require_browser()
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+            viewport={"width": 1400, "height": 900},
+        )
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            await page.goto(live.url)
+
+            # Log in once: the token is kept in localStorage.
+            await page.fill("#token-input", live.token)
+            await page.click("#login-button")
+            await expect(page.locator("#main")).to_be_visible()
+
+            # Start a run from the dashboard and follow it live.
+            await page.click("#new-run summary")
+            await page.fill("#plan-input", PLAN_YAML)
+            await page.click("#submit-button")
+            await expect(page.locator("#run")).to_be_visible()
+            run_id = (await page.locator("#run-title").inner_text()).strip()
+            await expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible()
+
+            nodes = page.locator("#dag .node")
+            await expect(nodes).to_have_count(4, timeout=10_000)
+            # It is seen running before it ends (live updates, not a reload).
+            await expect(page.locator('#dag .node[data-status="running"]').first).to_be_visible(timeout=10_000)
+            await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=20_000)
+            await expect(page.locator('#dag .node[data-status="succeeded"]')).to_have_count(4)
+            await expect(page.locator("#dag .node.critical")).to_have_count(3)  # fetch, parse, report
+            await expect(page.locator("#dag path.edge.critical")).to_have_count(2)
+            await expect(page.locator("#gantt rect.bar")).to_have_count(4)
+            await expect(page.locator("#gantt rect.bar.outcome-succeeded")).to_have_count(4)
+            await expect(page.locator(f'tr[data-run="{run_id}"] .badge')).to_have_text("succeeded")
+            await expect(page.locator("#version-select option")).to_have_count(1)
+
+            # The token survives a reload (no second prompt).
+            await page.reload()
+            await expect(page.locator("#run-status")).to_have_text("succeeded")
+            await expect(page.locator("#login")).to_be_hidden()
+
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            await page.screenshot(path=str(SCREENSHOT), full_page=True)
+            assert errors == []
+        finally:
+            await context.close()
+    result = await live.engine.get(run_id).wait()
+    assert result.ok
+
+
+async def test_a_wrong_token_is_asked_for_again(live: Live, tmp_path: Path) -> None:
+    _require_browser()
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            await page.goto(live.url)
+            await page.fill("#token-input", "not-the-token-at-all")
+            await page.click("#login-button")
+            await expect(page.locator("#login-error")).to_have_text("The token was not accepted.")
+            await expect(page.locator("#login")).to_be_visible()
+        finally:
+            await context.close()
