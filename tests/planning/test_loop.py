@@ -46,8 +46,9 @@ def tools_with(calls: list[str]) -> Toolbox:
 
 
 async def run_goal(script: Callable[[RecordedRequest], Reply], tools: Toolbox, *, tps: float | None = None,
-                   options: PlanningOptions = PlanningOptions(), budget: Budget | None = None,
+                   options: PlanningOptions | None = None, budget: Budget | None = None,
                    ) -> tuple[RunResult, ScriptedLLM]:
+    options = options or PlanningOptions()
     server = ScriptedLLM(script, tokens_per_second=tps)
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
             open_engine("memory://", tools=tools) as engine:

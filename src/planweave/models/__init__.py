@@ -30,7 +30,7 @@ from planweave.models.errors import (
     ProviderError,
     RateLimited,
 )
-from planweave.models.pricing import Price, PriceTable
+from planweave.models.pricing import Price, PriceTable, worst_case
 
 Role = Literal["system", "user", "assistant"]
 UsageSource = Literal["server", "estimated"]
@@ -183,4 +183,5 @@ __all__ = [
     "UsageSource",
     "check_schema",
     "resolve_model",
+    "worst_case",
 ]

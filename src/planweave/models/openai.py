@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import email.utils
 import os
@@ -160,7 +161,8 @@ class OpenAIChatClient:
     ``api_key`` default to ``OPENAI_BASE_URL`` (else https://api.openai.com/v1) and ``OPENAI_API_KEY``.
     ``concurrency`` limits calls in flight per model: an int for every model, or a mapping of model name to limit
     (key ``"*"`` for the others); None for no limit. ``fold_system`` merges system messages into the first user
-    message, for chat templates without a system role (Gemma).
+    message, for chat templates without a system role (Gemma). An ``http`` client passed in keeps its own timeouts
+    and is not closed by this one.
     """
 
     def __init__(
@@ -181,6 +183,7 @@ class OpenAIChatClient:
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._key = key or ""
         self.timeouts = timeouts
         self.backoff = backoff
         self.prices = prices or PriceTable()
@@ -350,6 +353,8 @@ class OpenAIChatClient:
             body = ""
         finally:
             await response.aclose()
+        if self._key:
+            body = body.replace(self._key, "***")  # some servers echo the key they refused
         if self._adapt(response.status_code, body, request, sent, stream=stream):
             raise _Adapted
         raise self._status_error(response, body, model)
@@ -382,7 +387,10 @@ class OpenAIChatClient:
         mode: StructuredMode | None,
         started: float,
         first_token: float | None,
+        text_events: int = 0,
     ) -> Completion:
+        """The Completion of a finished call; without server usage, a stream's text events count as its tokens
+        (servers send about one token per event), else four characters make a token."""
         source: UsageSource
         prompt = usage.get("prompt_tokens") if usage else None
         completion = usage.get("completion_tokens") if usage else None
@@ -391,7 +399,7 @@ class OpenAIChatClient:
         else:
             source = "estimated"
             prompt = approx_prompt_tokens(m.content for m in request.messages)
-            completion = approx_tokens(text)
+            completion = text_events or approx_tokens(text)
         parsed = self._parse(request, text, model, finish_reason) if request.schema is not None else None
         now = asyncio.get_running_loop().time()
         return Completion(
@@ -453,6 +461,7 @@ class OpenAIChatClient:
             content = (choice.get("delta") or {}).get("content")
             if content:
                 text += content
+                state.text_events += 1
             state.finish = choice.get("finish_reason") or state.finish
         if text:
             state.pieces.append(text)
@@ -515,6 +524,7 @@ class OpenAIChatClient:
                     state = _StreamState(model)
                     first_token: float | None = None
                     buffer = b""
+                    ended = False
                     try:
                         limit = self.timeouts.read
                         while not state.done:
@@ -528,7 +538,7 @@ class OpenAIChatClient:
                             except httpx.HTTPError as exc:
                                 raise self._translate(exc, model) from exc
                             if data is None:
-                                data, state.done = b"\n", True  # a last line without a newline still counts
+                                data, state.done, ended = b"\n", True, True  # a last line without a newline
                             limit = self.timeouts.stall
                             buffer += data
                             if b"\n" not in data:
@@ -541,12 +551,14 @@ class OpenAIChatClient:
                                     first_token = loop.time()
                                 yielded = True
                                 yield Delta(text)
+                        if not ended:
+                            await _drain(chunks)
                     finally:
                         await _close(chunks)
                         await response.aclose()
                     yield self._finish(request, model=state.model, text="".join(state.pieces), usage=state.usage,
                                        finish_reason=state.finish, mode=mode, started=started,
-                                       first_token=first_token)
+                                       first_token=first_token, text_events=state.text_events)
                     return
                 except _Adapted:
                     continue
@@ -565,12 +577,24 @@ class _StreamState:
     model: str = ""
     pieces: list[str] = field(default_factory=list)
     chars: int = 0
+    text_events: int = 0
     usage: Mapping[str, Any] | None = None
     finish: str | None = None
     done: bool = False
 
     def __post_init__(self) -> None:
         self.model = self.model or self.requested
+
+
+async def _drain(chunks: AsyncIterator[bytes], timeout: float = 1.0) -> None:
+    """Read what follows ``data: [DONE]`` (the end of the body), so the connection goes back to the pool.
+
+    A response closed before its end takes its connection with it: the next call would pay for a new one.
+    """
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(timeout):
+            async for _ in chunks:
+                pass
 
 
 async def _close(iterator: AsyncIterator[bytes]) -> None:

@@ -13,12 +13,18 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import orjson
 import yaml
+
+if TYPE_CHECKING:
+    from planweave.models import CompletionRequest
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
 MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators a chat template adds per message
+PROMPT_MARGIN = 1.25  # the prompt estimate can be low (code, non-English text): reserve this much more
+DEFAULT_MAX_TOKENS = 1024
 
 
 def approx_tokens(text: str) -> int:
@@ -118,3 +124,20 @@ class PriceTable:
 
     def __contains__(self, model: object) -> bool:
         return isinstance(model, str) and self.lookup(model) is not None
+
+
+def worst_case(
+    request: CompletionRequest,
+    model: str,
+    prices: PriceTable,
+    *,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
+) -> tuple[float | None, int]:
+    """The most a call can cost, to reserve from a budget before it starts: (USD, or None if ``model`` has no price;
+    tokens), from the prompt estimate with :data:`PROMPT_MARGIN` plus ``max_tokens`` (or ``default_max_tokens``)."""
+    contents = [m.content for m in request.messages]
+    if request.schema is not None:
+        contents.append(orjson.dumps(dict(request.schema)).decode())  # the schema may be added to the prompt
+    prompt_tokens = math.ceil(approx_prompt_tokens(contents) * PROMPT_MARGIN)
+    max_tokens = request.max_tokens or default_max_tokens
+    return prices.cost(model, prompt_tokens, max_tokens), prompt_tokens + max_tokens

@@ -217,18 +217,20 @@ class PlanningLoop:
 
             held: list[tuple[dict[str, Any], int]] = []
 
-            def admit_now(obj: dict[str, Any], number: int, _started: float = started) -> None:
+            def admit_now(obj: dict[str, Any], number: int, _started: float = started,
+                          _errors: list[str] = errors) -> None:
                 try:
                     accepted.extend(run.extend([obj], version=version, trigger="initial", model_started_at=_started))
                 except PlanInvalid as exc:
-                    errors.extend(f"line {number}: {p}" for p in exc.problems)
+                    _errors.extend(f"line {number}: {p}" for p in exc.problems)
 
-            def admit(steps: tuple[dict[str, Any], ...], number: int) -> None:
+            def admit(steps: tuple[dict[str, Any], ...], number: int,
+                      _held: list[tuple[dict[str, Any], int]] = held) -> None:
                 for obj in steps:
                     if self.options.stream_admission:
                         admit_now(obj, number)
                     else:
-                        held.append((obj, number))
+                        _held.append((obj, number))
 
             completion = await self._stream_lines(run, "plan", messages, admit, errors)
             for obj, number in held:  # whole-plan mode: admit only once the model has finished
@@ -272,7 +274,7 @@ class PlanningLoop:
             steps: list[dict[str, Any]] = []
             errors: list[str] = []
             completion = await self._stream_lines(run, purpose, messages,
-                                                  lambda objs, _n: steps.extend(objs), errors)
+                                                  lambda objs, _n, _steps=steps: _steps.extend(objs), errors)
             finished = self.engine.clock.now()
             if not errors:
                 if run.finished:
@@ -289,8 +291,8 @@ class PlanningLoop:
                     if stale_left < 0:
                         return False
                     summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
-                    messages = [*messages, Message("assistant", completion.text), Message(
-                        "user", f"That plan is stale: {exc}. The state now:\n{summary}\nWrite the remaining plan again.")]
+                    again = f"That plan is stale: {exc}. The state now:\n{summary}\nWrite the remaining plan again."
+                    messages = [*messages, Message("assistant", completion.text), Message("user", again)]
                     continue
                 except PlanInvalid as exc:
                     errors.extend(str(p) for p in exc.problems)

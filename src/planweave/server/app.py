@@ -669,21 +669,20 @@ async def serve(
 
     url = journal or default_journal_url()
     access = resolve_token(token, url)
-    async with open_engine(url, tools=tools, concurrency=concurrency) as engine:
-        shutdown_telemetry = _start_telemetry(engine) if (telemetry_from_env() if telemetry is None else telemetry) \
-            else None
-        try:
+    provider: Any = None
+    if telemetry_from_env() if telemetry is None else telemetry:
+        from planweave.server.telemetry import tracer_provider_from_env
+
+        provider = tracer_provider_from_env()
+    try:
+        async with open_engine(url, tools=tools, concurrency=concurrency) as engine:
+            if provider is not None:
+                from planweave.server.telemetry import instrument
+
+                instrument(engine, provider)
             async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=True,
                                handle_signals=True) as server:
                 await server.wait()
-        finally:
-            if shutdown_telemetry is not None:
-                shutdown_telemetry()
-
-
-def _start_telemetry(engine: Engine) -> Any:
-    from planweave.server.telemetry import instrument, tracer_provider_from_env
-
-    provider = tracer_provider_from_env()
-    instrument(engine, provider)
-    return provider.shutdown
+    finally:
+        if provider is not None:
+            provider.shutdown()  # after the engine: the spans of interrupted runs are ended by then

@@ -28,7 +28,7 @@ from planweave import __version__
 from planweave.engine.context import current_step
 from planweave.engine.events import Event
 from planweave.engine.runtime import Engine, Run
-from planweave.errors import PlanweaveError, RunNotFound
+from planweave.errors import PlanweaveError, RunError, RunNotFound
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 
 __all__ = ["TelemetryError", "instrument", "tracer_provider_from_env"]
@@ -52,6 +52,7 @@ class _RunTracing:
         self._tracer = tracer
         self._runs: dict[str, Span] = {}
         self._attempts: dict[tuple[str, str], Span] = {}
+        self._watchers: set[asyncio.Future[None]] = set()
 
     # -- spans the tool wrapper needs ---------------------------------------------------------------------------
     def attempt_span(self, run_id: str, step_id: str) -> Span | None:
@@ -108,13 +109,15 @@ class _RunTracing:
 
     def _watch(self, run: Run) -> None:
         """Close the spans of a run that is interrupted (the engine closed): it emits no ``run_finished`` then."""
-        waiter = asyncio.ensure_future(run.wait())
 
-        def done(task: asyncio.Future[Any]) -> None:
-            if task.cancelled() or task.exception() is not None:
+        async def follow() -> None:
+            try:
+                await run.wait()
+            except RunError:
                 self._end_run(run.id, "interrupted", "the run was interrupted; resume it to continue")
 
-        waiter.add_done_callback(done)
+        self._watchers.add(task := asyncio.ensure_future(follow()))
+        task.add_done_callback(self._watchers.discard)
 
     def _start_attempt(self, event: Event) -> None:
         assert event.step is not None

@@ -290,7 +290,9 @@ class ScriptedLLM:
         if not self.json_schema and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
             # What llama-cpp-python's server does: its chat handlers accept only text and json_object.
             await self._send_json(conn, writer, 500, _error_body(
-                "response_format type 'json_schema' is not supported by this server", "internal_server_error"))
+                "1 validation error: {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+                "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}",
+                "internal_server_error"))
             return True
         reply = await self._next_reply(req)
         if isinstance(reply, HttpError):

@@ -12,8 +12,6 @@ import math
 from contextlib import aclosing
 from typing import Any
 
-import orjson
-
 from planweave.errors import ToolError
 from planweave.models import Completion, CompletionRequest, Delta, ModelClient, check_schema
 from planweave.models.budget import Budget, Reservation
@@ -27,10 +25,14 @@ from planweave.models.errors import (
     ProviderError,
     RateLimited,
 )
-from planweave.models.pricing import CHARS_PER_TOKEN, PriceTable, approx_prompt_tokens
+from planweave.models.pricing import (
+    CHARS_PER_TOKEN,
+    DEFAULT_MAX_TOKENS,
+    PriceTable,
+    approx_prompt_tokens,
+    worst_case,
+)
 from planweave.tools.registry import Tool
-
-PROMPT_MARGIN = 1.25  # the prompt estimate (4 chars/token) can be low for code or non-English text
 
 
 def tool_error(exc: ModelError | BudgetExceeded) -> ToolError:
@@ -62,7 +64,7 @@ def llm_tool(
     *,
     default_model: str | None = None,
     prices: PriceTable | None = None,
-    default_max_tokens: int = 1024,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
     name: str = "llm",
 ) -> Tool:
     """Build the ``llm`` tool calling ``client`` (``default_model`` or the client's model unless a step names one).
@@ -76,12 +78,7 @@ def llm_tool(
     def reserve(request: CompletionRequest, model: str) -> Reservation | None:
         if budget is None:
             return None
-        contents = [m.content for m in request.messages]
-        if request.schema is not None:
-            contents.append(orjson.dumps(request.schema).decode())  # the schema instruction may go in the prompt
-        prompt_tokens = math.ceil(approx_prompt_tokens(contents) * PROMPT_MARGIN)
-        max_tokens = request.max_tokens or default_max_tokens
-        usd = table.cost(model, prompt_tokens, max_tokens)
+        usd, tokens = worst_case(request, model, table, default_max_tokens=default_max_tokens)
         if usd is None:
             if budget.usd_limit is not None:
                 raise ToolError(
@@ -90,7 +87,7 @@ def llm_tool(
                     kind="budget", retryable=False,
                 )
             usd = 0.0
-        return budget.reserve(usd, prompt_tokens + max_tokens)
+        return budget.reserve(usd, tokens)
 
     async def llm(
         prompt: str,

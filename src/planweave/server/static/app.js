@@ -294,6 +294,7 @@
     $("no-run").hidden = true;
     $("run").hidden = false;
     $("run-title").textContent = runId;
+    $("run-plan").textContent = "";
     $("errors").replaceChildren(el("p", { class: "muted", text: "None." }));
     $("dag").replaceChildren();
     $("gantt").replaceChildren();
@@ -386,6 +387,7 @@
     if (view !== current) return;
     current.summary = summary.body;
     current.plan = plan.body;
+    $("run-plan").textContent = plan.body.name || plan.body.goal || "";
     renderHeader(current);
     renderVersions(current);
     renderDag(current);
@@ -409,7 +411,13 @@
     $("run-answer").hidden = !s.answer;
     $("run-answer").textContent = s.answer ? s.answer : "";
     $("cancel-run").hidden = s.status !== "running";
-    $("resume-run").hidden = !["failed", "interrupted"].includes(s.status);
+    // Resume continues interrupted runs; a failed run only has something left to do if some step's outcome is
+    // unknown (it was running when the run was interrupted and is not idempotent): resuming retries those.
+    const unknown = Object.values(s.steps || {}).some((step) => step.status === "unknown");
+    const resume = $("resume-run");
+    resume.hidden = !(s.status === "interrupted" || (s.status === "failed" && unknown));
+    resume.textContent = s.status === "interrupted" ? "Resume" : "Retry unknown steps";
+    resume.dataset.retryUnknown = String(s.status !== "interrupted");
   }
 
   function renderVersions(current) {
@@ -478,9 +486,9 @@
     for (let i = 1; i < plan.critical_path.length; i++) criticalEdges.add(`${plan.critical_path[i - 1]}>${plan.critical_path[i]}`);
     const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "plan graph" });
     root.append(svg("defs", {},
-      svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+      svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8, markerHeight: 8, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
         svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" })),
-      svg("marker", { id: "arrow-critical", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse" },
+      svg("marker", { id: "arrow-critical", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
         svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow-critical" }))));
     const edges = svg("g", { class: "edges" });
     const nodes = svg("g", { class: "nodes" });
@@ -607,8 +615,9 @@
   async function runAction(action) {
     if (!view) return;
     const current = view;
+    const body = action === "resume" ? { retry_unknown: $("resume-run").dataset.retryUnknown === "true" } : {};
     try {
-      await api(`/runs/${encodeURIComponent(current.id)}/${action}`, { method: "POST", body: "{}" });
+      await api(`/runs/${encodeURIComponent(current.id)}/${action}`, { method: "POST", body: JSON.stringify(body) });
     } catch (err) {
       if (!(err instanceof Unauthorized)) alert(err.message);
       return;
