@@ -273,8 +273,7 @@ class PlanningLoop:
             started = self.engine.clock.now()
             steps: list[dict[str, Any]] = []
             errors: list[str] = []
-            completion = await self._stream_lines(run, purpose, messages,
-                                                  lambda objs, _n, _steps=steps: _steps.extend(objs), errors)
+            completion = await self._stream_lines(run, purpose, messages, _collector(steps), errors)
             finished = self.engine.clock.now()
             if not errors:
                 if run.finished:
@@ -405,6 +404,15 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+def _collector(into: list[dict[str, Any]]) -> Callable[[tuple[dict[str, Any], ...], int], None]:
+    """Collect streamed steps (a re-plan is spliced whole, once the model has finished)."""
+
+    def collect(steps: tuple[dict[str, Any], ...], _number: int) -> None:
+        into.extend(steps)
+
+    return collect
 
 
 def _loads(text: str) -> Any:

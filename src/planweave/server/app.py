@@ -34,7 +34,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from planweave import __version__
+from planweave import __version__, open_engine
 from planweave.engine.runtime import Engine, request_cancel
 from planweave.errors import JournalError, PlanInvalid, PlanProblem, PlanweaveError, RunError, RunNotFound
 from planweave.journal import default_journal_url
@@ -504,8 +504,9 @@ def _bind(host: str, port: int) -> socket.socket:
 class LiveServer:
     """The app served by uvicorn in this event loop until :meth:`stop` (or SIGINT/SIGTERM if it handles them).
 
-    Use as ``async with LiveServer(app) as server``; the socket is bound before the server starts, so
-    :attr:`url` is usable at once (port 0 picks a free port).
+    Use as ``async with LiveServer(app) as server``: on entry the socket is bound (port 0 picks a free one; a taken
+    port raises :class:`ServerError`) and the app has started (interrupted runs resumed), so :attr:`url` works.
+    ``log_config`` None leaves logging alone (uvicorn's records propagate to the root logger).
     """
 
     def __init__(
@@ -523,12 +524,13 @@ class LiveServer:
             raise ServerError("LiveServer serves apps made by planweave.server.create_app")
         self.app = app
         self.host = host
+        self.port = port
         self._state = state
-        self._sock = _bind(host, port)
-        self.port: int = self._sock.getsockname()[1]
-        config = uvicorn.Config(app, log_config=log_config, access_log=access_log, lifespan="on", ws="none",
-                                timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
-        self._server = _Uvicorn(config, state.feed, handle_signals)
+        self._handle_signals = handle_signals
+        self._log_config = log_config
+        self._access_log = access_log
+        self._sock: socket.socket | None = None
+        self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
         self._redact = _RedactToken(state.token.value)
 
@@ -548,6 +550,11 @@ class LiveServer:
         return list(self._state.recovered)
 
     async def __aenter__(self) -> LiveServer:
+        self._sock = _bind(self.host, self.port)
+        self.port = self._sock.getsockname()[1]
+        config = uvicorn.Config(self.app, log_config=self._log_config, access_log=self._access_log, lifespan="on",
+                                ws="none", timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
+        self._server = _Uvicorn(config, self._state.feed, self._handle_signals)
         for name in ("uvicorn.access", "uvicorn.error"):
             logging.getLogger(name).addFilter(self._redact)
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]), name="planweave-server")
@@ -561,7 +568,8 @@ class LiveServer:
 
     def stop(self) -> None:
         """Ask the server to stop: event streams end, open requests get a few seconds to complete."""
-        self._server.should_exit = True
+        if self._server is not None:
+            self._server.should_exit = True
 
     async def wait(self) -> None:
         """Return when the server has stopped (after :meth:`stop`, or a signal when it handles them)."""
@@ -575,7 +583,8 @@ class LiveServer:
                 if not self._task.cancelled() and self._task.exception() is not None:
                     log.error("the server stopped with an error: %s", self._task.exception())
         finally:
-            self._sock.close()
+            if self._sock is not None:
+                self._sock.close()
             for name in ("uvicorn.access", "uvicorn.error"):
                 logging.getLogger(name).removeFilter(self._redact)
 
@@ -633,16 +642,21 @@ async def serving(
     recover: bool = False,
     handle_signals: bool = False,
     announce: bool = True,
+    quiet: bool = False,
 ) -> AsyncIterator[LiveServer]:
     """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
 
     ``token`` None resolves it as :func:`~planweave.server.tokens.resolve_token` does. With ``announce`` the URL
-    (and a newly generated token, once) is printed on stdout. Start runs inside the block, after the app exists.
+    (and a newly generated token, once) is printed on stdout. ``quiet`` keeps uvicorn's logging out of the
+    terminal (no access log, logging configuration untouched), for a CLI that draws its own live view. Start runs
+    inside the block, after the app exists.
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
     app = create_app(engine, access, recover=recover)
-    async with LiveServer(app, host, port, handle_signals=handle_signals) as server:
+    log_config = None if quiet else uvicorn.config.LOGGING_CONFIG
+    async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
+                          access_log=not quiet) as server:
         if announce:
             _announce(server, access, url, sys.stdout)
         yield server
@@ -656,6 +670,7 @@ async def serve(
     *,
     tools: ToolCatalog | None = None,
     concurrency: int | None = None,
+    capacities: Mapping[str, int] | None = None,
     telemetry: bool | None = None,
 ) -> None:
     """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
@@ -665,8 +680,6 @@ async def serve(
     environment variables (:func:`telemetry_from_env`). Raises :class:`ServerError` or
     :class:`~planweave.server.tokens.TokenError` before serving if it cannot.
     """
-    from planweave import open_engine
-
     url = journal or default_journal_url()
     access = resolve_token(token, url)
     provider: Any = None
@@ -675,7 +688,7 @@ async def serve(
 
         provider = tracer_provider_from_env()
     try:
-        async with open_engine(url, tools=tools, concurrency=concurrency) as engine:
+        async with open_engine(url, tools=tools, concurrency=concurrency, capacities=capacities) as engine:
             if provider is not None:
                 from planweave.server.telemetry import instrument
 
