@@ -213,3 +213,27 @@ async def test_observations_and_verifiers_trigger_replans(kind: str) -> None:
     assert result.ok, result.error
     assert "Rome" in calls
     assert result.summary["plan_versions"][-1]["trigger"] in ("observation", "local_repair")
+
+
+async def test_llm_steps_count_their_tokens_in_the_run() -> None:
+    from planweave.tools.llm import llm_tool
+
+    def script(req: RecordedRequest) -> Reply:
+        last = str(req.messages[-1]["content"])
+        if "If the results answer the goal" in last:
+            return ANSWER
+        if last.startswith("Summarise"):
+            return Text("Paris 30, Rome 12", prompt_tokens=40, completion_tokens=7)
+        return Text(plan_lines([PLAN[0], {"id": "sum", "tool": "llm", "args": {"prompt": "Summarise ${paris}"}}]))
+
+    server = ScriptedLLM(script)
+    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
+            open_engine("memory://") as engine:
+        tools = tools_with([]).merged(Toolbox({"llm": llm_tool(client)}))
+        result = await PlanningLoop(engine, client, tools).run("weather")
+    assert result.ok, result.error
+    step_calls = [c for c in result.state.model_calls if c["purpose"] == "llm_step"]
+    assert len(step_calls) == 1 and step_calls[0]["step"] == "sum"
+    assert step_calls[0]["prompt_tokens"] == 40 and step_calls[0]["completion_tokens"] == 7
+    assert result.summary["tokens"] == sum(c["prompt_tokens"] + c["completion_tokens"]
+                                           for c in result.state.model_calls)

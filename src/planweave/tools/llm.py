@@ -12,6 +12,7 @@ import math
 from contextlib import aclosing
 from typing import Any
 
+from planweave.engine.context import current_step
 from planweave.errors import ToolError
 from planweave.models import Completion, CompletionRequest, Delta, ModelClient, check_schema
 from planweave.models.budget import Budget, Reservation
@@ -156,6 +157,16 @@ def llm_tool(
         }
         result["cost_usd"] = completion.cost_usd
         result["model"] = completion.model
+        try:
+            step = current_step()
+        except LookupError:  # called outside a run (directly, in a test): nothing to journal
+            pass
+        else:  # the run journals the call and counts its tokens and cost
+            step.report_usage({
+                "purpose": "llm_step", "model": completion.model, "prompt_tokens": completion.prompt_tokens,
+                "completion_tokens": completion.completion_tokens, "cost_usd": completion.cost_usd or 0.0,
+                "usage_source": completion.usage_source,
+            })
         return result
 
     return Tool.from_function(llm, name=name, idempotent=True)
