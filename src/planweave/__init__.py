@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
 from contextlib import asynccontextmanager
 
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
@@ -35,6 +36,7 @@ async def open_engine(
     concurrency: int | None = None,
     capacities: Mapping[str, int] | None = None,
     tools: ToolCatalog | None = None,
+    redact: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[Engine]:
     """Open a journal by URL (or use the one given) and an :class:`Engine` on it; close both on exit.
 
@@ -42,11 +44,12 @@ async def open_engine(
     """
     if journal is None or isinstance(journal, str):
         async with open_journal(journal) as opened, Engine(
-            opened, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools
+            opened, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools, redact=redact
         ) as engine:
             yield engine
     else:
-        async with Engine(journal, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools) as engine:
+        async with Engine(journal, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools,
+                          redact=redact) as engine:
             yield engine
 
 

@@ -8,6 +8,7 @@ This is planweave's only synchronous edge: each command runs one coroutine with 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import json
 import os
@@ -38,6 +39,7 @@ from planweave.journal import Journal, default_journal_url, open_journal
 from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Tool, Toolbox, builtin_tools
+from planweave.tools.safety import redact, secret_values
 
 T = TypeVar("T")
 
@@ -220,13 +222,30 @@ def _as_toolbox(value: Any, spec: str, *, call: bool = True) -> Toolbox:
     )
 
 
-def load_tools(specs: Iterable[str]) -> Toolbox:
+@dataclass(frozen=True)
+class Confinement:
+    """What the built-in ``shell`` and ``file.*`` tools may touch (``--workdir``, ``--allow-exec``, ``--root``)."""
+
+    workdir: Path = Path(".")
+    allow_exec: tuple[str, ...] | None = None
+    roots: tuple[Path, ...] = ()
+
+    def toolbox(self) -> Toolbox:
+        """The built-ins with ``shell`` confined to the working directory (and allowlist) and file tools."""
+        from planweave.tools.safety import confined_shell, file_tools
+
+        box = builtin_tools()
+        box.add(confined_shell(allowlist=self.allow_exec, workdir=self.workdir))
+        return box.merged(file_tools(list(self.roots) or [self.workdir]))
+
+
+def load_tools(specs: Iterable[str], confinement: Confinement | None = None) -> Toolbox:
     """The built-in tools plus those named by ``--tools MODULE:ATTR`` flags; raises UsageError.
 
     ATTR may be a Toolbox, a Tool, a list of tools (or functions), or a function returning one of those. Modules
     are imported from the working directory too, as ``python -m`` would.
     """
-    box = builtin_tools()
+    box = (confinement or Confinement()).toolbox()
     specs = list(specs)
     if specs and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -372,9 +391,10 @@ async def _follow(
                 durable = journal.durable
                 limit = await limits(journal)
                 tools = await open_mcp(stack, session.mcp_flags, session.tools)
+                secrets = secret_values()
                 async with Engine(
                     journal, clock=clock, concurrency=limit.concurrency, capacities=limit.capacities,
-                    tools=tools,
+                    tools=tools, redact=functools.partial(redact, secrets=secrets) if secrets else None,
                 ) as engine:
                     run = await begin(engine, stack)
                     view = views.LiveRunView(console, clock, ticking=not session.virtual) if console else None
@@ -523,6 +543,16 @@ def root(
     """Plan long-horizon agent tasks as DAGs and run them event-driven on a durable journal."""
 
 
+WorkdirOption = Annotated[
+    Path, typer.Option("--workdir", help="The shell tool's jail: its cwd must stay inside (default: here).")]
+AllowExecOption = Annotated[
+    list[str] | None,
+    typer.Option("--allow-exec", metavar="PROGRAM", help="Only these programs may run in shell steps (repeatable)."),
+]
+RootOption = Annotated[
+    list[Path] | None,
+    typer.Option("--root", metavar="DIR", help="Directories the file.* tools may use (repeatable; default: workdir)."),
+]
 McpOption = Annotated[
     list[str] | None,
     typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
@@ -557,13 +587,17 @@ def run(
     budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
     max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans of a --goal run.")] = 5,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    root: RootOption = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with _clean_errors():
         if (file is None) == (goal is None):
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
         flags = parse_capacities(capacity or ())
-        toolbox = load_tools(tools or ())
+        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                      tuple(root or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
                           tuple(mcp or ()))
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
@@ -621,13 +655,17 @@ def resume(
     tools: ToolsOption = None,
     mcp: McpOption = None,
     virtual_clock: VirtualOption = False,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    root: RootOption = None,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits."""
     with _clean_errors():
         url = journal or default_journal_url()
         if _journal_file_missing(url):
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
-        toolbox = load_tools(tools or ())
+        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                      tuple(root or ())))
         session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()))
 
         async def recorded_limits(opened: Journal) -> Limits:

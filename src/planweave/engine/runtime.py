@@ -183,7 +183,7 @@ class Run:
             await self._journal.flush()
         except JournalError as exc:
             error = f"{error}; and the journal could not be written: {exc}" if error else str(exc)
-        self._engine._runs_active.pop(self.id, None)
+        self._engine._runs.pop(self.id, None)
         self._result.set_result(
             RunResult(self.id, status, error, self.outputs, self.state)
         )
@@ -220,7 +220,8 @@ class Run:
             else:
                 async with asyncio.timeout(step.timeout):
                     output = await tool.invoke(args)
-            ref = self._journal.put_blob(output)
+            redact = self._engine.redact
+            ref = self._journal.put_blob(output if redact is None else redact(output))
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -245,6 +246,8 @@ class Run:
     def _fail(self, rec: StepRecord, step: Step, attempt: int, exc: Exception) -> None:
         sid = rec.id
         kind, retryable, message, names = _classify(exc, step)
+        if self._engine.redact is not None:
+            message = self._engine.redact(message)
         policy = step.retries
         if retryable and attempt <= policy.max and policy.retries_on(kind, names):
             delay = policy.delay(attempt, random.Random(f"{self.id}/{sid}/{attempt}").random())
@@ -370,15 +373,18 @@ class Engine:
         capacities: Mapping[str, int] | None = None,
         tools: ToolCatalog | None = None,
         aging: float = 1.0,
+        redact: Callable[[Any], Any] | None = None,
     ) -> None:
+        """``redact`` (optional) rewrites what is journaled: step outputs and error texts (e.g. hiding secrets)."""
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.journal = journal
         self.clock: Clock = clock or RealClock()
         self.tools = tools
+        self.redact = redact
         self._scheduler: Scheduler[tuple[Run, StepRecord]] = Scheduler(concurrency, capacities, aging=aging)
-        self._runs: dict[str, Run] = {}
-        self._runs_active: dict[str, Run] = {}
+        self._runs: dict[str, Run] = {}  # active runs only: finished ones are dropped, so a long-lived engine
+        # does not keep every step record it ever ran (memory, and garbage-collector work)
         self._listeners: list[EventListener] = []
         self._tg_cm = asyncio.TaskGroup()
         self._tg = self._tg_cm
@@ -408,7 +414,7 @@ class Engine:
         seen: dict[str, int] = {}  # per run: the journal position read up to (reads use the (run_id, pos) index)
         while True:
             await asyncio.sleep(interval)
-            for run_id, run in list(self._runs_active.items()):
+            for run_id, run in list(self._runs.items()):
                 for event in await self.journal.read(run_id, after=seen.get(run_id, 0)):
                     seen[run_id] = max(seen.get(run_id, 0), event.pos or 0)
                     if event.kind == "run_cancel_requested" and event.at >= (run.state.created_at or 0.0):
@@ -418,7 +424,7 @@ class Engine:
         self._open = False
         if self._control_task is not None:
             self._control_task.cancel()
-        for run in list(self._runs_active.values()):
+        for run in list(self._runs.values()):
             if run._task is not None:
                 run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
         exc_type = exc_info[0]
@@ -438,7 +444,7 @@ class Engine:
         self._listeners.append(listener)
 
     def get(self, run_id: str) -> Run:
-        """A run started or resumed by this engine."""
+        """A run this engine is running now (started or resumed, not finished)."""
         try:
             return self._runs[run_id]
         except KeyError:
@@ -446,12 +452,13 @@ class Engine:
 
     # -- starting and resuming ------------------------------------------------------------------------------------
     def _catalog(self, tools: ToolCatalog | None) -> ToolCatalog:
-        catalog = tools if tools is not None else self.tools
-        if catalog is None:
+        if tools is not None:
+            return tools
+        if self.tools is None:
             from planweave.tools import builtin_tools  # the default toolbox; the core only sees ToolCatalog
 
-            catalog = builtin_tools()
-        return catalog
+            self.tools = builtin_tools()
+        return self.tools
 
     def _adopt_capacities(self, spec: PlanSpec) -> None:
         for name, amount in spec.capacities.items():
@@ -488,8 +495,9 @@ class Engine:
             spec = parse_plan_document(plan, source)
         self._adopt_capacities(spec)
         validated = validate_plan(spec, catalog, self._scheduler.capacities, source=source)
-        run_id = run_id or uuid.uuid4().hex[:12]
-        if run_id in self._runs or (self.journal.durable and await self.journal.read(run_id)):
+        if run_id is None:
+            run_id = uuid.uuid4().hex[:12]
+        elif run_id in self._runs or await self.journal.read(run_id):
             raise RunError(f"run id '{run_id}' is already in the journal {self.journal.url}")
         idempotent = [
             sid for sid, step in validated.steps.items()
@@ -501,7 +509,6 @@ class Engine:
         if on_event is not None:
             run.subscribe(on_event)
         self._runs[run_id] = run
-        self._runs_active[run_id] = run
         await run._begin("run_created", {
             "plan": validated.spec,  # journals serialise it (off the hot path, in their writer)
             "version": validated.version,
@@ -520,7 +527,7 @@ class Engine:
         of them unless ``retry_unknown``.
         """
         self._check_open()
-        if run_id in self._runs_active:
+        if run_id in self._runs:
             raise RunError(f"run '{run_id}' is already running in this engine")
         events = await self.journal.read(run_id)
         if not events:
@@ -544,7 +551,6 @@ class Engine:
                     raise JournalError(f"run '{run_id}': the output of step '{rec.id}' is missing from the journal")
                 run.outputs[rec.id] = blobs[rec.output_ref]
         self._runs[run_id] = run
-        self._runs_active[run_id] = run
         await run._begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
         return run
 

@@ -1,10 +1,13 @@
 """The HTTP server: a FastAPI app over an engine, the live dashboard, and optional OpenTelemetry tracing.
 
-An adapter around the engine: it imports the runtime and the journal, and nothing in the core imports it.
-Tracing lives in :mod:`planweave.server.telemetry`, imported only when enabled (it needs OpenTelemetry).
+An edge around the engine: it imports the runtime, the journal and the plan model, and nothing imports it but the
+CLI. ``app`` holds the routes and :func:`serve`; ``live`` runs uvicorn in the engine's event loop; ``runs`` folds
+the journal for the API; ``streams`` turns journaled events into SSE; ``tokens`` guards access. Tracing lives in
+:mod:`planweave.server.telemetry`, imported only when enabled (it needs the OpenTelemetry SDK).
 """
 
-from planweave.server.app import LiveServer, ServerError, create_app, serve, serving, telemetry_from_env
+from planweave.server.app import create_app, serve, serving, telemetry_from_env
+from planweave.server.live import LiveServer, ServerError
 from planweave.server.streams import StreamTiming
 from planweave.server.tokens import AccessToken, TokenError, resolve_token
 

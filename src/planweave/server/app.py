@@ -12,16 +12,14 @@ object); ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``; ``POST /runs/{id}/
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import socket
 import sys
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TextIO
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
@@ -36,9 +34,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
 from planweave.engine.runtime import Engine, request_cancel
-from planweave.errors import JournalError, PlanInvalid, PlanProblem, PlanweaveError, RunError, RunNotFound
+from planweave.errors import JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
+from planweave.server.live import LiveServer, ServerError
 from planweave.server.runs import (
     HTTP_SOURCE,
     RunIndex,
@@ -51,16 +50,12 @@ from planweave.server.runs import (
 from planweave.server.streams import ChangeFeed, StreamTiming, all_events, run_events
 from planweave.server.tokens import AccessToken, resolve_token
 
-__all__ = ["LiveServer", "ServerError", "create_app", "serve", "serving", "telemetry_from_env"]
+__all__ = ["AppState", "create_app", "serve", "serving", "telemetry_from_env"]
 
 log = logging.getLogger("planweave.server")
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 RUN_ID_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}$"
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
-
-
-class ServerError(PlanweaveError):
-    """The server could not start: the address is taken, or the app is not a planweave app."""
 
 
 # -- the wire models --------------------------------------------------------------------------------------------
@@ -437,162 +432,6 @@ def create_app(
     return app
 
 
-# -- running it -------------------------------------------------------------------------------------------------
-class _Uvicorn(uvicorn.Server):
-    """uvicorn, told to end the event streams before it waits for open connections to close."""
-
-    def __init__(self, config: uvicorn.Config, feed: ChangeFeed, handle_signals: bool) -> None:
-        super().__init__(config)
-        self._feed = feed
-        self._handle_signals = handle_signals
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # Through the loop, and never re-raised afterwards (uvicorn's default): the engine and journal must close
-        # cleanly after the server stops, which a re-raised SIGINT would interrupt.
-        if not self._handle_signals:
-            yield
-            return
-        import signal
-
-        loop = asyncio.get_running_loop()
-        installed = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, self.handle_exit, sig, None)
-            except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, or no signals here
-                continue
-            installed.append(sig)
-        try:
-            yield
-        finally:
-            for sig in installed:
-                loop.remove_signal_handler(sig)
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        self._feed.close()  # endless streams would otherwise hold the shutdown forever
-        await super().shutdown(sockets)
-
-
-class _RedactToken(logging.Filter):
-    """Replaces the token in uvicorn's log records, in case a client put it in a URL."""
-
-    def __init__(self, token: str) -> None:
-        super().__init__()
-        self._token = token
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple) and any(self._token in str(a) for a in record.args):
-            record.args = tuple(str(a).replace(self._token, "[token]") if self._token in str(a) else a
-                                for a in record.args)
-        if isinstance(record.msg, str) and self._token in record.msg:
-            record.msg = record.msg.replace(self._token, "[token]")
-        return True
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    try:
-        sock = socket.create_server((host, port), family=family, backlog=2048)
-    except OSError as exc:
-        hint = " (is another `planweave serve` running? choose another --port)" if port else ""
-        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror or exc}{hint}") from None
-    sock.setblocking(False)
-    return sock
-
-
-class LiveServer:
-    """The app served by uvicorn in this event loop until :meth:`stop` (or SIGINT/SIGTERM if it handles them).
-
-    Use as ``async with LiveServer(app) as server``: on entry the socket is bound (port 0 picks a free one; a taken
-    port raises :class:`ServerError`) and the app has started (interrupted runs resumed), so :attr:`url` works.
-    ``log_config`` None leaves logging alone (uvicorn's records propagate to the root logger).
-    """
-
-    def __init__(
-        self,
-        app: FastAPI,
-        host: str = "127.0.0.1",
-        port: int = 8765,
-        *,
-        handle_signals: bool = False,
-        log_config: dict[str, Any] | None = uvicorn.config.LOGGING_CONFIG,
-        access_log: bool = True,
-    ) -> None:
-        state = getattr(app.state, "planweave", None)
-        if not isinstance(state, AppState):
-            raise ServerError("LiveServer serves apps made by planweave.server.create_app")
-        self.app = app
-        self.host = host
-        self.port = port
-        self._state = state
-        self._handle_signals = handle_signals
-        self._log_config = log_config
-        self._access_log = access_log
-        self._sock: socket.socket | None = None
-        self._server: _Uvicorn | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._redact = _RedactToken(state.token.value)
-
-    @property
-    def url(self) -> str:
-        """The base URL, ending with ``/`` (the dashboard)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/"
-
-    def dashboard_url(self, run_id: str | None = None) -> str:
-        """The dashboard's URL, opened on ``run_id`` if given."""
-        return self.url + (f"#/runs/{quote(run_id)}" if run_id else "")
-
-    @property
-    def recovered(self) -> list[str]:
-        """The runs that startup resumed (interrupted when a previous server stopped)."""
-        return list(self._state.recovered)
-
-    async def __aenter__(self) -> LiveServer:
-        self._sock = _bind(self.host, self.port)
-        self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_config=self._log_config, access_log=self._access_log, lifespan="on",
-                                ws="none", timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
-        self._server = _Uvicorn(config, self._state.feed, self._handle_signals)
-        for name in ("uvicorn.access", "uvicorn.error"):
-            logging.getLogger(name).addFilter(self._redact)
-        self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]), name="planweave-server")
-        ready = asyncio.create_task(self._state.ready.wait())
-        await asyncio.wait([self._task, ready], return_when=asyncio.FIRST_COMPLETED)
-        if not ready.done():
-            ready.cancel()
-            await self._finish()
-            raise ServerError(f"the server at {self.url} stopped while starting (see its log)")
-        return self
-
-    def stop(self) -> None:
-        """Ask the server to stop: event streams end, open requests get a few seconds to complete."""
-        if self._server is not None:
-            self._server.should_exit = True
-
-    async def wait(self) -> None:
-        """Return when the server has stopped (after :meth:`stop`, or a signal when it handles them)."""
-        if self._task is not None:
-            await asyncio.shield(self._task)
-
-    async def _finish(self) -> None:
-        try:
-            if self._task is not None:
-                await asyncio.wait([self._task])
-                if not self._task.cancelled() and self._task.exception() is not None:
-                    log.error("the server stopped with an error: %s", self._task.exception())
-        finally:
-            if self._sock is not None:
-                self._sock.close()
-            for name in ("uvicorn.access", "uvicorn.error"):
-                logging.getLogger(name).removeFilter(self._redact)
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        self.stop()
-        await self._finish()
-
-
 def telemetry_from_env(environ: Mapping[str, str] | None = None) -> bool:
     """Whether the standard OpenTelemetry variables ask for traces (``OTEL_TRACES_EXPORTER`` other than ``none``)."""
     env = os.environ if environ is None else environ
@@ -611,7 +450,7 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def _announce(server: LiveServer, token: AccessToken, journal_url: str, out: Any) -> None:
+def _announce(server: LiveServer, token: AccessToken, journal_url: str, out: TextIO) -> None:
     lines = [f"planweave {__version__} serving {server.url} (journal {redact_url(journal_url)})"]
     if token.origin == "generated":
         lines.append(f"access token (shown only now; kept in {token.path}, mode 0600): {token.value}")
@@ -642,14 +481,15 @@ async def serving(
     recover: bool = False,
     handle_signals: bool = False,
     announce: bool = True,
+    out: TextIO | None = None,
     quiet: bool = False,
 ) -> AsyncIterator[LiveServer]:
     """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
 
     ``token`` None resolves it as :func:`~planweave.server.tokens.resolve_token` does. With ``announce`` the URL
-    (and a newly generated token, once) is printed on stdout. ``quiet`` keeps uvicorn's logging out of the
-    terminal (no access log, logging configuration untouched), for a CLI that draws its own live view. Start runs
-    inside the block, after the app exists.
+    (and a newly generated token, once) is printed on ``out`` (default stdout; pass stderr next to ``--json``).
+    ``quiet`` keeps uvicorn's logging out of the terminal (no access log, logging configuration untouched), for a
+    CLI that draws its own live view. Start runs inside the block, after the app exists.
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
@@ -658,7 +498,7 @@ async def serving(
     async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
                           access_log=not quiet) as server:
         if announce:
-            _announce(server, access, url, sys.stdout)
+            _announce(server, access, url, out if out is not None else sys.stdout)
         yield server
 
 

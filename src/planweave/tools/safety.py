@@ -121,40 +121,61 @@ def check_argv(argv: Sequence[str], allowlist: Collection[str]) -> list[str]:
 
 
 @dataclass(frozen=True)
-class _AllowlistedShell(Tool):
-    """The ``shell`` tool, refusing programs that are not on an allowlist (at validation time when literal)."""
+class _ConfinedShell(Tool):
+    """The ``shell`` tool confined to a working directory and, optionally, to an allowlist of programs."""
 
-    allowlist: frozenset[str] = frozenset()
+    allowlist: frozenset[str] | None = None
+    workdir: Path | None = None
 
     def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
-        """Validate like ``shell``, and refuse a literal ``argv[0]`` that is not on the allowlist."""
+        """Validate like ``shell``; refuse a literal program off the allowlist or a literal cwd outside the jail."""
         problems = super().check_args(args, deferred)
         argv = args.get("argv")
-        if "argv" not in deferred and isinstance(argv, list) and argv and isinstance(argv[0], str):
-            if "${" in argv[0]:
-                return problems  # a reference inside the list: checked at call time
+        if self.allowlist is not None and "argv" not in deferred and isinstance(argv, list) and argv \
+                and isinstance(argv[0], str) and "${" not in argv[0]:
             try:
                 check_argv(argv, self.allowlist)
             except ExecutableNotAllowed as exc:
                 problems.append(("argv[0]", str(exc)))
+        cwd = args.get("cwd")
+        if self.workdir is not None and "cwd" not in deferred and isinstance(cwd, str):
+            try:
+                confine_path(cwd, [self.workdir])
+            except PathNotAllowed as exc:
+                problems.append(("cwd", str(exc)))
         return problems
 
     async def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Refuse a program off the allowlist, then run it like ``shell``."""
+        """Refuse a program off the allowlist or a cwd outside the working directory, then run it like ``shell``."""
         kwargs = self.bind(args)
-        check_argv(kwargs.get("argv") or [], self.allowlist)
+        if self.allowlist is not None:
+            check_argv(kwargs.get("argv") or [], self.allowlist)
+        if self.workdir is not None:
+            kwargs["cwd"] = str(confine_path(kwargs.get("cwd") or ".", [self.workdir]))
         return await self.fn(**kwargs)
+
+
+def confined_shell(*, allowlist: Iterable[str] | None = None, workdir: str | os.PathLike[str] | None = None) -> Tool:
+    """A ``shell`` tool that runs only the programs on ``allowlist`` (see :func:`check_argv`; None: any program),
+    with its working directory confined to ``workdir`` (the default cwd; None: unconfined)."""
+    base = Tool.from_function(shell, name="shell")
+    names = frozenset(allowlist) if allowlist is not None else None
+    doc = base.description
+    if names is not None:
+        doc += f"\n\nOnly these programs may run: {', '.join(sorted(names)) or 'none'}."
+    jail = Path(workdir).resolve() if workdir is not None else None
+    if jail is not None:
+        doc += f"\n\nIt runs in {jail} (cwd must stay inside it)."
+    return _ConfinedShell(
+        name=base.name, fn=base.fn, description=doc, idempotent=False, args_model=base.args_model,
+        accepts_extra=base.accepts_extra, input_schema=base.input_schema, is_async=True, allowlist=names,
+        workdir=jail,
+    )
 
 
 def allowlisted_shell(allowlist: Iterable[str]) -> Tool:
     """A ``shell`` tool that only runs the programs on ``allowlist`` (see :func:`check_argv`)."""
-    base = Tool.from_function(shell, name="shell")
-    names = frozenset(allowlist)
-    doc = f"{base.description}\n\nOnly these programs may run: {', '.join(sorted(names)) or 'none'}."
-    return _AllowlistedShell(
-        name=base.name, fn=base.fn, description=doc, idempotent=False, args_model=base.args_model,
-        accepts_extra=base.accepts_extra, input_schema=base.input_schema, is_async=True, allowlist=names,
-    )
+    return confined_shell(allowlist=allowlist)
 
 
 # -- secrets --------------------------------------------------------------------------------------------------------

@@ -289,7 +289,8 @@
       stream: null,
     };
     const current = view;
-    current.refresh = throttle(() => refreshRun(current), 200);
+    // Each refresh re-reads the run's state and graph: slower for big plans, so that they stay cheap.
+    current.refresh = throttle(() => refreshRun(current), 250);
     current.redraw = throttle(async () => { if (view === current) renderTimeline(); }, 100);
     $("no-run").hidden = true;
     $("run").hidden = false;
@@ -385,6 +386,10 @@
       return;
     }
     if (view !== current) return;
+    if (plan.body.steps.length > 300 && !current.slowed) {
+      current.slowed = true;
+      current.refresh = throttle(() => refreshRun(current), 1000);
+    }
     current.summary = summary.body;
     current.plan = plan.body;
     $("run-plan").textContent = plan.body.name || plan.body.goal || "";
