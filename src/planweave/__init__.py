@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
 from contextlib import asynccontextmanager
+from typing import Any
 
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
 from planweave.engine import Engine, Event, Run, RunResult, StepContext, current_step

@@ -729,11 +729,25 @@ def show(
     if found.status == "interrupted":
         console.print(f"interrupted: resume with planweave resume {run_id}"
                       + (f" --journal {url}" if url != default_journal_url() else ""), markup=False)
+    if state.answer:
+        console.print(Text("answer: ", style="bold green") + Text(state.answer))
+    if state.model_calls:
+        console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
+                           f"${state.cost_usd:.4f}", style="dim"))
     console.print()
     console.print(views.steps_table(state, found.horizon, detailed=True))
     console.print()
     console.print(Text("timeline", style="bold"))
     console.print(views.timeline(state, console.width, found.horizon), soft_wrap=True)
+    if len(state.versions) > 1 or state.model_calls:
+        console.print()
+        console.print(views.versions_table(state))
+    if state.escalations:
+        console.print()
+        console.print(Text("escalations", style="bold"))
+        for esc in state.escalations:
+            where = f" step '{esc['step']}'" if esc.get("step") else ""
+            console.print(Text(f"  {esc.get('rung')}{where}: {esc.get('reason', '')}"[:400]))
 
 
 @app.command()

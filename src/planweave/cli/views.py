@@ -382,3 +382,27 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
             counts_text(row.get("steps") or {}) if row.get("steps") else Text(str(row.get("error") or ""), "red"),
         )
     return table
+
+
+def versions_table(state: RunState) -> Table:
+    """Each plan version as a diff against the one before: what it added, kept, adopted, cancelled, dropped."""
+    table = Table(title="plan versions", title_justify="left", title_style="bold", box=None, pad_edge=False,
+                  header_style="bold")
+    for column in ("version", "trigger", "model", "spliced", "added", "kept", "adopted", "cancelled", "dropped"):
+        table.add_column(column)
+    origin = state.created_at or 0.0
+
+    def at(value: float | None) -> str:
+        return "—" if value is None else f"+{value - origin:.2f}s"
+
+    def ids(items: list[str]) -> str:
+        return ", ".join(items[:8]) + (f" (+{len(items) - 8})" if len(items) > 8 else "") if items else "—"
+
+    for v in state.versions:
+        started, finished = v.get("model_started_at"), v.get("model_finished_at")
+        model = "—" if started is None else f"{at(started)}..{at(finished)}"
+        table.add_row(str(v["version"]), str(v.get("trigger")), model, at(v.get("spliced_at")),
+                      Text(ids(v.get("added", [])), style="green"), ids(v.get("kept", [])),
+                      ids(v.get("adopted", [])), Text(ids(v.get("cancelled", [])), style="red"),
+                      ids(v.get("dropped", [])))
+    return table

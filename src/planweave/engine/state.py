@@ -325,6 +325,10 @@ class RunState:
                 self._retire(rec, old_version, event)
         self.plan = new_plan
         self.records = records
+        if self.root_cause is not None and (
+            self.root_cause not in records or records[self.root_cause].status != "failed"
+        ):  # the failed step was replaced: the failure is repaired, not the run's cause any more
+            self.root_cause = next((r.id for r in records.values() if r.status == "failed"), None)
         self.idempotent = self.idempotent | frozenset(event.data.get("idempotent", ()))
         # Recount what every waiting step still waits for, and what is active.
         self.waiting = {}
