@@ -12,11 +12,24 @@ from typing import Any
 import httpx
 import pytest
 
-from planweave import Engine, Event, open_engine
+from planweave import Engine, Event, Run, RunResult, open_engine
 from planweave.plan.catalog import ToolCatalog
 from planweave.server import LiveServer, StreamTiming, create_app
 
 TOKEN = "test-token-0123456789abcdef"
+
+
+class RunTracker:
+    """Keeps the :class:`Run` of every run the engine starts or resumes (the engine forgets finished ones)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.runs: dict[str, Run] = {}
+        engine.subscribe(self._on_event)
+
+    def _on_event(self, event: Event) -> None:
+        if event.kind in ("run_created", "run_resumed"):
+            self.runs[event.run_id] = self.engine.get(event.run_id)
 
 
 @dataclass
@@ -27,6 +40,16 @@ class Live:
     engine: Engine
     journal_url: str
     token: str = TOKEN
+    tracker: RunTracker | None = None
+
+    def run(self, run_id: str) -> Run:
+        """The latest :class:`Run` of ``run_id`` in this server's engine (finished or not)."""
+        assert self.tracker is not None
+        return self.tracker.runs[run_id]
+
+    async def wait(self, run_id: str) -> RunResult:
+        """Wait for ``run_id`` (started or resumed by this server) to end."""
+        return await self.run(run_id).wait()
 
     @property
     def url(self) -> str:
@@ -82,9 +105,10 @@ async def start_live(
     timing: StreamTiming | None = None, token: str = TOKEN, engine_options: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[Live]:
     async with open_engine(journal_url, tools=tools, **dict(engine_options or {})) as engine:
+        tracker = RunTracker(engine)  # before the app: its recovery may resume runs
         app = create_app(engine, token, recover=recover, timing=timing)
         async with LiveServer(app, "127.0.0.1", 0, log_config=None) as server:
-            yield Live(server, engine, journal_url, token)
+            yield Live(server, engine, journal_url, token, tracker)
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ async def test_healthz_needs_no_token(live: Live) -> None:
 async def test_submitted_run_succeeds_and_reads_like_run_json(live: Live) -> None:
     async with live.client() as client:
         run_id = await submit(client, chain_plan(3, 0.01))
-        result = await live.engine.get(run_id).wait()
+        result = await live.wait(run_id)
         resp = await client.get(f"/runs/{run_id}")
     assert resp.status_code == 200
     body = resp.json()
@@ -52,7 +52,7 @@ async def test_a_plan_in_yaml_is_accepted(live: Live) -> None:
     async with live.client() as client:
         resp = await client.post("/runs", json={"plan_yaml": plan_yaml, "run_id": "from-yaml"})
         assert resp.status_code == 201, resp.text
-        result = await live.engine.get("from-yaml").wait()
+        result = await live.wait("from-yaml")
     assert result.ok
 
 
@@ -100,7 +100,7 @@ async def test_a_malformed_submission_is_422(live: Live, body: dict[str, Any]) -
 async def test_a_taken_run_id_is_409(live: Live) -> None:
     async with live.client() as client:
         await submit(client, chain_plan(1, 0.0), run_id="twice")
-        await live.engine.get("twice").wait()
+        await live.wait("twice")
         resp = await client.post("/runs", json={"plan": chain_plan(1, 0.0), "run_id": "twice"})
     assert resp.status_code == 409
     assert "twice" in resp.json()["detail"]
@@ -109,10 +109,10 @@ async def test_a_taken_run_id_is_409(live: Live) -> None:
 async def test_runs_are_listed_with_status_times_and_step_counts(live: Live) -> None:
     async with live.client() as client:
         ok = await submit(client, chain_plan(2, 0.0))
-        await live.engine.get(ok).wait()
+        await live.wait(ok)
         bad = await submit(client, {"steps": [{"id": "boom", "tool": "shell", "args": {"argv": ["false"]}},
                                               {"id": "after", "tool": "noop", "after": ["boom"]}]})
-        await live.engine.get(bad).wait()
+        await live.wait(bad)
         resp = await client.get("/runs")
     assert resp.status_code == 200
     rows = {row["run_id"]: row for row in resp.json()}
@@ -134,7 +134,7 @@ async def test_the_plan_graph_has_dependencies_statuses_and_the_critical_path(li
     ]}
     async with live.client() as client:
         run_id = await submit(client, plan)
-        await live.engine.get(run_id).wait()
+        await live.wait(run_id)
         resp = await client.get(f"/runs/{run_id}/plan")
         missing = await client.get(f"/runs/{run_id}/plan", params={"version": 7})
     body = resp.json()
@@ -161,7 +161,7 @@ async def test_cancel_stops_a_running_run(live: Live) -> None:
         resp = await client.post(f"/runs/{run_id}/cancel", json={"reason": "enough"})
         assert resp.status_code == 202
         assert resp.json() == {"run_id": run_id, "status": "cancelled"}
-        result = await asyncio.wait_for(live.engine.get(run_id).wait(), 10)
+        result = await asyncio.wait_for(live.wait(run_id), 10)
         again = await client.post(f"/runs/{run_id}/cancel")
         body = (await client.get(f"/runs/{run_id}")).json()
     assert result.status == "cancelled"
@@ -175,7 +175,7 @@ async def test_resume_continues_an_interrupted_run_keeping_finished_steps(journa
     async with start_live(journal_url) as first:
         async with first.client() as client:
             run_id = await submit(client, plan)
-        run = first.engine.get(run_id)
+        run = first.run(run_id)
         done_first = asyncio.Event()
         run.subscribe(lambda e: done_first.set() if e.kind == "step_succeeded" and e.step == "first" else None)
         if run.state.records["first"].status != "succeeded":
@@ -186,7 +186,7 @@ async def test_resume_continues_an_interrupted_run_keeping_finished_steps(journa
         resp = await client.post(f"/runs/{run_id}/resume", json={"retry_unknown": False})
         assert resp.status_code == 202, resp.text
         busy = await client.post(f"/runs/{run_id}/resume")
-        result = await asyncio.wait_for(second.engine.get(run_id).wait(), 20)
+        result = await asyncio.wait_for(second.wait(run_id), 20)
     assert before["status"] == "interrupted"
     assert busy.status_code == 409 and "already running" in busy.json()["detail"]
     assert result.ok
@@ -196,7 +196,7 @@ async def test_resume_continues_an_interrupted_run_keeping_finished_steps(journa
 async def test_resume_refuses_a_run_that_already_succeeded(live: Live) -> None:
     async with live.client() as client:
         run_id = await submit(client, chain_plan(1, 0.0))
-        await live.engine.get(run_id).wait()
+        await live.wait(run_id)
         resp = await client.post(f"/runs/{run_id}/resume")
     assert resp.status_code == 409
     assert "already ended" in resp.json()["detail"]
@@ -221,7 +221,7 @@ async def test_runs_submitted_over_http_are_resumed_after_a_restart(journal_url:
             # Stop the server while the first step sleeps: the engine interrupts the run, leaving it resumable.
     async with start_live(journal_url) as second:
         assert second.server.recovered == [run_id]
-        result = await asyncio.wait_for(second.engine.get(run_id).wait(), 20)
+        result = await asyncio.wait_for(second.wait(run_id), 20)
         async with second.client() as client:
             body = (await client.get(f"/runs/{run_id}")).json()
     assert result.ok

@@ -53,7 +53,7 @@ async def test_the_token_never_appears_in_the_logs(
         await client.get("/runs/unknown")
         failed = await client.post("/runs", json={"plan": {"steps": [
             {"id": "boom", "tool": "shell", "args": {"argv": ["sh", "-c", "echo failing >&2; exit 3"]}}]}})
-        await live.engine.get(failed.json()["run_id"]).wait()
+        await live.wait(failed.json()["run_id"])
         # A client that puts the token where it does not belong (the URL) must not get it logged either.
         await client.get("/runs", params={"token": token})
         async with live.client(token=None) as anonymous:

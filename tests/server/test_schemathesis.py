@@ -74,5 +74,5 @@ def test_the_served_schema_is_the_one_tested(server_url: str) -> None:
 @schema.parametrize()
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[
     HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture])
-def test_no_request_makes_the_server_fail(case: schemathesis.Case, server_url: str) -> None:
+def test_no_request_makes_the_server_fail(case: schemathesis.Case[Any], server_url: str) -> None:
     case.call_and_validate(base_url=server_url.rstrip("/"), headers=AUTH, checks=[not_a_server_error], timeout=15)

@@ -285,6 +285,7 @@ class Session:
     virtual: bool
     json_output: bool
     mcp_flags: tuple[str, ...] = ()
+    watch_port: int | None = None  # serve the dashboard for this run (``--watch``)
 
     def resume_command(self, run_id: str) -> str:
         """The command that continues ``run_id`` with the same journal and tools."""
@@ -370,6 +371,27 @@ async def open_mcp(stack: AsyncExitStack, flags: Sequence[str], tools: Toolbox) 
     return tools.merged(await stack.enter_async_context(connect_mcp(servers)))
 
 
+async def _observe(engine: Engine, session: Session, stack: AsyncExitStack) -> Any:
+    """Before the run starts: tracing (when the OpenTelemetry variables ask for it) and ``--watch``'s server.
+
+    Returns the server (a :class:`planweave.server.LiveServer`) when watching, else None.
+    """
+    from planweave.server.app import telemetry_from_env  # light: no OpenTelemetry import unless enabled
+
+    if telemetry_from_env():
+        from planweave.server.telemetry import instrument, tracer_provider_from_env
+
+        provider = tracer_provider_from_env()
+        stack.callback(provider.shutdown)  # after the engine closed: spans of interrupted runs are ended
+        instrument(engine, provider)
+    if session.watch_port is not None:
+        from planweave.server.app import serving
+
+        return await stack.enter_async_context(serving(
+            engine, port=session.watch_port, journal_url=session.journal_url, quiet=True, out=sys.stderr))
+    return None
+
+
 async def _follow(
     session: Session,
     limits: Callable[[Journal], Awaitable[Limits]],
@@ -396,7 +418,11 @@ async def _follow(
                     journal, clock=clock, concurrency=limit.concurrency, capacities=limit.capacities,
                     tools=tools, redact=functools.partial(redact, secrets=secrets) if secrets else None,
                 ) as engine:
+                    server = await _observe(engine, session, stack)
                     run = await begin(engine, stack)
+                    if server is not None:
+                        (console or Console(stderr=True)).print(f"watch it at {server.dashboard_url(run.id)}",
+                                                                markup=False)
                     view = views.LiveRunView(console, clock, ticking=not session.virtual) if console else None
                     with view.follow(run) if view is not None else nullcontext():
                         result = await run.wait()
@@ -587,9 +613,13 @@ def run(
     budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
     max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans of a --goal run.")] = 5,
+    plan_max_tokens: Annotated[int, typer.Option("--plan-max-tokens", min=16,
+                                                 help="Most tokens the planner may write per call.")] = 2048,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
     root: RootOption = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Also serve the dashboard for this run.")] = False,
+    port: Annotated[int, typer.Option("--port", help="Port of --watch's dashboard.")] = 8765,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with _clean_errors():
@@ -599,7 +629,7 @@ def run(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
-                          tuple(mcp or ()))
+                          tuple(mcp or ()), port if watch else None)
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         if file is not None:
             spec = load_plan_file(file)
@@ -629,7 +659,9 @@ def run(
                 base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
                 catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
                 loop = PlanningLoop(engine, client, catalog, budget=budget,
-                                    options=PlanningOptions(deadline_s=deadline, max_replans=max_replans))
+                                    options=PlanningOptions(deadline_s=deadline, max_replans=max_replans,
+                                                            plan_max_tokens=plan_max_tokens,
+                                                            join_max_tokens=min(1024, plan_max_tokens)))
                 return await loop.start(goal_text, run_id=run_id)
 
             begin = begin_goal
@@ -770,6 +802,36 @@ def cancel(
         typer.echo(f"cancel requested: the process running run {run_id} stops it within a second")
     else:
         typer.echo(f"run {run_id} had no live process (it was interrupted or had failed): marked it cancelled")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to bind (anything but 127.0.0.1 is exposed).")] =
+    "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    journal: JournalOption = None,
+    tools: ToolsOption = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Most steps running at once.")] =
+    None,
+    capacity: Annotated[
+        list[str] | None, typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource (repeatable)."),
+    ] = None,
+    telemetry: Annotated[
+        bool | None, typer.Option("--telemetry/--no-telemetry",
+                                  help="OpenTelemetry spans (default: as the OTEL_* variables say)."),
+    ] = None,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    root: RootOption = None,
+) -> None:
+    """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token."""
+    from planweave.server import serve as serve_forever
+
+    with _clean_errors():
+        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                      tuple(root or ())))
+        asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
+                                  capacities=parse_capacities(capacity or ()), telemetry=telemetry))
 
 
 @tools_app.command("list")

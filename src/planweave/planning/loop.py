@@ -211,6 +211,7 @@ class PlanningLoop:
                     Message("user", prompts.initial_prompt(goal))]
         version = run.plan.version
         accepted: list[str] = []
+        first_started = self.engine.clock.now()
         for attempt in range(self.options.max_repairs + 1):
             errors: list[str] = []
             started = self.engine.clock.now()
@@ -235,7 +236,8 @@ class PlanningLoop:
             completion = await self._stream_lines(run, "plan", messages, admit, errors)
             for obj, number in held:  # whole-plan mode: admit only once the model has finished
                 admit_now(obj, number)
-            run.extend([], version=version, model_finished_at=self.engine.clock.now())
+            run.extend([], version=version, trigger="initial", model_started_at=first_started,
+                       model_finished_at=self.engine.clock.now())
             if not errors:
                 return
             messages = [*messages, Message("assistant", completion.text),

@@ -127,14 +127,6 @@ class AppState:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: list[str] = field(default_factory=list)
 
-    def started_here(self, run_id: str) -> bool:
-        """Whether this server's engine started or resumed ``run_id`` (it may have finished since)."""
-        try:
-            self.engine.get(run_id)
-        except RunNotFound:
-            return False
-        return True
-
 
 def _state(request: Request) -> AppState:
     state: AppState = request.app.state.planweave
@@ -204,6 +196,8 @@ def _plan_document(submission: RunSubmission) -> Any:
 async def submit_run(state: State, submission: RunSubmission, response: Response) -> RunAccepted:
     """Validate a plan and start running it; 422 lists every problem, naming the step and the field."""
     run = await state.engine.start(_plan_document(submission), run_id=submission.run_id, source=HTTP_SOURCE)
+    # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
+    await state.engine.journal.flush()
     response.headers["Location"] = f"/runs/{quote(run.id)}"
     return RunAccepted(run_id=run.id, status="running")
 
@@ -220,7 +214,7 @@ async def list_runs(state: State, response: Response) -> list[dict[str, Any]]:
 
 
 async def _known(state: AppState, run_id: str) -> None:
-    if state.started_here(run_id):
+    if active_run(state.engine, run_id) is not None:
         return
     await state.index.refresh()
     if state.index.get(run_id) is None:
@@ -278,6 +272,7 @@ async def cancel_run(
     run = active_run(state.engine, run_id)
     if run is not None:
         run.cancel(reason)
+        await state.engine.journal.flush()
         return RunAccepted(run_id=run_id, status="cancelled")
     outcome = await request_cancel(state.engine.journal, run_id, reason)
     return RunAccepted(run_id=run_id, status="cancel_requested" if outcome == "requested" else "cancelled")
@@ -301,6 +296,7 @@ async def resume_run(
         raise RunError(f"run '{run_id}' is running in process {owner.get('pid')} on {owner.get('host')}: "
                        "cancel it there first, or wait for it to end")
     run = await state.engine.resume(run_id, retry_unknown=body.retry_unknown if body is not None else False)
+    await state.engine.journal.flush()
     return RunAccepted(run_id=run.id, status="running")
 
 
