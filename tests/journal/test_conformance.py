@@ -466,3 +466,17 @@ async def test_postgres_schemas_keep_journals_apart(pg_backend: Backend) -> None
         pg_backend.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
     async with open_journal(pg_backend.url) as journal:
         assert await journal.run_ids() == ["mine"]
+
+
+
+async def test_read_can_filter_by_kind(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        for i, kind in enumerate(["step_started", "run_cancel_requested", "step_started", "run_cancel_requested"]):
+            journal.append(ev("r", i, kind, "s" if kind == "step_started" else None))
+        journal.append(ev("other", 9, "run_cancel_requested", None))
+        await journal.flush()
+        got = await journal.read("r", kind="run_cancel_requested")
+        assert [e.data["i"] for e in got] == [1, 3]
+        later = await journal.read("r", after=got[0].pos or 0, kind="run_cancel_requested")
+        assert [e.data["i"] for e in later] == [3]
+        assert len(await journal.read(None, kind="run_cancel_requested")) == 3

@@ -101,7 +101,6 @@ def script_for(goal: Goal) -> Any:
     by_id = {s["id"]: s for s in goal.steps}
 
     def reply(req: RecordedRequest) -> Reply:
-        text = " ".join(str(m.get("content", "")) for m in req.messages)
         last = str(req.messages[-1].get("content", "")) if req.messages else ""
         if "If the results answer the goal" in last:
             return Text(json.dumps({"answer": f"{goal.name}: done"}))
@@ -219,6 +218,8 @@ async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str
         "goals": [{"name": g.name, "steps": len(g.steps), "flaky": sum(1 for s in g.steps if s["args"].get("flaky"))}
                   for g in goals],
         "model": {"ttft_s": ttft, "tokens_per_s": tps},
+        "step_ms_median": sorted(s["args"]["ms"] for g in goals for s in g.steps)[
+            sum(len(g.steps) for g in goals) // 2],
     }
 
 
@@ -229,16 +230,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--ttft", type=float, default=0.3)
     parser.add_argument("--tps", type=float, default=30.0)
+    parser.add_argument("--step-ms", type=float, default=1000.0, help="median tool latency (lognormal)")
     parser.add_argument("--quick", action="store_true", help="2 goals at 100 tokens/s")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    goals, tps = (make_goals(2, args.seed), 100.0) if args.quick else (make_goals(args.goals, args.seed), args.tps)
+    goals, tps = ((make_goals(2, args.seed, mean_ms=args.step_ms / 4), 100.0) if args.quick
+                  else (make_goals(args.goals, args.seed, mean_ms=args.step_ms), args.tps))
     data = asyncio.run(measure(goals, ttft=args.ttft, tps=tps))
     if args.json:
         print(json.dumps(data))
         return 0
     print(f"planning benchmark: {len(goals)} goals ({', '.join(str(g['steps']) for g in data['goals'])} steps; "
-          f"{sum(g['flaky'] for g in data['goals'])} flaky), model ttft {args.ttft}s at {tps:g} tokens/s")
+          f"{sum(g['flaky'] for g in data['goals'])} flaky), model ttft {args.ttft}s at {tps:g} tokens/s, "
+          f"tool latency median {data['step_ms_median']} ms")
     f, e, i, r = (data[k] for k in ("first_tool_call_s", "end_to_end_s", "executor_idle_s", "reexecuted_steps"))
     rows = [
         ("time to first tool call (s)", f"streaming {f['streaming']}", f"whole plan {f['whole_plan']}",

@@ -415,7 +415,7 @@ class Engine:
         while True:
             await asyncio.sleep(interval)
             for run_id, run in list(self._runs.items()):
-                for event in await self.journal.read(run_id, after=seen.get(run_id, 0)):
+                for event in await self.journal.read(run_id, after=seen.get(run_id, 0), kind="run_cancel_requested"):
                     seen[run_id] = max(seen.get(run_id, 0), event.pos or 0)
                     if event.kind == "run_cancel_requested" and event.at >= (run.state.created_at or 0.0):
                         run.cancel(event.data.get("reason", "cancelled from another process"))

@@ -64,8 +64,9 @@ class Journal(Protocol):
         """Return once every event and blob buffered so far is stored (durably, for durable journals)."""
         ...
 
-    async def read(self, run_id: str | None = None, after: int = 0) -> list[Event]:
-        """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs."""
+    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+        """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs; only of ``kind``
+        if given."""
         ...
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
@@ -96,7 +97,7 @@ class NullJournal:
     async def flush(self) -> None:
         pass
 
-    async def read(self, run_id: str | None = None, after: int = 0) -> list[Event]:
+    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
         return []
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:

@@ -83,14 +83,14 @@ class GroupCommitJournal(ABC):
         # shield: a cancelled flush must not cancel the future other flushes are waiting on.
         await asyncio.shield(done)
 
-    async def read(self, run_id: str | None = None, after: int = 0) -> list[Event]:
+    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
         """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs.
 
         Events appended before the call are included: it waits for them to be stored first, so a journal reads
         its own writes just like the in-memory one.
         """
         await self._settle()
-        return await self._select(run_id, after)
+        return await self._select(run_id, after, kind)
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         """The outputs stored under ``refs`` (missing ones are left out), including ones buffered before the call."""
@@ -145,7 +145,7 @@ class GroupCommitJournal(ABC):
         """Store ``blobs`` (each once) and ``events`` (in order) in ONE transaction; raise JournalError on failure."""
 
     @abstractmethod
-    async def _select(self, run_id: str | None, after: int) -> list[Event]: ...
+    async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]: ...
 
     @abstractmethod
     async def _select_blobs(self, refs: list[str]) -> dict[str, Any]: ...

@@ -32,11 +32,9 @@ class MemoryJournal:
     async def flush(self) -> None:
         pass
 
-    async def read(self, run_id: str | None = None, after: int = 0) -> list[Event]:
-        events = self._events[after:]
-        if run_id is None:
-            return list(events)
-        return [e for e in events if e.run_id == run_id]
+    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+        return [e for e in self._events[after:]
+                if (run_id is None or e.run_id == run_id) and (kind is None or e.kind == kind)]
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         return {r: decode_blob(self._blobs[r]) for r in refs if r in self._blobs}

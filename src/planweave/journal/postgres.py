@@ -139,14 +139,17 @@ class PostgresJournal(GroupCommitJournal):
         except psycopg.Error as exc:
             raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
 
-    async def _select(self, run_id: str | None, after: int) -> list[Event]:
-        if run_id is None:
-            query = f"SELECT {_COLUMNS} FROM planweave_events WHERE pos > %s ORDER BY pos"
-            params: tuple[Any, ...] = (after,)
-        else:
-            query = f"SELECT {_COLUMNS} FROM planweave_events WHERE run_id = %s AND pos > %s ORDER BY pos"
-            params = (run_id, after)
-        rows = await self._fetch(query, params)
+    async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
+        where: list[str] = ["pos > %s"]
+        params: list[Any] = [after]
+        if run_id is not None:
+            where.insert(0, "run_id = %s")
+            params.insert(0, run_id)
+        if kind is not None:
+            where.append("kind = %s")
+            params.append(kind)
+        query = f"SELECT {_COLUMNS} FROM planweave_events WHERE {' AND '.join(where)} ORDER BY pos"
+        rows = await self._fetch(query, tuple(params))
         return [Event(r, cast(EventKind, k), a, s, d, p) for p, r, a, k, s, d in rows]
 
     async def _select_blobs(self, refs: list[str]) -> dict[str, Any]:

@@ -97,8 +97,8 @@ class SQLiteJournal(GroupCommitJournal):
     async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
         await self._call(_write_batch, self.url, events, blobs)
 
-    async def _select(self, run_id: str | None, after: int) -> list[Event]:
-        return await self._call(_select_events, self.url, run_id, after)
+    async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
+        return await self._call(_select_events, self.url, run_id, after, kind)
 
     async def _select_blobs(self, refs: list[str]) -> dict[str, Any]:
         return await self._call(_select_blobs, self.url, refs)
@@ -195,14 +195,19 @@ def _rollback(conn: sqlite3.Connection) -> None:
         pass  # SQLite rolls back by itself on most errors; the original error is the one to report
 
 
-def _select_events(conn: sqlite3.Connection, url: str, run_id: str | None, after: int) -> list[Event]:
+def _select_events(
+    conn: sqlite3.Connection, url: str, run_id: str | None, after: int, kind: str | None = None
+) -> list[Event]:
+    where: list[str] = ["pos > ?"]
+    params: list[Any] = [after]
+    if run_id is not None:
+        where.insert(0, "run_id = ?")
+        params.insert(0, run_id)
+    if kind is not None:
+        where.append("kind = ?")
+        params.append(kind)
     try:
-        if run_id is None:
-            cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE pos > ? ORDER BY pos", (after,))
-        else:
-            cursor = conn.execute(
-                f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND pos > ? ORDER BY pos", (run_id, after)
-            )
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY pos", params)
         loads = orjson.loads
         return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
     except sqlite3.Error as exc:
