@@ -1,7 +1,10 @@
 """Clocks: the real one, and a virtual one on which time jumps to the next timer whenever every task is waiting.
 
 The virtual clock is an event loop whose ``time()`` is virtual: ``asyncio.sleep``, ``asyncio.timeout`` and
-``loop.call_later`` all run on it, so a plan that takes years finishes in milliseconds, deterministically.
+``loop.call_later`` all run on it, so a plan that takes years finishes in milliseconds, deterministically. Time does
+not jump while work runs in a thread (``to_thread``/``run_in_executor``: sync tools, journal writes): that work
+takes real time, and the clock waits for it. Sockets and subprocesses are not waited for: on the virtual clock, a
+timer can fire before their answer arrives.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import asyncio
 import math
 import selectors
 import time
-from collections.abc import Coroutine
-from typing import Any, Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Executor
+from typing import Any, Protocol, TypeVar, TypeVarTuple, Unpack
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class Clock(Protocol):
@@ -45,6 +50,10 @@ class _JumpingSelector(selectors.DefaultSelector):
         ready = super().select(0)
         if ready or timeout <= 0:
             return ready
+        if self.loop.threads_busy:
+            # Work in a thread (a sync tool, a journal write) takes real time: wait for it rather than let the
+            # virtual clock run ahead of it.
+            return super().select(None)
         self.loop.advance_to_next_timer(timeout)
         return []
 
@@ -57,9 +66,26 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
         selector.loop = self
         self._virtual_now = 0.0
+        self._executor_jobs = 0
 
     def time(self) -> float:
         return self._virtual_now
+
+    @property
+    def threads_busy(self) -> bool:
+        """Whether work handed to an executor (``to_thread``, ``run_in_executor``) is still running."""
+        return self._executor_jobs > 0
+
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[Unpack[Ts]], T], *args: *Ts
+    ) -> asyncio.Future[T]:
+        future = super().run_in_executor(executor, func, *args)
+        self._executor_jobs += 1
+        future.add_done_callback(self._executor_job_done)
+        return future
+
+    def _executor_job_done(self, _future: asyncio.Future[Any]) -> None:
+        self._executor_jobs -= 1
 
     def advance_to_next_timer(self, timeout: float) -> None:
         scheduled = getattr(self, "_scheduled", None)

@@ -180,3 +180,49 @@ def test_fallback_is_validated_like_a_step() -> None:
     text = str(info.value)
     assert "step 'a', fallback.args: ${zz} refers to unknown step 'zz'" in text
     assert "step 'a', fallback.tool: unknown tool 'slep' (did you mean 'sleep'?)" in text
+
+
+def test_a_tool_that_stops_heartbeating_is_treated_as_hung() -> None:
+    from planweave import current_step
+
+    box = builtin_tools()
+
+    async def crawl(pages: int, stall_after: int) -> int:
+        for page in range(pages):
+            if page == stall_after:
+                await asyncio.sleep(10**6)  # hangs without a word
+            await asyncio.sleep(3)  # each page takes 3 s: longer than the idle limit would allow without beats
+            current_step().progress(page / pages, f"page {page}")
+        return pages
+
+    box.add(crawl)
+    result = run_plan({"steps": [
+        {"id": "ok", "tool": "crawl", "args": {"pages": 5, "stall_after": 99}, "heartbeat": 4},
+        {"id": "stuck", "tool": "crawl", "args": {"pages": 5, "stall_after": 2}, "heartbeat": 4,
+         "retries": {"max": 1, "backoff": 0, "on": ["timeout"]}},
+    ]}, box)
+    steps = result.summary["steps"]
+    assert steps["ok"]["status"] == "succeeded"  # 15 s of work, never more than 3 s between beats
+    assert steps["stuck"]["status"] == "failed" and steps["stuck"]["attempts"] == 2  # retried as a timeout
+    assert steps["stuck"]["error"] == "no heartbeat for 4s: the tool is treated as hung"
+    assert result.state.records["ok"].progress == (0.8, "page 4")
+
+
+def test_heartbeats_from_a_sync_tool_in_a_thread_are_safe() -> None:
+    import time as _time
+
+    from planweave import current_step
+
+    box = builtin_tools()
+
+    def slow_sync(n: int) -> int:
+        ctx = current_step()
+        for i in range(n):
+            _time.sleep(0.01)
+            ctx.heartbeat()
+            ctx.progress(i / n)
+        return n
+
+    box.add(slow_sync)
+    result = run_plan({"steps": [{"id": "s", "tool": "slow_sync", "args": {"n": 5}, "heartbeat": 30}]}, box)
+    assert result.ok and result.outputs["s"] == 5

@@ -3,32 +3,51 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
 from planweave.clock import Clock
 
 
-def _ignore_usage(step_id: str, usage: Mapping[str, Any]) -> None:
-    return None
+class StepSink(Protocol):
+    """Where a tool's reports go: the run executing the step."""
+
+    def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None: ...
+
+    def step_heartbeat(self, step_id: str) -> None: ...
+
+    def step_progress(self, step_id: str, fraction: float | None, message: str) -> None: ...
 
 
 class StepContext(NamedTuple):
-    """Who is calling a tool: run, step, attempt number (1-based), the engine's clock, and where to report usage.
+    """Who is calling a tool: run, step, attempt number (1-based), the engine's clock, and where reports go.
 
-    Tools that call a model report each call with ``report_usage({"model", "prompt_tokens", "completion_tokens",
-    "cost_usd", ...})``; the run journals it and counts it against the run's tokens and cost.
+    Long-running tools call :meth:`heartbeat` (or :meth:`progress`) regularly: a step with ``heartbeat: S`` whose
+    tool stays silent for S seconds is treated as hung. Tools that call a model report each call with
+    :meth:`report_usage`; the run journals it and counts it against the run's tokens and cost. All three are safe
+    to call from a worker thread (sync tools) and do nothing outside a run.
     """
 
     run_id: str
     step_id: str
     attempt: int
     clock: Clock
-    usage_sink: Callable[[str, Mapping[str, Any]], None] = _ignore_usage
+    sink: StepSink | None = None
 
     def report_usage(self, usage: Mapping[str, Any]) -> None:
-        """Journal one model call made by this step's tool (tokens and cost count against the run)."""
-        self.usage_sink(self.step_id, usage)
+        """Journal one model call (``model``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``, ...)."""
+        if self.sink is not None:
+            self.sink.step_usage(self.step_id, usage)
+
+    def heartbeat(self) -> None:
+        """Say the tool is alive: restarts the step's ``heartbeat`` idle timer."""
+        if self.sink is not None:
+            self.sink.step_heartbeat(self.step_id)
+
+    def progress(self, fraction: float | None = None, message: str = "") -> None:
+        """Journal progress (``fraction`` in [0, 1] and/or a message); also a heartbeat."""
+        if self.sink is not None:
+            self.sink.step_progress(self.step_id, fraction, message)
 
 
 current_step_var: contextvars.ContextVar[StepContext] = contextvars.ContextVar("planweave_step")

@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, s
 from planweave.engine.state import RunState, StepRecord
 from planweave.errors import JournalError, RunError, RunNotFound, ToolError
 from planweave.journal.base import Journal, OutputNotSerialisable
-from planweave.plan.catalog import ToolCatalog
+from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
 from planweave.plan.refs import RefResolutionError, render
@@ -101,7 +102,9 @@ class Run:
         self._holds = 0
         self._now = self._clock.now
         self._append = self._journal.append
-        self._report = self._report_usage
+        self._watchdogs: dict[str, tuple[asyncio.Timeout, float]] = {}
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._ready = asyncio.Event()
 
     # -- public ------------------------------------------------------------------------------------------------
@@ -207,7 +210,7 @@ class Run:
             if self._durable and sid not in self.state.idempotent:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
-            _current_step.set(StepContext(self.id, sid, attempt, self._clock, self._report))
+            _current_step.set(StepContext(self.id, sid, attempt, self._clock, self))
             if rec.fallback_active and step.fallback is not None:
                 tool = self._tools[step.fallback.tool]
                 args = render(plan.fallbacks[sid], self.outputs)
@@ -215,11 +218,10 @@ class Run:
                 tool = self._tools[step.tool]
                 # Without references the compiled template is the arguments themselves (with `$${` unescaped).
                 args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else plan.templates[sid]
-            if step.timeout is None:
+            if step.timeout is None and step.heartbeat is None:
                 output = await tool.invoke(args)
             else:
-                async with asyncio.timeout(step.timeout):
-                    output = await tool.invoke(args)
+                output = await self._guarded(sid, step, tool, args)
             redact = self._engine.redact
             ref = self._journal.put_blob(output if redact is None else redact(output))
         except asyncio.CancelledError as exc:
@@ -263,8 +265,49 @@ class Run:
         else:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
 
-    def _report_usage(self, sid: str, usage: Mapping[str, Any]) -> None:
-        self._emit("model_call", sid, dict(usage))
+    async def _guarded(self, sid: str, step: Step, tool: ToolSpec, args: Mapping[str, Any]) -> Any:
+        """Call a tool under the step's timeout and heartbeat idle timer (both with asyncio.timeout)."""
+        async with asyncio.timeout(step.timeout) as overall:
+            if step.heartbeat is None:
+                return await tool.invoke(args)
+            idle = asyncio.timeout(step.heartbeat)
+            try:
+                async with idle:
+                    self._watchdogs[sid] = (idle, step.heartbeat)
+                    return await tool.invoke(args)
+            except TimeoutError:
+                if idle.expired() and not overall.expired():
+                    raise ToolError(f"no heartbeat for {step.heartbeat:g}s: the tool is treated as hung",
+                                    kind="timeout") from None
+                raise
+            finally:
+                self._watchdogs.pop(sid, None)
+
+    # -- what tools report (StepSink; callable from worker threads) ---------------------------------------------
+    def _in_loop(self, fn: Callable[..., None], *args: Any) -> None:
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)
+        else:
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None:
+        self._in_loop(self._emit, "model_call", step_id, dict(usage))
+
+    def step_heartbeat(self, step_id: str) -> None:
+        self._in_loop(self._beat, step_id)
+
+    def step_progress(self, step_id: str, fraction: float | None, message: str) -> None:
+        self._in_loop(self._progress, step_id, fraction, message)
+
+    def _beat(self, step_id: str) -> None:
+        watch = self._watchdogs.get(step_id)
+        if watch is not None and not watch[0].expired():
+            watch[0].reschedule(self._loop.time() + watch[1])
+
+    def _progress(self, step_id: str, fraction: float | None, message: str) -> None:
+        self._beat(step_id)
+        if self.state.records.get(step_id) is not None and self.state.records[step_id].status == "running":
+            self._emit("step_progress", step_id, {"fraction": fraction, "message": message})
 
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None:
         """Journal an event about the run that is not a step transition (``model_call``, ``escalation``,

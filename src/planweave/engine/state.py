@@ -44,6 +44,7 @@ class StepRecord:
         "finished_at",
         "id",
         "output_ref",
+        "progress",
         "retry_at",
         "started_at",
         "status",
@@ -60,6 +61,7 @@ class StepRecord:
         self.output_ref: str | None = None
         self.retry_at: float | None = None
         self.fallback_active = False  # the next attempts use the step's fallback
+        self.progress: tuple[float | None, str] | None = None  # the last progress a long-running tool reported
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
         self.attempt_log: list[tuple[int, float, float | None, str]] = []
 
@@ -257,6 +259,11 @@ class RunState:
             return NOTHING_READY
         if kind == "escalation":
             self.escalations.append({"at": event.at, "step": event.step, **event.data})
+            return NOTHING_READY
+        if kind == "step_progress":
+            found = self.records.get(event.step or "")
+            if found is not None:
+                found.progress = (event.data.get("fraction"), event.data.get("message", ""))
             return NOTHING_READY
         if kind == "answer":
             self.answer = event.data.get("text")

@@ -88,6 +88,9 @@ class Step(_Frozen):
     after: tuple[str, ...] = ()
     retries: RetryPolicy = NO_RETRIES
     timeout: float | None = Field(None, gt=0, description="Seconds per attempt.")
+    heartbeat: float | None = Field(
+        None, gt=0, description="Seconds the tool may go without a heartbeat before it is treated as hung."
+    )
     resources: dict[str, int] = Field(default_factory=dict)
     reads: tuple[str, ...] = Field((), description="Resources (names or paths) read: readers run together.")
     writes: tuple[str, ...] = Field((), description="Resources (names or paths) written: a writer runs alone.")
