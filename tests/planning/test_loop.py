@@ -237,3 +237,26 @@ async def test_llm_steps_count_their_tokens_in_the_run() -> None:
     assert step_calls[0]["prompt_tokens"] == 40 and step_calls[0]["completion_tokens"] == 7
     assert result.summary["tokens"] == sum(c["prompt_tokens"] + c["completion_tokens"]
                                            for c in result.state.model_calls)
+
+
+async def test_failures_are_repaired_while_the_planner_is_still_writing() -> None:
+    calls: list[str] = []
+    lines = [{"id": "paris", "tool": "fetch", "args": {"city": "Paris", "fail": True}}] + [
+        {"id": f"more{i}", "tool": "fetch", "args": {"city": f"City{i}"}} for i in range(6)
+    ]
+
+    def script(req: RecordedRequest) -> Reply:
+        p = purpose(req)
+        if p == "plan":
+            return Text(plan_lines(lines), tokens_per_second=40)  # about 2.5 s of writing
+        if p == "repair":
+            return Text(plan_lines([{"id": "paris", "tool": "fetch", "args": {"city": "Paris-Orly"}}]))
+        return ANSWER
+
+    result, _ = await run_goal(script, tools_with(calls))
+    assert result.ok, result.error
+    initial, repair = result.state.versions[0], result.state.versions[1]
+    assert repair["trigger"] == "local_repair"
+    assert repair["spliced_at"] < initial["model_finished_at"]  # the repair landed before the plan was finished
+    assert set(initial["added"]) == {"paris", *(f"more{i}" for i in range(6))}
+    assert calls.count("Paris-Orly") == 1 and calls.count("City5") == 1

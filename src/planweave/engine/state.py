@@ -290,7 +290,9 @@ class RunState:
 
         steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in event.data.get("steps", ())]
         version = int(event.data.get("version", self.plan.version))
-        entry = self.versions[-1] if self.versions and self.versions[-1]["version"] == version else None
+        # Lines of a planner that is still writing may land after a re-plan spliced a newer version in: they are
+        # recorded on the version that wrote them, and extend whatever version is current.
+        entry = next((v for v in reversed(self.versions) if v["version"] == version), None)
         if entry is None:
             entry = {"version": version, "parent": self.plan.version if version != self.plan.version else None,
                      "trigger": event.data.get("trigger", "plan"), "model_started_at": None,
@@ -306,7 +308,7 @@ class RunState:
             entry["spliced_at"] = event.at
         entry["added"].extend(s.id for s in steps)
         spec = self.plan.spec.model_copy(update={"steps": (*self.plan.spec.steps, *steps)})
-        new_plan = self._plan_from(spec, version, self.plan.parent)
+        new_plan = self._plan_from(spec, self.plan.version, self.plan.parent)
         return self._rebase(new_plan, {s.id for s in steps}, event)
 
     def _plan_from(self, raw: Any, version: int, parent: int | None) -> Plan:

@@ -77,6 +77,7 @@ class PlanningLoop:
         self._wake = asyncio.Event()
         self._replans = 0
         self._repaired: set[str] = set()
+        self._planning = True  # the initial plan is still streaming in
 
     # -- the whole loop -------------------------------------------------------------------------------------------
     async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
@@ -96,8 +97,7 @@ class PlanningLoop:
         timeout = self.options.deadline_s
         try:
             async with asyncio.timeout(timeout):
-                await self._initial_plan(run, goal)
-                await self._react(run, goal)
+                await self._plan_and_react(run, goal)
         except TimeoutError:
             run.cancel(f"deadline of {timeout:g}s reached; stopped with what was done")
         except BudgetExceeded as exc:
@@ -115,6 +115,20 @@ class PlanningLoop:
         finally:
             if not run.finished:
                 run.release()
+
+    async def _plan_and_react(self, run: Run, goal: str) -> None:
+        """Write the initial plan while reacting to triggers: failures are repaired while the planner still writes."""
+        try:
+            async with asyncio.TaskGroup() as tg:
+                reactor = tg.create_task(self._react(run, goal))
+                try:
+                    await self._initial_plan(run, goal)
+                finally:
+                    self._planning = False
+                    self._wake.set()
+                await reactor
+        except BaseExceptionGroup as group:  # one of the two failed: report its error, not the group
+            raise _first_error(group) from None
 
     def _on_event(self, run: Run) -> Callable[[Event], None]:
         def listen(event: Event) -> None:
@@ -141,7 +155,7 @@ class PlanningLoop:
         while True:
             trigger = self._next_trigger(run)
             if trigger is None:
-                if run.state.active == 0:
+                if run.state.active == 0 and not self._planning:
                     if await self._exhausted(run, goal):
                         return
                     continue
@@ -150,12 +164,16 @@ class PlanningLoop:
                 continue
             if self.options.synchronous:
                 await self._until_idle(run)
+            if trigger.kind == "observation" or not self.options.local_repair:
+                # Whole-plan re-planning needs the whole plan: wait until the planner has finished writing it.
+                await self._until_planned()
             if trigger.kind == "observation":
                 await self._replan(run, goal, f"{trigger.reason}", trigger="observation")
                 continue
             # Failures that happened meanwhile are repaired together: their regions may overlap or feed each other.
             batch = [trigger, *self._take_failures(run)]
             if not self.options.local_repair or any(t.step in self._repaired for t in batch):
+                await self._until_planned()
                 await self._escalate_global(run, goal, batch)
             else:
                 await self._local_repair(run, goal, batch)
@@ -177,7 +195,13 @@ class PlanningLoop:
         return None
 
     async def _until_idle(self, run: Run) -> None:
-        while run.state.active:
+        """Wait until the plan is written and no step runs (the synchronous re-planner's rule)."""
+        while run.state.active or self._planning:
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _until_planned(self) -> None:
+        while self._planning:
             self._wake.clear()
             await self._wake.wait()
 
@@ -266,8 +290,8 @@ class PlanningLoop:
                 admit(line.steps, line.number)
         return completion
 
-    async def _propose(self, run: Run, purpose: str, messages: list[Message], keep: list[dict[str, Any]],
-                       trigger: str) -> bool:
+    async def _propose(self, run: Run, purpose: str, messages: list[Message],
+                       keep: Callable[[], list[dict[str, Any]]], trigger: str) -> bool:
         """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded)."""
         stale_left = self.options.max_stale_retries
         for _attempt in range(self.options.max_repairs + 1 + self.options.max_stale_retries):
@@ -281,7 +305,8 @@ class PlanningLoop:
                 if run.finished:
                     return False
                 ids = {s.get("id") for s in steps}
-                proposal = {"steps": [*[k for k in keep if k["id"] not in ids], *steps]}
+                # What to keep is read when the proposal arrives: steps streamed in meanwhile stay.
+                proposal = {"steps": [*[k for k in keep() if k["id"] not in ids], *steps]}
                 try:
                     run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
                                 model_started_at=started, model_finished_at=finished)
@@ -345,8 +370,8 @@ class PlanningLoop:
         failed = ", ".join(f"'{t.step}'" for t in batch)
         messages = [Message("system", prompts.planner_system(self.tools.values())),
                     Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
-        keep = self._remaining(run, set(region))
-        if not await self._propose(run, "local_repair", messages, keep, trigger="local_repair"):
+        if not await self._propose(run, "local_repair", messages, lambda: self._remaining(run, set(region)),
+                                   trigger="local_repair"):
             await self._escalate_global(run, goal, batch)
 
     async def _escalate_global(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
@@ -360,7 +385,7 @@ class PlanningLoop:
         summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
         messages = [Message("system", prompts.planner_system(self.tools.values())),
                     Message("user", prompts.replan_prompt(goal, summary, reason))]
-        if not await self._propose(run, "replan", messages, [], trigger=trigger):
+        if not await self._propose(run, "replan", messages, list, trigger=trigger):
             run.record("escalation", {"rung": "fail", "reason": f"no usable plan after: {reason}"})
 
     # -- one model call, budgeted and journaled --------------------------------------------------------------------
@@ -406,6 +431,15 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return _first_error(exc)
+        if not isinstance(exc, asyncio.CancelledError):
+            return exc
+    return group.exceptions[0]
 
 
 def _collector(into: list[dict[str, Any]]) -> Callable[[tuple[dict[str, Any], ...], int], None]:
