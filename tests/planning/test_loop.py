@@ -232,6 +232,7 @@ async def test_llm_steps_count_their_tokens_in_the_run() -> None:
         tools = tools_with([]).merged(Toolbox({"llm": llm_tool(client)}))
         result = await PlanningLoop(engine, client, tools).run("weather")
     assert result.ok, result.error
+    assert result.state.plan.steps["sum"].resources == {"model:scripted": 1}  # queued by the engine, not the client
     step_calls = [c for c in result.state.model_calls if c["purpose"] == "llm_step"]
     assert len(step_calls) == 1 and step_calls[0]["step"] == "sum"
     assert step_calls[0]["prompt_tokens"] == 40 and step_calls[0]["completion_tokens"] == 7

@@ -47,6 +47,7 @@ class PlanningOptions:
     join: bool = True  # ask the model for a final answer when the plan runs out
     stream_admission: bool = True  # admit each step as its line arrives (False: wait for the whole plan)
     local_repair: bool = True  # repair a failed step's region first (False: go straight to a global re-plan)
+    model_capacity: int | None = 8  # `llm` steps claim one unit of resource "model:<name>" (None: no claim)
 
 
 @dataclass(frozen=True)
@@ -87,8 +88,9 @@ class PlanningLoop:
 
     async def start(self, goal: str, *, run_id: str | None = None) -> Run:
         """Start planning ``goal``: return the run at once; the loop drives it in the engine's task group."""
-        run = await self.engine.start(PlanSpec(steps=(), goal=goal), tools=self.tools, run_id=run_id, hold=True,
-                                      source="goal")
+        capacities = {self._model_resource: self.options.model_capacity} if self.options.model_capacity else {}
+        run = await self.engine.start(PlanSpec(steps=(), goal=goal, capacities=capacities), tools=self.tools,
+                                      run_id=run_id, hold=True, source="goal")
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
@@ -115,6 +117,19 @@ class PlanningLoop:
         finally:
             if not run.finished:
                 run.release()
+
+    @property
+    def _model_resource(self) -> str:
+        return f"model:{self.client.model}"
+
+    def _claim_model(self, step: dict[str, Any]) -> dict[str, Any]:
+        """An ``llm`` step waits for a model slot in the engine's scheduler (visible, prioritised), not inside the
+        client while holding a concurrency slot."""
+        if self.options.model_capacity is None or step.get("tool") != "llm":
+            return step
+        given = step.get("resources")
+        resources: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+        return {**step, "resources": {**resources, self._model_resource: 1}}
 
     async def _plan_and_react(self, run: Run, goal: str) -> None:
         """Write the initial plan while reacting to triggers: failures are repaired while the planner still writes."""
@@ -245,7 +260,8 @@ class PlanningLoop:
             def admit_now(obj: dict[str, Any], number: int, _started: float = started,
                           _errors: list[str] = errors) -> None:
                 try:
-                    accepted.extend(run.extend([obj], version=version, trigger="initial", model_started_at=_started))
+                    accepted.extend(run.extend([self._claim_model(obj)], version=version, trigger="initial",
+                                               model_started_at=_started))
                 except PlanInvalid as exc:
                     _errors.extend(f"line {number}: {p}" for p in exc.problems)
 
@@ -306,7 +322,7 @@ class PlanningLoop:
                     return False
                 ids = {s.get("id") for s in steps}
                 # What to keep is read when the proposal arrives: steps streamed in meanwhile stay.
-                proposal = {"steps": [*[k for k in keep() if k["id"] not in ids], *steps]}
+                proposal = {"steps": [*[k for k in keep() if k["id"] not in ids], *map(self._claim_model, steps)]}
                 try:
                     run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
                                 model_started_at=started, model_finished_at=finished)
@@ -447,6 +463,7 @@ def _collector(into: list[dict[str, Any]]) -> Callable[[tuple[dict[str, Any], ..
 
     def collect(steps: tuple[dict[str, Any], ...], _number: int) -> None:
         into.extend(steps)
+
 
     return collect
 
