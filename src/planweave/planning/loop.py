@@ -26,6 +26,7 @@ from planweave.models import Budget, BudgetExceeded, Completion, CompletionReque
 from planweave.models.errors import ModelError
 from planweave.models.pricing import approx_prompt_tokens
 from planweave.plan.catalog import ToolCatalog
+from planweave.plan.graph import parse_step
 from planweave.plan.model import PlanSpec
 from planweave.planning import prompts
 from planweave.planning.lines import LineParser
@@ -259,6 +260,8 @@ class PlanningLoop:
 
             def admit_now(obj: dict[str, Any], number: int, _started: float = started,
                           _errors: list[str] = errors) -> None:
+                if self._already_planned(run, obj):
+                    return  # a repair answer that restates an accepted line: nothing to do
                 try:
                     accepted.extend(run.extend([self._claim_model(obj)], version=version, trigger="initial",
                                                model_started_at=_started))
@@ -344,12 +347,23 @@ class PlanningLoop:
         return False
 
     def _remaining(self, run: Run, exclude: set[str]) -> list[dict[str, Any]]:
-        """The steps still waiting or running, as step objects, minus ``exclude``."""
+        """The steps still to do, as step objects, minus ``exclude``: waiting or running ones, and ones skipped
+        because of a failure (restating them revives them once the repair replaced what they wait for)."""
         return [
             run.plan.steps[sid].model_dump(exclude_defaults=True)
             for sid, rec in run.state.records.items()
-            if rec.status in ("pending", "ready", "running") and sid not in exclude
+            if rec.status in ("pending", "ready", "running", "skipped") and sid not in exclude
         ]
+
+    def _already_planned(self, run: Run, obj: dict[str, Any]) -> bool:
+        sid = obj.get("id")
+        existing = run.plan.steps.get(sid) if isinstance(sid, str) else None
+        if existing is None:
+            return False
+        try:
+            return parse_step(self._claim_model(obj)) == existing
+        except PlanInvalid:
+            return False
 
     def _region(self, run: Run, sid: str) -> list[str]:
         """A step and everything downstream of it in the current plan."""
