@@ -37,7 +37,6 @@ EventListener = Callable[[Event], None]
 _new_event = tuple.__new__
 _current_task = asyncio.current_task
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
-_EMPTY: Mapping[str, Any] = {}
 
 
 def _owner() -> dict[str, Any]:
@@ -83,7 +82,7 @@ def _classify(exc: Exception, step: Step) -> tuple[str, bool, str, tuple[str, ..
 class Run:
     """One execution of a plan inside an :class:`Engine`. Await :meth:`wait` for its result."""
 
-    def __init__(self, engine: Engine, run_id: str, plan: Plan, tools: ToolCatalog, state: RunState) -> None:
+    def __init__(self, engine: Engine, run_id: str, tools: ToolCatalog, state: RunState) -> None:
         self.id = run_id
         self.state = state
         self.outputs: dict[str, Any] = {}
@@ -547,7 +546,7 @@ class Engine:
             if (step.idempotent if step.idempotent is not None else catalog[step.tool].idempotent)
         ]
         state = RunState(run_id, validated, idempotent)
-        run = Run(self, run_id, validated, catalog, state)
+        run = Run(self, run_id, catalog, state)
         run._holds = int(hold)
         if on_event is not None:
             run.subscribe(on_event)
@@ -585,7 +584,7 @@ class Engine:
             raise RunError(f"run '{run_id}' already ended: {state.status}; there is nothing to resume")
         refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
         blobs = await self.journal.get_blobs(refs)
-        run = Run(self, run_id, state.plan, catalog, state)
+        run = Run(self, run_id, catalog, state)
         if on_event is not None:
             run.subscribe(on_event)
         for rec in state.records.values():
