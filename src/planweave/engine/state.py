@@ -63,7 +63,8 @@ class StepRecord:
         self.fallback_active = False  # the next attempts use the step's fallback
         self.progress: tuple[float | None, str] | None = None  # the last progress a long-running tool reported
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
-        self.attempt_log: list[tuple[int, float, float | None, str]] = []
+        # A shared empty tuple until the first attempt: a run of 10,000 steps should not start with 10,000 lists.
+        self.attempt_log: list[tuple[int, float, float | None, str]] | tuple[()] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -177,7 +178,11 @@ class RunState:
             rec.retry_at = None
             if rec.started_at is None:
                 rec.started_at = event.at
-            rec.attempt_log.append((rec.attempts, event.at, None, "running"))
+            entry = (rec.attempts, event.at, None, "running")
+            if rec.attempt_log:
+                rec.attempt_log.append(entry)
+            else:
+                rec.attempt_log = [entry]
             return NOTHING_READY
         if kind == "step_succeeded":
             rec = self.records[event.step]  # type: ignore[index]
@@ -369,7 +374,7 @@ class RunState:
 
     def _close_attempt(self, rec: StepRecord, at: float, outcome: str) -> None:
         log = rec.attempt_log
-        if log and log[-1][2] is None:
+        if isinstance(log, list) and log and log[-1][2] is None:
             log[-1] = (log[-1][0], log[-1][1], at, outcome)  # tuples of atoms: the GC stops tracking them
 
     def _resume(self, event: Event) -> Sequence[str]:

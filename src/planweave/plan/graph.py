@@ -18,6 +18,8 @@ from planweave.plan.model import Claim, PlanSpec, Step
 from planweave.plan.refs import Compiled, Interpolation, Ref, RefSyntaxError, compile_args
 
 _STEP_KEYS = tuple(Step.model_fields)
+_NO_ARGS: dict[str, Compiled] = {}  # shared by steps without arguments: read-only by contract
+_NO_DEFERRED: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -212,73 +214,82 @@ def validate_plan(
     refs: dict[str, tuple[Ref, ...]] = {}
     deps: dict[str, tuple[str, ...]] = {}
     for sid, step in steps.items():
-        deferred: set[str] = set()
-        step_refs: list[Ref] = []
-        template: dict[str, Compiled] = {}
-        for name, value in step.args.items():
-            try:
-                template[name], found = compile_args(value)
-            except RefSyntaxError as exc:
-                problems.append(PlanProblem(sid, f"args.{name}", str(exc)))
-                template[name] = value
-                continue
-            if found:
-                deferred.add(name)
-            step_refs.extend(found)
-        dep_list: list[str] = []
-        dep_set: set[str] = set()
-        for ref in step_refs:
-            if ref.step == sid:
-                problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to the step itself"))
-            elif ref.step not in steps:
-                hint = did_you_mean(ref.step, steps)
-                problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
-            elif ref.step not in dep_set:
-                dep_list.append(ref.step)
-                dep_set.add(ref.step)
-        for index, other in enumerate(step.after):
-            if other == sid:
-                problems.append(PlanProblem(sid, f"after[{index}]", "a step cannot come after itself"))
-            elif other not in steps:
-                problems.append(
-                    PlanProblem(sid, f"after[{index}]", f"unknown step '{other}'{did_you_mean(other, steps)}")
-                )
-            elif other not in dep_set:
-                dep_list.append(other)
-                dep_set.add(other)
-        if step.fallback is not None:
-            try:
-                fallbacks[sid], fb_refs = compile_args(step.fallback.args)
-            except RefSyntaxError as exc:
-                problems.append(PlanProblem(sid, "fallback.args", str(exc)))
-                fb_refs = ()
-            for ref in fb_refs:
+        after = step.after
+        if (not step.args and step.fallback is None and step.verifies is None
+                and sid not in after and all(a in steps for a in after)):
+            # The common case (no arguments, known dependencies): nothing to compile, nothing to allocate.
+            template: dict[str, Compiled] = _NO_ARGS
+            step_refs: list[Ref] | tuple[Ref, ...] = ()
+            dep_list: list[str] | tuple[str, ...] = tuple(dict.fromkeys(after)) if len(after) > 1 else after
+            deferred: set[str] | frozenset[str] = _NO_DEFERRED
+        else:
+            deferred = set()
+            step_refs = []
+            template = {}
+            for name, value in step.args.items():
+                try:
+                    template[name], found = compile_args(value)
+                except RefSyntaxError as exc:
+                    problems.append(PlanProblem(sid, f"args.{name}", str(exc)))
+                    template[name] = value
+                    continue
+                if found:
+                    deferred.add(name)
+                step_refs.extend(found)
+            dep_list = []
+            dep_set: set[str] = set()
+            for ref in step_refs:
                 if ref.step == sid:
-                    problems.append(PlanProblem(sid, "fallback.args", f"${{{ref.text}}} refers to the step itself"))
+                    problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to the step itself"))
                 elif ref.step not in steps:
                     hint = did_you_mean(ref.step, steps)
-                    problems.append(PlanProblem(sid, "fallback.args",
-                                                f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
+                    problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
                 elif ref.step not in dep_set:
                     dep_list.append(ref.step)
                     dep_set.add(ref.step)
-            step_refs.extend(fb_refs)
-            if tools is not None:
-                fb_tool = tools.get(step.fallback.tool)
-                if fb_tool is None:
-                    hint = did_you_mean(step.fallback.tool, tools)
-                    problems.append(PlanProblem(sid, "fallback.tool", f"unknown tool '{step.fallback.tool}'{hint}"))
-                else:
-                    fb_deferred = frozenset(k for k, v in step.fallback.args.items()
-                                            if "${" in str(v))
-                    for fld, msg in fb_tool.check_args(step.fallback.args, fb_deferred):
-                        problems.append(PlanProblem(sid, f"fallback.args.{fld}" if fld else "fallback.args", msg))
-        if step.verifies is not None and step.verifies not in steps:
-            problems.append(PlanProblem(sid, "verifies", f"unknown step '{step.verifies}'"
-                                                         f"{did_you_mean(step.verifies, steps)}"))
-        elif step.verifies is not None and step.verifies not in dep_set and step.verifies != sid:
-            dep_list.append(step.verifies)
-            dep_set.add(step.verifies)
+            for index, other in enumerate(step.after):
+                if other == sid:
+                    problems.append(PlanProblem(sid, f"after[{index}]", "a step cannot come after itself"))
+                elif other not in steps:
+                    problems.append(
+                        PlanProblem(sid, f"after[{index}]", f"unknown step '{other}'{did_you_mean(other, steps)}")
+                    )
+                elif other not in dep_set:
+                    dep_list.append(other)
+                    dep_set.add(other)
+            if step.fallback is not None:
+                try:
+                    fallbacks[sid], fb_refs = compile_args(step.fallback.args)
+                except RefSyntaxError as exc:
+                    problems.append(PlanProblem(sid, "fallback.args", str(exc)))
+                    fb_refs = ()
+                for ref in fb_refs:
+                    if ref.step == sid:
+                        problems.append(PlanProblem(sid, "fallback.args", f"${{{ref.text}}} refers to the step itself"))
+                    elif ref.step not in steps:
+                        hint = did_you_mean(ref.step, steps)
+                        problems.append(PlanProblem(sid, "fallback.args",
+                                                    f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
+                    elif ref.step not in dep_set:
+                        dep_list.append(ref.step)
+                        dep_set.add(ref.step)
+                step_refs.extend(fb_refs)
+                if tools is not None:
+                    fb_tool = tools.get(step.fallback.tool)
+                    if fb_tool is None:
+                        hint = did_you_mean(step.fallback.tool, tools)
+                        problems.append(PlanProblem(sid, "fallback.tool", f"unknown tool '{step.fallback.tool}'{hint}"))
+                    else:
+                        fb_deferred = frozenset(k for k, v in step.fallback.args.items()
+                                                if "${" in str(v))
+                        for fld, msg in fb_tool.check_args(step.fallback.args, fb_deferred):
+                            problems.append(PlanProblem(sid, f"fallback.args.{fld}" if fld else "fallback.args", msg))
+            if step.verifies is not None and step.verifies not in steps:
+                problems.append(PlanProblem(sid, "verifies", f"unknown step '{step.verifies}'"
+                                                             f"{did_you_mean(step.verifies, steps)}"))
+            elif step.verifies is not None and step.verifies not in dep_set and step.verifies != sid:
+                dep_list.append(step.verifies)
+                dep_set.add(step.verifies)
         templates[sid] = template
         refs[sid] = tuple(step_refs)
         deps[sid] = tuple(dep_list)
