@@ -243,7 +243,8 @@ def validate_plan(
                     problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to the step itself"))
                 elif ref.step not in steps:
                     hint = did_you_mean(ref.step, steps)
-                    problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
+                    problems.append(
+                        PlanProblem(sid, "args", f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
                 elif ref.step not in dep_set:
                     dep_list.append(ref.step)
                     dep_set.add(ref.step)
