@@ -21,7 +21,7 @@ from contextlib import AsyncExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
@@ -40,6 +40,9 @@ from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Tool, Toolbox, builtin_tools
 from planweave.tools.safety import redact, secret_values
+
+if TYPE_CHECKING:
+    from planweave.planning import PlanningLoop
 
 T = TypeVar("T")
 
@@ -579,6 +582,35 @@ RootOption = Annotated[
     list[Path] | None,
     typer.Option("--root", metavar="DIR", help="Directories the file.* tools may use (repeatable; default: workdir)."),
 ]
+@dataclass(frozen=True)
+class AgentFlags:
+    """The model, budget and limits of a ``--goal`` run (or of resuming one)."""
+
+    model: str
+    base_url: str | None
+    budget_usd: float | None
+    budget_tokens: int | None
+    deadline: float | None
+    max_replans: int
+    plan_max_tokens: int
+
+    async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox) -> PlanningLoop:
+        """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``."""
+        from planweave.models import Budget, resolve_model
+        from planweave.planning import PlanningLoop, PlanningOptions
+        from planweave.tools.llm import llm_tool
+
+        options: dict[str, Any] = {"base_url": self.base_url} if self.base_url else {}
+        client = await stack.enter_async_context(resolve_model(self.model, **options))
+        budget = (Budget(usd=self.budget_usd, tokens=self.budget_tokens)
+                  if (self.budget_usd or self.budget_tokens) else None)
+        base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+        catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
+        return PlanningLoop(engine, client, catalog, budget=budget, options=PlanningOptions(
+            deadline_s=self.deadline, max_replans=self.max_replans, plan_max_tokens=self.plan_max_tokens,
+            join_max_tokens=min(1024, self.plan_max_tokens)))
+
+
 McpOption = Annotated[
     list[str] | None,
     typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
@@ -648,20 +680,10 @@ def run(
             limits = Limits(concurrency, flags)
             goal_text = goal
 
-            async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
-                from planweave.models import Budget, resolve_model
-                from planweave.planning import PlanningLoop, PlanningOptions
-                from planweave.tools.llm import llm_tool
+            agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, plan_max_tokens)
 
-                options: dict[str, Any] = {"base_url": base_url} if base_url else {}
-                client = await stack.enter_async_context(resolve_model(model, **options))
-                budget = Budget(usd=budget_usd, tokens=budget_tokens) if (budget_usd or budget_tokens) else None
-                base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-                catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
-                loop = PlanningLoop(engine, client, catalog, budget=budget,
-                                    options=PlanningOptions(deadline_s=deadline, max_replans=max_replans,
-                                                            plan_max_tokens=plan_max_tokens,
-                                                            join_max_tokens=min(1024, plan_max_tokens)))
+            async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
+                loop = await agent.planning_loop(engine, stack, toolbox)
                 return await loop.start(goal_text, run_id=run_id)
 
             begin = begin_goal
@@ -690,6 +712,14 @@ def resume(
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
     root: RootOption = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
+    max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans.")] = 5,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits."""
     with _clean_errors():
@@ -708,8 +738,18 @@ def resume(
             options = events[0].data.get("options") or {}
             return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
 
-        async def begin(engine: Engine, _stack: AsyncExitStack) -> Run:
-            return await engine.resume(run_id, retry_unknown=retry_unknown)
+        async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
+            if model is not None:
+                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, 2048)
+                loop = await agent.planning_loop(engine, stack, toolbox)
+                return await loop.resume(run_id, retry_unknown=retry_unknown)
+            try:
+                return await engine.resume(run_id, retry_unknown=retry_unknown)
+            except PlanInvalid as exc:
+                if any("unknown tool 'llm'" in str(p) for p in exc.problems):
+                    raise UsageError(f"{exc}\n(run '{run_id}' calls a model: resume it with --model NAME to "
+                                     "re-attach its model, planner and llm tool)") from None
+                raise
 
         outcome = _run_loop(_follow(session, recorded_limits, begin, _console_for(json_output)), virtual_clock)
     _report_outcome(outcome, session)

@@ -562,7 +562,7 @@ class Engine:
         return run
 
     async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False,
-                     on_event: EventListener | None = None) -> Run:
+                     on_event: EventListener | None = None, hold: bool = False) -> Run:
         """Continue an interrupted run from its journal: finished steps are not run again, their outputs reused.
 
         Steps that were running are re-run if idempotent; otherwise they become ``unknown`` and the run stops short
@@ -592,6 +592,7 @@ class Engine:
                 if rec.output_ref not in blobs:
                     raise JournalError(f"run '{run_id}': the output of step '{rec.id}' is missing from the journal")
                 run.outputs[rec.id] = blobs[rec.output_ref]
+        run._holds = int(hold)
         self._runs[run_id] = run
         await run._begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
         return run

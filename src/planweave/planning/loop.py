@@ -96,11 +96,27 @@ class PlanningLoop:
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
 
-    async def _drive(self, run: Run, goal: str) -> None:
+    async def resume(self, run_id: str, *, retry_unknown: bool = False) -> Run:
+        """Resume an interrupted goal run and drive it again: finished work is kept, failures are repaired, the joiner
+        answers. The plan is complete already (the planner had written it), so no initial planning happens."""
+        run = await self.engine.resume(run_id, tools=self.tools, retry_unknown=retry_unknown, hold=True)
+        run.subscribe(self._on_event(run))
+        self._planning = False
+        goal = run.plan.spec.goal
+        for sid, rec in run.state.records.items():  # failures that were not repaired before the interruption
+            if rec.status == "failed":
+                self._triggers.append(_Trigger("failure", sid, str(rec.error)))
+        self.engine.spawn(self._drive(run, goal, plan=False), name=f"planweave-planner-{run.id}")
+        return run
+
+    async def _drive(self, run: Run, goal: str, *, plan: bool = True) -> None:
         timeout = self.options.deadline_s
         try:
             async with asyncio.timeout(timeout):
-                await self._plan_and_react(run, goal)
+                if plan:
+                    await self._plan_and_react(run, goal)
+                else:
+                    await self._react(run, goal)
         except TimeoutError:
             run.cancel(f"deadline of {timeout:g}s reached; stopped with what was done")
         except BudgetExceeded as exc:

@@ -1,0 +1,67 @@
+"""A --goal run killed mid-way resumes with its model: finished work kept, the joiner answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from planweave import open_journal
+from planweave.engine.state import RunState
+from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+
+
+async def planweave(*args: str, cwd: Path) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "planweave.cli.main", *args, cwd=cwd, env={**os.environ, "OPENAI_API_KEY": "sk-x"},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+
+
+async def test_a_killed_goal_run_resumes_with_its_model(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def script(req: RecordedRequest) -> Reply:
+        last = str(req.messages[-1]["content"])
+        if "If the results answer the goal" in last:
+            return Text(json.dumps({"answer": "done after resume"}))
+        return Text(plan_lines([
+            {"id": "quick", "tool": "noop", "args": {"v": 1}},
+            {"id": "slow", "tool": "sleep", "args": {"seconds": 2}},
+            {"id": "ask", "tool": "llm", "args": {"prompt": "summarise ${quick.v}"}, "after": ["slow"]},
+        ]))
+
+    async with ScriptedLLM(script) as base_url:
+        proc = await planweave("run", "--goal", "g", "--model", "scripted", "--base-url", base_url,
+                               "--journal", url, "--json", cwd=tmp_path)
+        run_id = None
+        for _ in range(200):  # until 'quick' finished and 'slow' runs, then kill -9
+            await asyncio.sleep(0.05)
+            async with open_journal(url) as journal:
+                ids = await journal.run_ids()
+                if ids:
+                    state = RunState.from_events(ids[0], await journal.read(ids[0]))
+                    if "slow" in state.records and state.records["slow"].status == "running" \
+                            and state.records["quick"].status == "succeeded":
+                        run_id = ids[0]
+                        break
+        assert run_id is not None
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+
+        plain = await planweave("resume", run_id, "--journal", url, cwd=tmp_path)
+        _, err = await plain.communicate()
+        assert plain.returncode == 2 and b"resume it with --model NAME" in err
+
+        again = await planweave("resume", run_id, "--journal", url, "--model", "scripted", "--base-url", base_url,
+                                "--json", cwd=tmp_path)
+        out, err = await asyncio.wait_for(again.communicate(), 60)
+    assert again.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["status"] == "succeeded" and report["answer"] == "done after resume"
+    assert report["steps"]["quick"]["attempts"] == 1  # finished before the kill: not run again
+    assert report["steps"]["slow"]["attempts"] == 2  # idempotent sleep, interrupted: re-run
+    assert report["steps"]["ask"]["status"] == "succeeded"
