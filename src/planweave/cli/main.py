@@ -863,6 +863,9 @@ def serve(
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
     root: RootOption = None,
+    model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
 ) -> None:
     """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token."""
     from planweave.server import serve as serve_forever
@@ -871,7 +874,8 @@ def serve(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ())))
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
-                                  capacities=parse_capacities(capacity or ()), telemetry=telemetry))
+                                  capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
+                                  base_url=base_url))
 
 
 @tools_app.command("list")

@@ -12,10 +12,11 @@ object); ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``; ``POST /runs/{id}/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
-from planweave.engine.runtime import Engine, request_cancel
+from planweave.engine.runtime import Engine, Run, request_cancel
 from planweave.errors import JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
@@ -66,6 +67,8 @@ class RunSubmission(BaseModel):
 
     plan: dict[str, Any] | None = Field(None, description="The plan document: {'steps': [...], ...}.")
     plan_yaml: str | None = Field(None, description="The plan document as YAML (or JSON) text.")
+    goal: str | None = Field(None, min_length=1, max_length=20000,
+                             description="A goal to plan with the server's model (`planweave serve --model`).")
     run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, description="Id for the new run (default: random).")
 
 
@@ -114,6 +117,10 @@ class ErrorMessage(BaseModel):
 
 
 # -- the app's state ----------------------------------------------------------------------------------------------
+GoalStarter = Callable[[str, str | None], Awaitable[Run]]
+"""Starts planning a goal (text, run id) and returns the run: a planning loop bound to the server's model."""
+
+
 @dataclass
 class AppState:
     """What the routes share: the engine, the folded journal, the change feed and the token."""
@@ -124,6 +131,7 @@ class AppState:
     feed: ChangeFeed
     timing: StreamTiming
     recover: bool
+    start_goal: GoalStarter | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: list[str] = field(default_factory=list)
 
@@ -178,8 +186,8 @@ LastEventId = Annotated[
 
 def _plan_document(submission: RunSubmission) -> Any:
     if (submission.plan is None) == (submission.plan_yaml is None):
-        raise PlanInvalid([PlanProblem("", "plan", "give exactly one of 'plan' (an object) or 'plan_yaml' (text)")],
-                          HTTP_SOURCE)
+        raise PlanInvalid([PlanProblem("", "plan", "give exactly one of 'plan' (an object), 'plan_yaml' (text) or "
+                                                   "'goal' (text)")], HTTP_SOURCE)
     if submission.plan is not None:
         return submission.plan
     try:
@@ -194,8 +202,16 @@ def _plan_document(submission: RunSubmission) -> Any:
 @api.post("/runs", status_code=201, response_model=RunAccepted,
           responses={409: _ERRORS[409], 422: _ERRORS[422]})
 async def submit_run(state: State, submission: RunSubmission, response: Response) -> RunAccepted:
-    """Validate a plan and start running it; 422 lists every problem, naming the step and the field."""
-    run = await state.engine.start(_plan_document(submission), run_id=submission.run_id, source=HTTP_SOURCE)
+    """Validate a plan and start running it (or plan a goal); 422 lists every problem, naming the step and field."""
+    if submission.goal is not None:
+        if submission.plan is not None or submission.plan_yaml is not None:
+            raise PlanInvalid([PlanProblem("", "goal", "give a goal or a plan, not both")], HTTP_SOURCE)
+        if state.start_goal is None:
+            raise PlanInvalid([PlanProblem("", "goal", "this server has no model to plan goals with: start it with "
+                                                       "`planweave serve --model NAME`")], HTTP_SOURCE)
+        run = await state.start_goal(submission.goal, submission.run_id)
+    else:
+        run = await state.engine.start(_plan_document(submission), run_id=submission.run_id, source=HTTP_SOURCE)
     # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
     await state.engine.journal.flush()
     response.headers["Location"] = f"/runs/{quote(run.id)}"
@@ -364,7 +380,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 
 def create_app(
-    engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None
+    engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None,
+    start_goal: GoalStarter | None = None,
 ) -> FastAPI:
     """The planweave HTTP API and dashboard around an open ``engine``, accepting only ``token``.
 
@@ -376,7 +393,7 @@ def create_app(
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
-                     recover)
+                     recover, start_goal)
     engine.subscribe(state.feed.notify)
     app = FastAPI(
         title="planweave",
@@ -479,6 +496,7 @@ async def serving(
     announce: bool = True,
     out: TextIO | None = None,
     quiet: bool = False,
+    start_goal: GoalStarter | None = None,
 ) -> AsyncIterator[LiveServer]:
     """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
 
@@ -489,13 +507,33 @@ async def serving(
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
-    app = create_app(engine, access, recover=recover)
+    app = create_app(engine, access, recover=recover, start_goal=start_goal)
     log_config = None if quiet else uvicorn.config.LOGGING_CONFIG
     async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
                           access_log=not quiet) as server:
         if announce:
             _announce(server, access, url, out if out is not None else sys.stdout)
         yield server
+
+
+async def goal_starter(
+    stack: contextlib.AsyncExitStack, engine: Engine, model: str, base_url: str | None
+) -> GoalStarter:
+    """Open ``model`` for the server's lifetime and return a function starting a planning loop per goal."""
+    from planweave.models import resolve_model
+    from planweave.planning import PlanningLoop
+    from planweave.tools import builtin_tools
+    from planweave.tools.llm import llm_tool
+    from planweave.tools.registry import Toolbox
+
+    client = await stack.enter_async_context(resolve_model(model, **({"base_url": base_url} if base_url else {})))
+    base = engine.tools if isinstance(engine.tools, Toolbox) else builtin_tools()
+    catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client)}))
+
+    async def start(goal: str, run_id: str | None) -> Run:
+        return await PlanningLoop(engine, client, catalog).start(goal, run_id=run_id)
+
+    return start
 
 
 async def serve(
@@ -508,6 +546,8 @@ async def serve(
     concurrency: int | None = None,
     capacities: Mapping[str, int] | None = None,
     telemetry: bool | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
 ) -> None:
     """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
 
@@ -524,13 +564,16 @@ async def serve(
 
         provider = tracer_provider_from_env()
     try:
-        async with open_engine(url, tools=tools, concurrency=concurrency, capacities=capacities) as engine:
+        async with contextlib.AsyncExitStack() as stack:
+            engine = await stack.enter_async_context(
+                open_engine(url, tools=tools, concurrency=concurrency, capacities=capacities))
             if provider is not None:
                 from planweave.server.telemetry import instrument
 
                 instrument(engine, provider)
+            start_goal = await goal_starter(stack, engine, model, base_url) if model else None
             async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=True,
-                               handle_signals=True) as server:
+                               handle_signals=True, start_goal=start_goal) as server:
                 await server.wait()
     finally:
         if provider is not None:
