@@ -173,7 +173,10 @@ class RunState:
         kind = event.kind
         if kind == "step_started":
             rec = self.records[event.step]  # type: ignore[index]
-            self._move(rec, "running", event)
+            if rec.status == "ready":  # the common transition, inlined: both states count as active
+                rec.status = "running"
+            else:
+                self._move(rec, "running", event)
             rec.attempts = event.data["attempt"]
             rec.retry_at = None
             if rec.started_at is None:
@@ -186,7 +189,11 @@ class RunState:
             return NOTHING_READY
         if kind == "step_succeeded":
             rec = self.records[event.step]  # type: ignore[index]
-            self._move(rec, "succeeded", event)
+            if rec.status == "running":  # the common transition, inlined
+                rec.status = "succeeded"
+                self.active -= 1
+            else:
+                self._move(rec, "succeeded", event)
             rec.finished_at = event.at
             rec.output_ref = event.data.get("output")
             rec.error = None
