@@ -8,7 +8,6 @@ journaled: :meth:`RunState.apply` returns the steps an event made ready.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from planweave.engine.events import Event
@@ -74,14 +73,6 @@ class StepRecord:
             "finished_at": self.finished_at,
             "error": self.error,
         }
-
-
-@dataclass
-class RunOptions:
-    """How a run was started: limits recorded in its journal so that resume uses the same ones."""
-
-    concurrency: int | None = None
-    capacities: Mapping[str, int] | None = None
 
 
 class RunState:

@@ -161,11 +161,6 @@ def render(template: Compiled, outputs: Mapping[str, Any]) -> Any:
     return template
 
 
-def find_refs_by_field(args: Mapping[str, Any]) -> dict[str, tuple[Ref, ...]]:
-    """Map each top-level argument name to the references it contains (raises RefSyntaxError)."""
-    return {name: compile_args(value)[1] for name, value in args.items()}
-
-
 def rename_refs(value: Any, renames: Mapping[str, str]) -> Any:
     """Return ``value`` with references to renamed steps rewritten (``${old.x}`` becomes ``${new.x}``)."""
     if not renames:
