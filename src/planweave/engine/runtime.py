@@ -389,15 +389,16 @@ class Run:
         new_plan = validate_plan(merged, self._tools, self._engine.capacities, version=version,
                                  parent=self.plan.version, source="proposal")
         diff = splice_diff(self.state.records, self.plan, new_plan)
+        # Take the tasks to cancel before the new version is applied: applying it may start a replacement step
+        # under the same id at once, and that one must keep running.
+        doomed = [task for sid in diff.cancelled if (task := self._tasks.pop(sid, None)) is not None]
         self._emit("plan_version", None, {
             "plan": merged, "version": version, "parent": self.plan.version, "trigger": trigger,
             "seen": seen, "renamed": renames, "idempotent": self._idempotent_ids(new_plan.steps.values()),
             **diff.as_dict(), **meta,
         })
-        for sid in diff.cancelled:
-            task = self._tasks.pop(sid, None)
-            if task is not None:
-                task.cancel()
+        for task in doomed:
+            task.cancel()
         self._engine._pump()
         self._check_done()
         return diff
@@ -600,8 +601,14 @@ class Engine:
     # -- scheduling ----------------------------------------------------------------------------------------------
     def _enqueue(self, run: Run, sid: str, now: float) -> None:
         plan = run.state.plan
-        self._scheduler.push((run, run.state.records[sid]), rank=plan.rank[sid], ready_at=now,
-                             claim=plan.claims[sid])
+        claim = plan.claims[sid]
+        scheduler = self._scheduler
+        if claim is None and scheduler.concurrency is None and not scheduler._heap:
+            # Nothing limits it and nothing waits before it: no queue to order, start it now.
+            scheduler.running += 1
+            run._launch(run.state.records[sid], None)
+            return
+        scheduler.push((run, run.state.records[sid]), rank=plan.rank[sid], ready_at=now, claim=claim)
 
     def _pump(self) -> None:
         for (run, rec), claims in self._scheduler.admit():
