@@ -18,6 +18,19 @@ from planweave.errors import JournalError
 from planweave.journal.base import encode_blob
 
 
+def event_filter(run_id: str | None, after: int, kind: str | None, mark: str) -> tuple[str, list[Any]]:
+    """The WHERE condition and parameters of an events query (``mark``: the driver's placeholder, ``?`` or ``%s``)."""
+    where: list[str] = [f"pos > {mark}"]
+    params: list[Any] = [after]
+    if run_id is not None:
+        where.insert(0, f"run_id = {mark}")
+        params.insert(0, run_id)
+    if kind is not None:
+        where.append(f"kind = {mark}")
+        params.append(kind)
+    return " AND ".join(where), params
+
+
 class GroupCommitJournal(ABC):
     """A journal whose buffered events and blobs are written by one background task, one transaction per batch.
 

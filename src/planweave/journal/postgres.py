@@ -23,7 +23,7 @@ from psycopg.types.json import set_json_loads
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
 from planweave.journal.base import decode_blob, encode_data
-from planweave.journal.group_commit import GroupCommitJournal
+from planweave.journal.group_commit import GroupCommitJournal, event_filter
 
 __all__ = ["SCHEMA_VERSION", "PostgresJournal", "parse_url"]
 
@@ -140,15 +140,8 @@ class PostgresJournal(GroupCommitJournal):
             raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
 
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
-        where: list[str] = ["pos > %s"]
-        params: list[Any] = [after]
-        if run_id is not None:
-            where.insert(0, "run_id = %s")
-            params.insert(0, run_id)
-        if kind is not None:
-            where.append("kind = %s")
-            params.append(kind)
-        query = f"SELECT {_COLUMNS} FROM planweave_events WHERE {' AND '.join(where)} ORDER BY pos"
+        where, params = event_filter(run_id, after, kind, "%s")
+        query = f"SELECT {_COLUMNS} FROM planweave_events WHERE {where} ORDER BY pos"
         rows = await self._fetch(query, tuple(params))
         return [Event(r, cast(EventKind, k), a, s, d, p) for p, r, a, k, s, d in rows]
 

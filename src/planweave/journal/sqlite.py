@@ -24,7 +24,7 @@ import orjson
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
 from planweave.journal.base import decode_blob, encode_data
-from planweave.journal.group_commit import GroupCommitJournal
+from planweave.journal.group_commit import GroupCommitJournal, event_filter
 
 __all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "SQLiteJournal"]
 
@@ -198,16 +198,9 @@ def _rollback(conn: sqlite3.Connection) -> None:
 def _select_events(
     conn: sqlite3.Connection, url: str, run_id: str | None, after: int, kind: str | None = None
 ) -> list[Event]:
-    where: list[str] = ["pos > ?"]
-    params: list[Any] = [after]
-    if run_id is not None:
-        where.insert(0, "run_id = ?")
-        params.insert(0, run_id)
-    if kind is not None:
-        where.append("kind = ?")
-        params.append(kind)
+    where, params = event_filter(run_id, after, kind, "?")
     try:
-        cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY pos", params)
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY pos", params)
         loads = orjson.loads
         return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
     except sqlite3.Error as exc:
