@@ -22,6 +22,28 @@ ErrorKind = str
 ``exit_code`` (shell), or the class name of the exception a tool raised (e.g. ``ConnectionError``)."""
 
 
+MAX_SECONDS = 1e9
+"""The largest duration a plan may state (about 31 years): larger values, Infinity and NaN are refused, so every
+timer the engine arms is a finite, representable deadline."""
+
+MAX_COST = 1e9
+"""The largest cost estimate (USD) a plan may state."""
+
+
+def _seconds(default: float | None, description: str, *, ge: float | None = None, gt: float | None = None) -> Any:
+    """A field of finite seconds in ``[ge or gt, MAX_SECONDS]``."""
+    return Field(default, ge=ge, gt=gt, le=MAX_SECONDS, allow_inf_nan=False, description=description)
+
+
+def _retries_shorthand(value: Any) -> Any:
+    """``retries: 3`` is ``retries: {max: 3}``; booleans are refused (``True`` is not a count)."""
+    if isinstance(value, bool):
+        raise ValueError("must be a count or a retry policy object")
+    if isinstance(value, int):
+        return {"max": value}
+    return value
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -34,10 +56,10 @@ class RetryPolicy(_Frozen):
     """
 
     max: int = Field(0, ge=0, le=1000, description="Retries after the first attempt.")
-    backoff: float = Field(0.5, ge=0, description="Delay before the first retry, seconds.")
-    factor: float = Field(2.0, ge=1, description="Multiplier per further retry.")
-    max_backoff: float = Field(60.0, ge=0, description="Upper bound of one delay, seconds.")
-    jitter: float = Field(0.1, ge=0, le=1, description="Relative spread of the random factor.")
+    backoff: float = _seconds(0.5, "Delay before the first retry, seconds.", ge=0)
+    factor: float = Field(2.0, ge=1, le=1000, allow_inf_nan=False, description="Multiplier per further retry.")
+    max_backoff: float = _seconds(60.0, "Upper bound of one delay, seconds.", ge=0)
+    jitter: float = Field(0.1, ge=0, le=1, allow_inf_nan=False, description="Relative spread of the random factor.")
     on: tuple[ErrorKind, ...] = Field(
         ("timeout", "error"),
         description="Error kinds that are retried; 'error' matches any exception a tool raises.",
@@ -45,7 +67,11 @@ class RetryPolicy(_Frozen):
 
     def delay(self, retry: int, unit_random: float) -> float:
         """Return the delay before retry number ``retry`` (1-based) given a uniform sample in [0, 1)."""
-        base = min(self.max_backoff, self.backoff * self.factor ** (retry - 1))
+        try:
+            grown = self.backoff * self.factor ** (retry - 1)
+        except OverflowError:  # factor**999 exceeds a float: the cap applies
+            grown = self.max_backoff
+        base = min(self.max_backoff, grown)
         return max(0.0, base * (1.0 + self.jitter * (2.0 * unit_random - 1.0)))
 
     def retries_on(self, kind: ErrorKind, exception_names: tuple[str, ...] = ()) -> bool:
@@ -68,8 +94,8 @@ NO_RETRIES = RetryPolicy()
 class Estimate(_Frozen):
     """What a step is expected to take: seconds of wall time and cost in USD."""
 
-    duration: float = Field(0.0, ge=0)
-    cost: float = Field(0.0, ge=0)
+    duration: float = _seconds(0.0, "Expected seconds of wall time.", ge=0)
+    cost: float = Field(0.0, ge=0, le=MAX_COST, allow_inf_nan=False, description="Expected cost, USD.")
 
 
 class Fallback(_Frozen):
@@ -87,9 +113,11 @@ class Step(_Frozen):
     args: dict[str, Any] = Field(default_factory=dict)
     after: tuple[str, ...] = ()
     retries: RetryPolicy = NO_RETRIES
-    timeout: float | None = Field(None, gt=0, description="Seconds per attempt.")
-    heartbeat: float | None = Field(
-        None, gt=0, description="Seconds the tool may go without a heartbeat before it is treated as hung."
+    timeout: float | None = _seconds(
+        None, "Seconds per attempt; unset takes the plan's default, null means no limit.", gt=0
+    )
+    heartbeat: float | None = _seconds(
+        None, "Seconds the tool may go without a heartbeat before it is treated as hung.", gt=0
     )
     resources: dict[str, int] = Field(default_factory=dict)
     reads: tuple[str, ...] = Field((), description="Resources (names or paths) read: readers run together.")
@@ -102,14 +130,23 @@ class Step(_Frozen):
     verifies: str | None = Field(
         None, description="This step checks step VERIFIES; an output {ok: false, reason} triggers a re-plan."
     )
+    approval: bool | str | None = Field(
+        None, description="The step waits for a person's approval before it runs; a text is shown to the approver."
+    )
+    isolation: Literal["thread", "process"] | None = Field(
+        None, description="How a synchronous Python tool runs: in a worker thread or a child process."
+    )
 
     @field_validator("retries", mode="before")
     @classmethod
     def _retries_shorthand(cls, value: Any) -> Any:
-        if isinstance(value, bool):
-            raise ValueError("must be a count or a retry policy object")
-        if isinstance(value, int):
-            return {"max": value}
+        return _retries_shorthand(value)
+
+    @field_validator("approval")
+    @classmethod
+    def _approval_text(cls, value: bool | str | None) -> bool | str | None:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError("must be true or a non-empty text shown to the approver")
         return value
 
     @field_validator("resources")
@@ -130,6 +167,22 @@ class Step(_Frozen):
         return self.estimate.duration if self.estimate else 0.0
 
 
+class StepDefaults(_Frozen):
+    """Values a plan gives the steps that do not set their own ``timeout``, ``retries`` or ``heartbeat``.
+
+    A key left out here leaves the step's value unset; ``timeout: null`` written here means "no limit".
+    """
+
+    timeout: float | None = _seconds(None, "Seconds per attempt for steps without their own timeout.", gt=0)
+    retries: RetryPolicy | None = Field(None, description="Retries (a count or a policy) for steps without their own.")
+    heartbeat: float | None = _seconds(None, "Heartbeat interval for steps without their own.", gt=0)
+
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _retries_shorthand(cls, value: Any) -> Any:
+        return _retries_shorthand(value)
+
+
 class PlanSpec(_Frozen):
     """A plan as written in a plan file: the steps plus optional defaults for running it."""
 
@@ -138,6 +191,10 @@ class PlanSpec(_Frozen):
     goal: str = ""
     capacities: dict[str, int] = Field(default_factory=dict)
     concurrency: int | None = Field(None, ge=1)
+    on_failure: Literal["stop", "continue"] | None = Field(
+        None, description="After a step fails for good: stop the run, or continue with what does not depend on it."
+    )
+    defaults: StepDefaults = Field(default_factory=StepDefaults, description="Defaults for the steps.")
     schema_: str | None = Field(None, alias="$schema")
 
 

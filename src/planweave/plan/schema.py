@@ -14,12 +14,19 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "plan.schema.
 def plan_json_schema() -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) that plan files follow."""
     schema = PlanSpec.model_json_schema(by_alias=True)
-    retries = schema["$defs"]["Step"]["properties"]["retries"]
     # `retries: 3` is shorthand for `retries: {max: 3}` (accepted by a before-validator the schema cannot see).
+    count = {"type": "integer", "minimum": 0, "maximum": 1000}
+    step_retries = schema["$defs"]["Step"]["properties"]["retries"]
     schema["$defs"]["Step"]["properties"]["retries"] = {
-        "anyOf": [{"type": "integer", "minimum": 0, "maximum": 1000}, {"$ref": "#/$defs/RetryPolicy"}],
+        "anyOf": [count, {"$ref": "#/$defs/RetryPolicy"}],
         "description": "Retries after the first attempt, or a retry policy.",
-        "default": retries.get("default"),
+        "default": step_retries.get("default"),
+    }
+    defaults_retries = schema["$defs"]["StepDefaults"]["properties"]["retries"]
+    schema["$defs"]["StepDefaults"]["properties"]["retries"] = {
+        "anyOf": [count, {"$ref": "#/$defs/RetryPolicy"}, {"type": "null"}],
+        "description": defaults_retries.get("description", ""),
+        "default": None,
     }
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["$id"] = "https://planweave.dev/schemas/plan.schema.json"
