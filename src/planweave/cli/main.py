@@ -8,6 +8,7 @@ This is planweave's only synchronous edge: each command runs one coroutine with 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import importlib
 import json
@@ -32,6 +33,7 @@ from planweave import __version__
 from planweave.cli import views
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
 from planweave.engine.events import Event
+from planweave.engine.report import StepNotFound, find_step, outputs_summary, step_detail
 from planweave.engine.runtime import Engine, Run, RunResult, process_alive, request_cancel
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunNotFound
@@ -81,6 +83,8 @@ class JournaledRun:
     owner: Mapping[str, Any] = field(default_factory=dict)
     last_at: float | None = None
     problem: str | None = None  # why the events could not be folded (state is None then)
+    outputs: Mapping[str, Any] = field(default_factory=dict)  # of succeeded steps, if read with outputs=True
+    events: Sequence[Event] = ()  # the run's events, if read with outputs=True (for every attempt's error)
 
     @property
     def status(self) -> str:
@@ -120,10 +124,11 @@ class JournaledRun:
         }
 
     def report(self) -> dict[str, Any]:
-        """The ``show --json`` object: the ``run --json`` summary plus root cause, owner and every attempt."""
+        """The ``show --json`` object: the ``run --json`` summary (outputs too) plus root cause, owner, attempts."""
         assert self.state is not None
         report = self.state.summary()
         report["status"] = self.status
+        report["outputs"] = outputs_summary(self.state, self.outputs, redact=shown_redaction())
         report["plan"] = self.state.plan.spec.name or None
         report["root_cause"] = self.state.root_cause
         report["owner"] = dict(self.owner)
@@ -158,18 +163,31 @@ def _journal_file_missing(url: str) -> bool:
     return path != ":memory:" and not Path(path).exists()
 
 
-async def read_run(url: str, run_id: str) -> JournaledRun:
-    """One run of the journal at ``url``; raises RunNotFound."""
+async def read_run(url: str, run_id: str, *, outputs: bool = False) -> JournaledRun:
+    """One run of the journal at ``url`` (with ``outputs``: also its events and succeeded outputs); raises
+    RunNotFound."""
     if _journal_file_missing(url):
         raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
     async with open_journal(url) as journal:
         events = await journal.read(run_id)
-    if not events:
-        raise RunNotFound(f"no run '{run_id}' in the journal {url}")
-    run = _journaled(run_id, events)
-    if run.state is None:
-        raise JournalError(f"run '{run_id}' in the journal {url}: {run.problem}")
+        if not events:
+            raise RunNotFound(f"no run '{run_id}' in the journal {url}")
+        run = _journaled(run_id, events)
+        if run.state is None:
+            raise JournalError(f"run '{run_id}' in the journal {url}: {run.problem}")
+        if outputs:
+            refs = {sid: r.output_ref for sid, r in run.state.records.items()
+                    if r.status == "succeeded" and r.output_ref}
+            blobs = await journal.get_blobs(set(refs.values()))
+            found = {sid: blobs[ref] for sid, ref in refs.items() if ref in blobs}
+            run = dataclasses.replace(run, outputs=found, events=events)
     return run
+
+
+def shown_redaction() -> Callable[[Any], Any] | None:
+    """What hides this process's secrets (``tools.safety.secret_values``) in everything shown; None if none."""
+    secrets = secret_values()
+    return functools.partial(redact, secrets=secrets) if secrets else None
 
 
 async def read_runs(url: str) -> list[JournaledRun]:
@@ -447,6 +465,7 @@ async def _follow(
 def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
     report = dict(result.summary)
     report["root_cause"] = state.root_cause
+    report["outputs"] = outputs_summary(state, result.outputs, redact=shown_redaction())
     return Outcome(result.run_id, result.status, result.error, report, state, durable)
 
 
@@ -773,17 +792,63 @@ def runs(journal: JournalOption = None, json_output: JsonOption = False) -> None
     console.print(views.runs_table(rows))
 
 
+def _no_output(rec_status: str) -> str:
+    """Why a step in ``rec_status`` has no output, as the end of a sentence."""
+    return {"failed": "it failed", "skipped": "it was skipped", "cancelled": "it was cancelled",
+            "pending": "it has not started", "ready": "it has not started", "running": "it is still running",
+            "unknown": "its outcome is unknown (it was running when the run was interrupted)",
+            "succeeded": "its output is missing from the journal"}.get(rec_status, f"it is {rec_status}")
+
+
+def _step_or_exit(found: JournaledRun, step: str, *, need_output: bool) -> None:
+    """Exit 1 with a message if ``found`` has no step ``step`` (or, with ``need_output``, no output for it)."""
+    assert found.state is not None
+    try:
+        rec = find_step(found.state, step)
+    except StepNotFound as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(ExitCode.FAILED) from None
+    if need_output and (rec.status != "succeeded" or step not in found.outputs):
+        typer.echo(f"error: step '{step}' of run '{found.run_id}' has no output: {_no_output(rec.status)}", err=True)
+        raise typer.Exit(ExitCode.FAILED)
+
+
+@app.command()
+def output(
+    run_id: Annotated[str, typer.Argument(help="The run.", show_default=False)],
+    step: Annotated[str, typer.Argument(help="The step whose output to print.", show_default=False)],
+    journal: JournalOption = None,
+) -> None:
+    """Print one step's whole output as JSON on stdout; exit 1 if the step does not exist or has no output."""
+    with _clean_errors():
+        found = asyncio.run(read_run(journal or default_journal_url(), run_id, outputs=True))
+    _step_or_exit(found, step, need_output=True)
+    hide = shown_redaction()
+    value = found.outputs[step]
+    _print_json(value if hide is None else hide(value))
+
+
 @app.command()
 def show(
     run_id: Annotated[str, typer.Argument(help="The run to show.", show_default=False)],
     journal: JournalOption = None,
     json_output: JsonOption = False,
+    step: Annotated[str | None, typer.Option(
+        "--step", metavar="ID", help="Show this step: its arguments, every attempt, errors and output.")] = None,
 ) -> None:
-    """Show one run: its steps, its error and root cause, and a timeline of every attempt."""
+    """Show one run: its steps, its error and root cause, and a timeline of every attempt (or one ``--step``)."""
     with _clean_errors():
         url = journal or default_journal_url()
-        found = asyncio.run(read_run(url, run_id))
+        found = asyncio.run(read_run(url, run_id, outputs=json_output or step is not None))
     assert found.state is not None
+    if step is not None:
+        _step_or_exit(found, step, need_output=False)
+        detail = step_detail(found.state, found.outputs, step, events=found.events, redact=shown_redaction())
+        if json_output:
+            _print_json(detail)
+        else:
+            Console(highlight=False).print(views.step_panel(detail, found.state.created_at))
+        return
     if json_output:
         _print_json(found.report())
         return
@@ -866,16 +931,29 @@ def serve(
     model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    max_budget_usd: Annotated[float | None, typer.Option(
+        "--max-budget-usd", min=0, help="Cap on any run's budget_usd (also its default).")] = None,
+    max_budget_tokens: Annotated[int | None, typer.Option(
+        "--max-budget-tokens", min=0, help="Cap on any run's budget_tokens (also its default).")] = None,
+    max_deadline: Annotated[float | None, typer.Option(
+        "--max-deadline", min=0, help="Cap on any run's deadline in seconds (also its default).")] = None,
+    max_replans: Annotated[int | None, typer.Option(
+        "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
 ) -> None:
-    """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token."""
+    """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token.
+
+    The ``--max-*`` caps bound what any ``POST /runs`` may ask for; a request without a limit gets the cap.
+    """
     from planweave.server import serve as serve_forever
+    from planweave.server.limits import LimitCaps
 
     with _clean_errors():
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ())))
+        caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
-                                  base_url=base_url))
+                                  base_url=base_url, caps=caps))
 
 
 @tools_app.command("list")

@@ -7,6 +7,7 @@ view of a running engine and ``planweave show`` of a journaled run draw the same
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -357,6 +358,40 @@ def timeline(state: RunState, width: int, horizon: float | None = None) -> Text:
         out.append(f" {label}  ")
     out.append(RETRY_WAIT_GLYPH + " waiting to retry", style="dim")
     return out
+
+
+# -- one step ----------------------------------------------------------------------------------------------------
+def _json_block(value: Any) -> Text:
+    return Text(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def step_panel(detail: Mapping[str, Any], origin: float | None) -> RenderableType:
+    """``show --step``: the step's tool and state, its arguments, every attempt with its error, and its output.
+
+    ``detail`` is :func:`planweave.engine.report.step_detail`'s object (already redacted and truncated).
+    """
+    head = Text(f"step {detail['step']}", style="bold")
+    head.append(f" · {detail['tool']} · ")
+    head.append_text(status_text(str(detail["status"])))
+    parts: list[RenderableType] = [head]
+    label = "arguments" if detail.get("args_resolved") else "arguments (as written: not every reference resolved)"
+    parts += [Text(label, style="bold"), _json_block(detail.get("args"))]
+    parts.append(Text("attempts", style="bold"))
+    if not detail.get("attempts"):
+        parts.append(Text("  none", style="dim"))
+    for attempt in detail.get("attempts", ()):
+        outcome = str(attempt.get("outcome"))
+        line = Text(f"  attempt {attempt['attempt']}  {format_offset(attempt.get('started_at'), origin)}"
+                    f"..{format_offset(attempt.get('finished_at'), origin)}  ")
+        line.append_text(status_text(outcome))
+        if attempt.get("error"):
+            line.append(f"  {attempt['error']}", style="red")
+        parts.append(line)
+    if detail.get("error"):
+        parts += [Text("error", style="bold red"), Text(str(detail["error"]))]
+    if detail.get("status") == "succeeded":
+        parts += [Text("output", style="bold"), _json_block(detail.get("output"))]
+    return Group(*parts)
 
 
 # -- runs ------------------------------------------------------------------------------------------------------
