@@ -8,7 +8,8 @@ import json
 from typing import Any
 
 from planweave import open_engine
-from planweave.server.app import create_app, goal_starter
+from planweave.server.app import create_app
+from planweave.server.limits import open_server_model
 from planweave.server.live import LiveServer
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.server.conftest import TOKEN, Live
@@ -24,8 +25,8 @@ def script(req: RecordedRequest) -> Reply:
 async def test_a_goal_posted_to_runs_is_planned_with_the_servers_model(journal_url: str) -> None:
     async with ScriptedLLM(script) as base_url, contextlib.AsyncExitStack() as stack:
         engine = await stack.enter_async_context(open_engine(journal_url))
-        start_goal = await goal_starter(stack, engine, "scripted", base_url)
-        app = create_app(engine, TOKEN, start_goal=start_goal)
+        model = await open_server_model(stack, engine, "scripted", base_url)
+        app = create_app(engine, TOKEN, model=model)
         server = await stack.enter_async_context(LiveServer(app, "127.0.0.1", 0, log_config=None))
         live = Live(server, engine, journal_url)
         async with live.client() as client:

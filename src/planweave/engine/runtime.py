@@ -665,3 +665,23 @@ async def request_cancel(journal: Journal, run_id: str, reason: str = "cancelled
     journal.append(Event(run_id, "run_finished", now, None, {"status": "cancelled", "error": reason}))
     await journal.flush()
     return "cancelled"
+
+
+def cancel_at_deadline(engine: Engine, run: Run, seconds: float) -> asyncio.Task[None]:
+    """Cancel ``run`` with reason ``deadline of {seconds}s reached`` if it is still going ``seconds`` from now.
+
+    The wait runs in the engine's task group on the engine's clock; it ends with the run (or the engine). A run
+    stopped by its deadline ends ``cancelled``, like one a user cancelled: what finished is kept, and ``resume``
+    continues it.
+    """
+
+    async def watch() -> None:
+        try:
+            async with asyncio.timeout(seconds):
+                await run.wait()
+        except TimeoutError:
+            run.cancel(f"deadline of {seconds:g}s reached")
+        except RunError:
+            pass  # interrupted: the engine is closing, and the run stays resumable
+
+    return engine.spawn(watch(), name=f"planweave-deadline-{run.id}")

@@ -85,7 +85,8 @@ class RetryPolicy(_Frozen):
         return "error" in self.on and kind not in NEVER_RETRIED and kind != "timeout"
 
 
-NEVER_RETRIED = frozenset({"output", "reference", "arguments"})
+NEVER_RETRIED = frozenset({"output", "reference", "arguments", "exit", "interrupted"})
+"""Kinds that ``error`` in a retry policy does not match: retried only when ``on`` names them."""
 
 
 NO_RETRIES = RetryPolicy()

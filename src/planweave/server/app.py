@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,10 +34,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
-from planweave.engine.runtime import Engine, Run, request_cancel
+from planweave.engine.runtime import Engine, request_cancel
 from planweave.errors import JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
+from planweave.server.limits import LimitCaps, RunLimits, ServerModel, open_server_model, start_deadline
 from planweave.server.live import LiveServer, ServerError
 from planweave.server.runs import (
     HTTP_SOURCE,
@@ -70,6 +71,18 @@ class RunSubmission(BaseModel):
     goal: str | None = Field(None, min_length=1, max_length=20000,
                              description="A goal to plan with the server's model (`planweave serve --model`).")
     run_id: str | None = Field(None, pattern=RUN_ID_PATTERN, description="Id for the new run (default: random).")
+    budget_usd: float | None = Field(None, ge=0, description="Most USD the run's model calls may spend "
+                                                             "(default: the server's --max-budget-usd).")
+    budget_tokens: int | None = Field(None, ge=0, description="Most tokens the run's model calls may spend "
+                                                              "(default: the server's --max-budget-tokens).")
+    deadline: float | None = Field(None, gt=0, description="Cancel the run after this many seconds "
+                                                           "(default: the server's --max-deadline).")
+    max_replans: int | None = Field(None, ge=0, description="Most re-plans of a goal run "
+                                                            "(default: the server's --max-replans, else 5).")
+
+    def limits(self) -> RunLimits:
+        """The limits the request asks for (before the server's caps)."""
+        return RunLimits(self.budget_usd, self.budget_tokens, self.deadline, self.max_replans)
 
 
 class ResumeRequest(BaseModel):
@@ -117,13 +130,9 @@ class ErrorMessage(BaseModel):
 
 
 # -- the app's state ----------------------------------------------------------------------------------------------
-GoalStarter = Callable[[str, str | None], Awaitable[Run]]
-"""Starts planning a goal (text, run id) and returns the run: a planning loop bound to the server's model."""
-
-
 @dataclass
 class AppState:
-    """What the routes share: the engine, the folded journal, the change feed and the token."""
+    """What the routes share: the engine, the folded journal, the change feed, the token, the model and caps."""
 
     engine: Engine
     token: AccessToken
@@ -131,7 +140,8 @@ class AppState:
     feed: ChangeFeed
     timing: StreamTiming
     recover: bool
-    start_goal: GoalStarter | None = None
+    model: ServerModel | None = None
+    caps: LimitCaps = field(default_factory=LimitCaps)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: list[str] = field(default_factory=list)
 
@@ -199,19 +209,43 @@ def _plan_document(submission: RunSubmission) -> Any:
         raise PlanInvalid([PlanProblem("", "plan_yaml", f"{where}{problem}")], HTTP_SOURCE) from None
 
 
+def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> None:
+    """Refuse limits a plan run cannot honour: re-plans (only goals re-plan), a budget without a model to bound."""
+    problems = []
+    if submission.max_replans is not None:
+        problems.append(PlanProblem("", "max_replans", "only goals are re-planned: a plan run takes budget_usd, "
+                                                       "budget_tokens and deadline"))
+    for name in ("budget_usd", "budget_tokens"):
+        if getattr(submission, name) is not None and model is None:
+            problems.append(PlanProblem("", name, "a plan's budget limits its llm steps, and this server has no "
+                                                  "model: start it with `planweave serve --model NAME`"))
+    if problems:
+        raise PlanInvalid(problems, HTTP_SOURCE)
+
+
 @api.post("/runs", status_code=201, response_model=RunAccepted,
           responses={409: _ERRORS[409], 422: _ERRORS[422]})
 async def submit_run(state: State, submission: RunSubmission, response: Response) -> RunAccepted:
-    """Validate a plan and start running it (or plan a goal); 422 lists every problem, naming the step and field."""
+    """Validate a plan and start running it (or plan a goal); 422 lists every problem, naming the step and field.
+
+    Budgets, deadline and re-plans are bounded by the server's caps (a missing one gets the cap).
+    """
+    limits = state.caps.bound(submission.limits(), HTTP_SOURCE)
     if submission.goal is not None:
         if submission.plan is not None or submission.plan_yaml is not None:
             raise PlanInvalid([PlanProblem("", "goal", "give a goal or a plan, not both")], HTTP_SOURCE)
-        if state.start_goal is None:
+        if state.model is None:
             raise PlanInvalid([PlanProblem("", "goal", "this server has no model to plan goals with: start it with "
                                                        "`planweave serve --model NAME`")], HTTP_SOURCE)
-        run = await state.start_goal(submission.goal, submission.run_id)
+        run = await state.model.start_goal(submission.goal, submission.run_id, limits)
     else:
-        run = await state.engine.start(_plan_document(submission), run_id=submission.run_id, source=HTTP_SOURCE)
+        _check_plan_limits(submission, state.model)
+        document = _plan_document(submission)
+        if state.model is None:
+            run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE)
+        else:
+            run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits)
+        start_deadline(state.engine, run, limits)
     # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
     await state.engine.journal.flush()
     response.headers["Location"] = f"/runs/{quote(run.id)}"
@@ -381,19 +415,20 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(
     engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None,
-    start_goal: GoalStarter | None = None,
+    model: ServerModel | None = None, caps: LimitCaps | None = None,
 ) -> FastAPI:
     """The planweave HTTP API and dashboard around an open ``engine``, accepting only ``token``.
 
     With ``recover``, startup resumes the runs submitted over HTTP that the journal shows running but whose process
     is gone (a server restart). Create the app before starting runs on ``engine``: its listener only sees runs
-    started after it subscribed (streams of older runs still work: they subscribe to the run itself).
+    started after it subscribed (streams of older runs still work: they subscribe to the run itself). ``model``
+    plans goals and serves the ``llm`` steps of plans; ``caps`` bound every run's limits.
     """
     access = token if isinstance(token, AccessToken) else AccessToken(token)
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
-                     recover, start_goal)
+                     recover, model, caps or LimitCaps())
     engine.subscribe(state.feed.notify)
     app = FastAPI(
         title="planweave",
@@ -496,7 +531,8 @@ async def serving(
     announce: bool = True,
     out: TextIO | None = None,
     quiet: bool = False,
-    start_goal: GoalStarter | None = None,
+    model: ServerModel | None = None,
+    caps: LimitCaps | None = None,
 ) -> AsyncIterator[LiveServer]:
     """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
 
@@ -507,33 +543,13 @@ async def serving(
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
-    app = create_app(engine, access, recover=recover, start_goal=start_goal)
+    app = create_app(engine, access, recover=recover, model=model, caps=caps)
     log_config = None if quiet else uvicorn.config.LOGGING_CONFIG
     async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
                           access_log=not quiet) as server:
         if announce:
             _announce(server, access, url, out if out is not None else sys.stdout)
         yield server
-
-
-async def goal_starter(
-    stack: contextlib.AsyncExitStack, engine: Engine, model: str, base_url: str | None
-) -> GoalStarter:
-    """Open ``model`` for the server's lifetime and return a function starting a planning loop per goal."""
-    from planweave.models import resolve_model
-    from planweave.planning import PlanningLoop
-    from planweave.tools import builtin_tools
-    from planweave.tools.llm import llm_tool
-    from planweave.tools.registry import Toolbox
-
-    client = await stack.enter_async_context(resolve_model(model, **({"base_url": base_url} if base_url else {})))
-    base = engine.tools if isinstance(engine.tools, Toolbox) else builtin_tools()
-    catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client)}))
-
-    async def start(goal: str, run_id: str | None) -> Run:
-        return await PlanningLoop(engine, client, catalog).start(goal, run_id=run_id)
-
-    return start
 
 
 async def serve(
@@ -548,9 +564,11 @@ async def serve(
     telemetry: bool | None = None,
     model: str | None = None,
     base_url: str | None = None,
+    caps: LimitCaps | None = None,
 ) -> None:
     """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
 
+    ``caps`` bound the budget, deadline and re-plans of every run submitted (:class:`LimitCaps`).
     Runs submitted over HTTP and interrupted by a previous stop are resumed at startup. Runs still going at the stop
     are interrupted, not cancelled: the next start resumes them. ``telemetry`` None follows the OpenTelemetry
     environment variables (:func:`telemetry_from_env`). Raises :class:`ServerError` or
@@ -571,9 +589,9 @@ async def serve(
                 from planweave.server.telemetry import instrument
 
                 instrument(engine, provider)
-            start_goal = await goal_starter(stack, engine, model, base_url) if model else None
+            server_model = await open_server_model(stack, engine, model, base_url) if model else None
             async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=True,
-                               handle_signals=True, start_goal=start_goal) as server:
+                               handle_signals=True, model=server_model, caps=caps) as server:
                 await server.wait()
     finally:
         if provider is not None:

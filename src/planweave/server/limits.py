@@ -1,0 +1,134 @@
+"""The limits of one run submitted over HTTP, the server-wide caps that bound them, and the server's model.
+
+A request to ``POST /runs`` may give ``budget_usd``, ``budget_tokens``, ``deadline`` and ``max_replans``;
+``planweave serve --max-budget-usd/--max-budget-tokens/--max-deadline/--max-replans`` set caps that no request can
+exceed: a request above a cap is refused (422 naming the cap), a request without a value gets the cap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from planweave.engine.runtime import Engine, Run, cancel_at_deadline
+from planweave.errors import PlanInvalid, PlanProblem
+from planweave.tools.registry import Toolbox
+
+if TYPE_CHECKING:
+    from planweave.models import Budget, ModelClient
+
+T = TypeVar("T")
+
+__all__ = ["CAP_FLAGS", "LimitCaps", "RunLimits", "ServerModel", "open_server_model"]
+
+#: The ``planweave serve`` flag that sets each cap, by the request field it bounds.
+CAP_FLAGS = {
+    "budget_usd": "--max-budget-usd",
+    "budget_tokens": "--max-budget-tokens",
+    "deadline": "--max-deadline",
+    "max_replans": "--max-replans",
+}
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """What one run may spend and how long it may take (None: unlimited, or the planning loop's default)."""
+
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    deadline: float | None = None
+    max_replans: int | None = None
+
+    def budget(self) -> Budget | None:
+        """A fresh :class:`~planweave.models.Budget` for the run's model calls, or None without a budget."""
+        if self.budget_usd is None and self.budget_tokens is None:
+            return None
+        from planweave.models import Budget
+
+        return Budget(usd=self.budget_usd, tokens=self.budget_tokens)
+
+
+def _or(value: T | None, default: T | None) -> T | None:
+    return default if value is None else value
+
+
+@dataclass(frozen=True)
+class LimitCaps:
+    """Server-wide caps on :class:`RunLimits` (None: no cap on that limit)."""
+
+    budget_usd: float | None = None
+    budget_tokens: int | None = None
+    deadline: float | None = None
+    max_replans: int | None = None
+
+    def bound(self, requested: RunLimits, source: str) -> RunLimits:
+        """``requested`` with every missing limit set to its cap; raises PlanInvalid naming each exceeded cap."""
+        problems = [
+            PlanProblem("", f.name, f"{getattr(requested, f.name):g} is above this server's cap of "
+                                    f"{getattr(self, f.name):g} (planweave serve {CAP_FLAGS[f.name]})")
+            for f in fields(RunLimits)
+            if getattr(self, f.name) is not None and getattr(requested, f.name) is not None
+            and getattr(requested, f.name) > getattr(self, f.name)
+        ]
+        if problems:
+            raise PlanInvalid(problems, source)
+        return RunLimits(
+            budget_usd=_or(requested.budget_usd, self.budget_usd),
+            budget_tokens=_or(requested.budget_tokens, self.budget_tokens),
+            deadline=_or(requested.deadline, self.deadline),
+            max_replans=_or(requested.max_replans, self.max_replans),
+        )
+
+
+@dataclass(frozen=True)
+class ServerModel:
+    """The model of ``planweave serve --model``: goals are planned with it, and plan steps call it as ``llm``.
+
+    Each run gets its own ``llm`` tool bound to that run's budget, so one run cannot spend another's.
+    """
+
+    engine: Engine
+    client: ModelClient
+    base: Toolbox
+
+    def tools(self, budget: Budget | None) -> Toolbox:
+        """The engine's tools plus ``llm`` on this model within ``budget`` (a given ``llm`` tool is kept)."""
+        from planweave.tools.llm import llm_tool
+
+        if "llm" in self.base:
+            return self.base
+        return self.base.merged(Toolbox({"llm": llm_tool(self.client, budget)}))
+
+    async def start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits) -> Run:
+        """Start a plan whose ``llm`` steps spend at most the run's budget."""
+        return await self.engine.start(document, tools=self.tools(limits.budget()), run_id=run_id, source=source)
+
+    async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits) -> Run:
+        """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans)."""
+        from planweave.planning import PlanningLoop, PlanningOptions
+
+        budget = limits.budget()
+        options = PlanningOptions(deadline_s=limits.deadline)
+        if limits.max_replans is not None:
+            options = PlanningOptions(deadline_s=limits.deadline, max_replans=limits.max_replans)
+        loop = PlanningLoop(self.engine, self.client, self.tools(budget), budget=budget, options=options)
+        return await loop.start(goal, run_id=run_id)
+
+
+async def open_server_model(
+    stack: contextlib.AsyncExitStack, engine: Engine, model: str, base_url: str | None
+) -> ServerModel:
+    """Open ``model`` for the life of ``stack`` (the server's) and bind it to ``engine``'s tools."""
+    from planweave.models import resolve_model
+    from planweave.tools import builtin_tools
+
+    client = await stack.enter_async_context(resolve_model(model, **({"base_url": base_url} if base_url else {})))
+    base = engine.tools if isinstance(engine.tools, Toolbox) else builtin_tools()
+    return ServerModel(engine, client, base)
+
+
+def start_deadline(engine: Engine, run: Run, limits: RunLimits) -> None:
+    """Cancel the plan run ``run`` when its deadline passes (goal runs have the planning loop's own deadline)."""
+    if limits.deadline is not None:
+        cancel_at_deadline(engine, run, limits.deadline)
