@@ -63,9 +63,17 @@ class RunResult:
         return self.state.summary()
 
 
-def _classify(exc: Exception, step: Step) -> tuple[str, bool, str, tuple[str, ...]]:
-    """Return (kind, retryable, message, exception class names) for a failed attempt."""
+def _classify(exc: BaseException, step: Step) -> tuple[str, bool, str, tuple[str, ...]]:
+    """Return (kind, retryable, message, exception class names) for a failed attempt.
+
+    A tool raising ``SystemExit`` (kind ``exit``) or ``KeyboardInterrupt`` (kind ``interrupted``) asked to stop:
+    its step fails, the process goes on, and only a retry policy naming the kind retries it.
+    """
     names = tuple(c.__name__ for c in type(exc).__mro__ if c not in (object, BaseException, Exception))
+    if isinstance(exc, SystemExit):
+        return "exit", True, f"the tool raised SystemExit({exc.code!r})", names
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted", True, "the tool raised KeyboardInterrupt", names
     if isinstance(exc, TimeoutError):
         limit = f" after {step.timeout:g}s" if step.timeout else ""
         return "timeout", True, f"timed out{limit}", names
@@ -228,7 +236,9 @@ class Run:
             if task is not None and task.cancelling():
                 raise  # the run is cancelled, the step was spliced out, or the engine is closing
             self._fail(rec, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
-        except Exception as exc:
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            # SystemExit and KeyboardInterrupt too: raised in a task they would escape the loop and end the process.
+            # A real Ctrl-C never arrives here: the CLI turns SIGINT into a cancellation of its main task.
             self._fail(rec, step, attempt, exc)
         else:
             self.outputs[sid] = output
@@ -244,7 +254,7 @@ class Run:
         if not self.state.active and not self._holds:
             self._done.set()
 
-    def _fail(self, rec: StepRecord, step: Step, attempt: int, exc: Exception) -> None:
+    def _fail(self, rec: StepRecord, step: Step, attempt: int, exc: BaseException) -> None:
         sid = rec.id
         kind, retryable, message, names = _classify(exc, step)
         if self._engine.redact is not None:
