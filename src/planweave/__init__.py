@@ -7,8 +7,19 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
-from planweave.engine import Engine, Event, Run, RunResult, StepContext, current_step
+from planweave.engine import (
+    DEFAULT_CONCURRENCY,
+    Engine,
+    Event,
+    Run,
+    RunResult,
+    StepContext,
+    current_step,
+    send_approval,
+    send_input,
+)
 from planweave.errors import (
+    InputRejected,
     JournalError,
     PlanError,
     PlanInvalid,
@@ -33,14 +44,15 @@ async def open_engine(
     journal: str | Journal | None = None,
     *,
     clock: Clock | None = None,
-    concurrency: int | None = None,
+    concurrency: int | None = DEFAULT_CONCURRENCY,
     capacities: Mapping[str, int] | None = None,
     tools: ToolCatalog | None = None,
     redact: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[Engine]:
     """Open a journal by URL (or use the one given) and an :class:`Engine` on it; close both on exit.
 
-    ``journal`` None means the default (``$PLANWEAVE_JOURNAL`` or ``sqlite:///.planweave/runs.db``).
+    ``journal`` None means the default (``$PLANWEAVE_JOURNAL`` or ``sqlite:///.planweave/runs.db``);
+    ``concurrency`` defaults to 64 steps at once, ``None`` means unlimited.
     """
     if journal is None or isinstance(journal, str):
         async with open_journal(journal) as opened, Engine(
@@ -54,9 +66,11 @@ async def open_engine(
 
 
 __all__ = [
+    "DEFAULT_CONCURRENCY",
     "Clock",
     "Engine",
     "Event",
+    "InputRejected",
     "Journal",
     "JournalError",
     "Plan",
@@ -85,6 +99,8 @@ __all__ = [
     "open_journal",
     "parse_plan_document",
     "run_virtual",
+    "send_approval",
+    "send_input",
     "tool",
     "validate_plan",
 ]

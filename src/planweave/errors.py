@@ -52,6 +52,10 @@ class RunNotFound(RunError):
     """The journal holds no run with the given id."""
 
 
+class InputRejected(PlanweaveError):
+    """A value given to a step waiting for input does not satisfy its schema; the step keeps waiting."""
+
+
 class JournalError(PlanweaveError):
     """The journal could not be opened, read or written, or its contents are inconsistent."""
 

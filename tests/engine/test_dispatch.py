@@ -63,7 +63,7 @@ def test_independent_branch_keeps_running_when_one_fails(recorder: Recorder) -> 
         work("grandchild", 1, after=["after_boom"]),
         work("other", 3),
         work("other2", 3, after=["other"]),
-    ]}, recorder.toolbox())
+    ], "on_failure": "continue"}, recorder.toolbox())
     assert result.status == "failed"
     steps = result.summary["steps"]
     assert steps["boom"]["status"] == "failed"

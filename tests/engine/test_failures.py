@@ -89,7 +89,7 @@ def test_raising_tools_never_crash_the_run() -> None:
         {"id": "c", "tool": "raises_cancelled"},
         {"id": "d", "tool": "sync_raises"},
         {"id": "ok", "tool": "noop"},
-    ]}, box)
+    ], "on_failure": "continue"}, box)
     steps = result.summary["steps"]
     assert steps["a"]["error"] == "KeyError: 'missing'" and steps["a"]["attempts"] == 3
     assert steps["b"]["error"] == "quota exhausted" and steps["b"]["attempts"] == 1
@@ -105,7 +105,8 @@ def test_unserialisable_output_fails_the_step_not_the_run() -> None:
         return {"lock": threading.Lock()}
 
     box.add(weird)
-    result = run_plan({"steps": [{"id": "w", "tool": "weird", "retries": 3}, {"id": "n", "tool": "noop"}]}, box)
+    result = run_plan({"steps": [{"id": "w", "tool": "weird", "retries": 3}, {"id": "n", "tool": "noop"}],
+                       "on_failure": "continue"}, box)
     steps = result.summary["steps"]
     assert steps["w"]["status"] == "failed" and steps["w"]["attempts"] == 1
     assert "not JSON-serialisable" in steps["w"]["error"]

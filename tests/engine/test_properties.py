@@ -37,7 +37,7 @@ def plans(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, int], int | None]:
             "estimate": {"duration": draw(st.integers(0, 5))},
         })
     concurrency = draw(st.one_of(st.none(), st.integers(1, 4)))
-    return {"steps": steps}, caps, concurrency
+    return {"steps": steps, "on_failure": "continue"}, caps, concurrency
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

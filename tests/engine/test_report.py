@@ -16,6 +16,7 @@ from .conftest import Recorder, run_plan
 
 SECRET = "sk-live-0123456789"
 PLAN = {
+    "on_failure": "continue",
     "steps": [
         {"id": "fetch", "tool": "work", "args": {"name": "fetch", "result": {"n": 2, "token": SECRET}}},
         {"id": "flaky", "tool": "work", "args": {"name": "flaky", "fail_times": 1, "result": "ok"},

@@ -107,7 +107,7 @@ def test_proposal_depending_on_a_failed_step_is_stale(recorder: Recorder) -> Non
         async with Engine(MemoryJournal(), clock=VirtualClock(), tools=recorder.toolbox()) as engine:
             run = await engine.start({"steps": [
                 {"id": "bad", "tool": "work", "args": {"name": "bad", "fail_times": 9}}, w("long", 5),
-            ]})
+            ], "on_failure": "continue"})
             seen = run.position
             await asyncio.sleep(1)  # 'bad' failed meanwhile
             with pytest.raises(StaleProposal, match=r"'bad' \(failed\)") as info:

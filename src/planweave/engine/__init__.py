@@ -2,7 +2,8 @@
 
 from planweave.engine.context import StepContext, current_step
 from planweave.engine.events import Event
-from planweave.engine.runtime import Engine, Run, RunResult
+from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult, send_approval, send_input
 from planweave.engine.state import RunState
 
-__all__ = ["Engine", "Event", "Run", "RunResult", "RunState", "StepContext", "current_step"]
+__all__ = ["DEFAULT_CONCURRENCY", "Engine", "Event", "Run", "RunResult", "RunState", "StepContext", "current_step",
+           "send_approval", "send_input"]

@@ -18,6 +18,8 @@ class StepSink(Protocol):
 
     def step_progress(self, step_id: str, fraction: float | None, message: str) -> None: ...
 
+    async def step_input(self, step_id: str, prompt: str, schema: Mapping[str, Any] | None) -> Any: ...
+
 
 class StepContext(NamedTuple):
     """Who is calling a tool: run, step, attempt number (1-based), the engine's clock, and where reports go.
@@ -48,6 +50,17 @@ class StepContext(NamedTuple):
         """Journal progress (``fraction`` in [0, 1] and/or a message); also a heartbeat."""
         if self.sink is not None:
             self.sink.step_progress(self.step_id, fraction, message)
+
+    async def ask(self, prompt: str, schema: Mapping[str, Any] | None = None) -> Any:
+        """Wait for a person to give this step a value (``waiting_input``); return it (call from the loop's thread).
+
+        Raises :class:`~planweave.errors.RunError` outside a run.
+        """
+        if self.sink is None:
+            from planweave.errors import RunError
+
+            raise RunError(f"step '{self.step_id}' has no run to ask a person through")
+        return await self.sink.step_input(self.step_id, prompt, schema)
 
 
 current_step_var: contextvars.ContextVar[StepContext] = contextvars.ContextVar("planweave_step")

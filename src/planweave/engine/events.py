@@ -21,6 +21,11 @@ EventKind = Literal[
     "escalation",  # data: rung (retry|fallback|local_repair|global_replan|fail), step, reason
     "answer",  # data: text (the run's final answer, from the joiner)
     "step_progress",  # data: fraction, message (reported by a long-running tool)
+    "approval_requested",  # data: prompt (the step's approval text, or null)
+    "approval_given",  # data: approve, reason
+    "input_requested",  # data: prompt, schema (a JSON schema or null), written by the human.input tool
+    "input_given",  # data: value
+    "step_reply",  # data: approve, reason | value (a person's answer, written by another process)
 ]
 
 

@@ -25,8 +25,8 @@ from planweave.engine.context import current_step_var as _current_step
 from planweave.engine.events import Event, EventKind
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
-from planweave.engine.state import RunState, StepRecord
-from planweave.errors import JournalError, RunError, RunNotFound, ToolError
+from planweave.engine.state import ACTIVE, OnFailure, RunState, StepRecord
+from planweave.errors import InputRejected, JournalError, RunError, RunNotFound, ToolError, did_you_mean
 from planweave.journal.base import Journal, OutputNotSerialisable
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
@@ -37,6 +37,8 @@ EventListener = Callable[[Event], None]
 _new_event = tuple.__new__
 _current_task = asyncio.current_task
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
+DEFAULT_CONCURRENCY = 64
+"""Most steps an engine runs at once when its caller says nothing (``concurrency=None`` means unlimited)."""
 
 
 def _owner() -> dict[str, Any]:
@@ -113,6 +115,8 @@ class Run:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._ready = asyncio.Event()
+        self._inputs: dict[str, asyncio.Future[Any]] = {}  # human.input calls waiting for a value
+        self._timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
 
     # -- public ------------------------------------------------------------------------------------------------
     @property
@@ -152,8 +156,14 @@ class Run:
                 listener(event)
         if ready:
             enqueue = self._engine._enqueue
+            approvals = self.state.approvals
+            left = len(ready)
             for sid in ready:
-                enqueue(self, sid, event[2])
+                if approvals and sid in approvals and self.state.needs_approval(sid):
+                    self._request_approval(sid)
+                else:
+                    enqueue(self, sid, event[2], left)
+                left -= 1
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     async def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
@@ -167,9 +177,12 @@ class Run:
                 self._tg = tg
                 self._emit(kind, None, data)
                 self._ready.set()
+                self._rewait()
                 self._engine._pump()
                 self._check_done()
                 await self._done.wait()
+                for timer in self._timers.values():
+                    timer.cancel()
         except asyncio.CancelledError:
             if self._cancel_reason is None:  # the engine is closing: leave the run resumable, record nothing
                 if not self._result.done():
@@ -265,14 +278,39 @@ class Run:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
                                             "retry_in": delay})
             assert self._tg is not None
-            self._tg.create_task(self._retry_after(rec, delay))
-        elif step.fallback is not None and not rec.fallback_active:
+            self._timers[sid] = self._tg.create_task(self._retry_after(rec, delay))
+        else:
+            self._give_up(rec, step, attempt, kind, message)
+
+    def _give_up(self, rec: StepRecord, step: Step, attempt: int, kind: str, message: str) -> None:
+        """The step failed without a retry left: run its fallback if it has one, else fail it for good."""
+        sid = rec.id
+        if step.fallback is not None and not rec.fallback_active:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
                                             "retry_in": 0.0, "fallback": True})
             self._emit("escalation", sid, {"rung": "fallback", "reason": message, "tool": step.fallback.tool})
             self._engine._enqueue(self, sid, self._clock.now())
-        else:
-            self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
+            return
+        self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
+        if self.state.on_failure == "stop":
+            self._stop(sid)
+
+    def _stop(self, root: str) -> None:
+        """The run's outcome is decided (``on_failure: stop``): cancel what is in flight, start nothing new.
+
+        The cancellations are journaled as ``resumable``, so a later resume runs those steps again.
+        """
+        reason = f"the run stopped: step '{root}' failed and nothing can repair it"
+        self._engine._scheduler.discard(lambda item: item[0] is not self)
+        for rec in list(self.state.records.values()):
+            if rec.status in ACTIVE:
+                self._emit("step_cancelled", rec.id, {"reason": reason, "resumable": True})
+                task = self._tasks.pop(rec.id, None)
+                if task is not None:
+                    task.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     async def _guarded(self, sid: str, step: Step, tool: ToolSpec, args: Mapping[str, Any]) -> Any:
         """Call a tool under the step's timeout and heartbeat idle timer (both with asyncio.timeout)."""
@@ -327,9 +365,113 @@ class Run:
 
     async def _retry_after(self, rec: StepRecord, delay: float) -> None:
         await asyncio.sleep(delay)
+        self._timers.pop(rec.id, None)
         if self.state.records.get(rec.id) is rec and rec.status == "ready":
             self._engine._enqueue(self, rec.id, self._clock.now())
             self._engine._pump()
+
+    # -- people in the run ------------------------------------------------------------------------------------
+    def approve(self, step: str, approve: bool = True, reason: str | None = None) -> None:
+        """Answer step ``step``'s request for approval: approved, it runs; rejected, it fails with kind ``rejected``.
+
+        A rejection is never retried; it runs the step's fallback if it has one, else it is a final failure.
+        Raises :class:`RunError` if the run is over, has no such step, or the step is not waiting for an approval.
+        """
+        rec = self._waiting(step, "waiting_approval", "an approval")
+        timer = self._timers.pop(step, None)
+        if timer is not None:
+            timer.cancel()
+        self._emit("approval_given", step, {"approve": approve, "reason": reason})
+        if approve:
+            self._engine._pump()
+            return
+        message = f"rejected: {reason}" if reason else "rejected"
+        if self._engine.redact is not None:
+            message = self._engine.redact(message)
+        self._give_up(rec, self.plan.steps[step], rec.attempts, "rejected", message)
+        self._engine._pump()
+        self._check_done()
+
+    def send(self, step: str, value: Any) -> None:
+        """Give ``value`` to step ``step`` (a ``human.input`` call waiting for it): it becomes the step's output.
+
+        Raises :class:`InputRejected` (the step keeps waiting) if the value fails the step's JSON schema, and
+        :class:`RunError` if the run is over, has no such step, or the step is not waiting for a value.
+        """
+        rec = self._waiting(step, "waiting_input", "a value")
+        check_value(rec.input_schema, value, self.id, step)
+        self._emit("input_given", step, {"value": value})
+        waiter = self._inputs.pop(step, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(value)
+
+    def apply_reply(self, step: str, reply: Mapping[str, Any]) -> bool:
+        """Apply a ``step_reply`` another process journaled ({approve, reason} or {value}); False if it no longer
+        applies (the step stopped waiting, or the value fails the schema)."""
+        try:
+            if "value" in reply:
+                self.send(step, reply["value"])
+            else:
+                self.approve(step, bool(reply.get("approve")), reply.get("reason"))
+        except (RunError, InputRejected):
+            return False
+        return True
+
+    def _waiting(self, sid: str, status: str, what: str) -> StepRecord:
+        if self.finished or self._tg is None:
+            raise RunError(f"run '{self.id}' is not running")
+        rec = self.state.records.get(sid)
+        if rec is None:
+            raise RunError(f"run '{self.id}' has no step '{sid}'{did_you_mean(sid, self.state.records)}")
+        if rec.status != status:
+            raise RunError(f"step '{sid}' of run '{self.id}' is not waiting for {what} (it is {rec.status})")
+        return rec
+
+    def _request_approval(self, sid: str) -> None:
+        approval = self.plan.steps[sid].approval
+        self._emit("approval_requested", sid, {"prompt": approval if isinstance(approval, str) else None})
+        self._arm_deadline(self.state.records[sid])
+
+    def _arm_deadline(self, rec: StepRecord) -> None:
+        """Bound an approval wait by the step's ``timeout``, counted from the request (also across a resume)."""
+        timeout = self.plan.steps[rec.id].timeout
+        if timeout is not None and self._tg is not None:
+            delay = (rec.waiting_since or self._now()) + timeout - self._now()
+            self._timers[rec.id] = self._tg.create_task(self._approval_deadline(rec, delay, timeout))
+
+    async def _approval_deadline(self, rec: StepRecord, delay: float, timeout: float) -> None:
+        await asyncio.sleep(max(0.0, delay))
+        self._timers.pop(rec.id, None)
+        if self.state.records.get(rec.id) is rec and rec.status == "waiting_approval":
+            self._give_up(rec, self.plan.steps[rec.id], rec.attempts, "timeout", f"no approval within {timeout:g}s")
+            self._engine._pump()
+            self._check_done()
+
+    def _rewait(self) -> None:
+        """After a resume: approvals still wait (under their deadline); replies journaled meanwhile apply now."""
+        for rec in list(self.state.records.values()):
+            if rec.status == "waiting_approval":
+                reply = rec.reply
+                self._arm_deadline(rec)
+                if reply is not None:
+                    self.apply_reply(rec.id, reply)
+
+    async def step_input(self, step_id: str, prompt: str, schema: Mapping[str, Any] | None) -> Any:
+        """Wait for a person to give step ``step_id`` a value (StepSink: the ``human.input`` tool calls this)."""
+        rec = self.state.records[step_id]
+        if rec.given is not None:  # given before the run was interrupted: the step resumes with it
+            return rec.given[0]
+        reply = rec.reply  # a value journaled while no process ran the run
+        waiter: asyncio.Future[Any] = self._loop.create_future()
+        self._inputs[step_id] = waiter
+        self._emit("input_requested", step_id, {"prompt": prompt, "schema": schema})
+        if reply is not None:
+            self.apply_reply(step_id, reply)
+        try:
+            return await waiter
+        finally:
+            if self._inputs.get(step_id) is waiter:
+                del self._inputs[step_id]
 
     # -- changing the plan while it runs ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -422,13 +564,16 @@ class Engine:
         journal: Journal,
         *,
         clock: Clock | None = None,
-        concurrency: int | None = None,
+        concurrency: int | None = DEFAULT_CONCURRENCY,
         capacities: Mapping[str, int] | None = None,
         tools: ToolCatalog | None = None,
         aging: float = 1.0,
         redact: Callable[[Any], Any] | None = None,
     ) -> None:
-        """``redact`` (optional) rewrites what is journaled: step outputs and error texts (e.g. hiding secrets)."""
+        """``concurrency`` bounds the steps running at once across runs (default 64; ``None``: unlimited).
+
+        ``redact`` (optional) rewrites what is journaled: step outputs and error texts (e.g. hiding secrets).
+        """
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.journal = journal
@@ -465,9 +610,15 @@ class Engine:
         This is the control plane, not dispatch: steps are never started by it, so a coarse interval is fine.
         """
         seen: dict[str, int] = {}  # per run: the journal position read up to (reads use the (run_id, pos) index)
+        replied: dict[str, int] = {}  # the same for step_reply: a resumed run already applied the older ones
         while True:
             await asyncio.sleep(interval)
             for run_id, run in list(self._runs.items()):
+                after = replied.setdefault(run_id, run.state.last_pos)
+                for event in await self.journal.read(run_id, after=after, kind="step_reply"):
+                    replied[run_id] = max(replied[run_id], event.pos or 0)
+                    if event.step is not None and not run.finished:
+                        run.apply_reply(event.step, event.data)
                 for event in await self.journal.read(run_id, after=seen.get(run_id, 0), kind="run_cancel_requested"):
                     seen[run_id] = max(seen.get(run_id, 0), event.pos or 0)
                     if event.kind == "run_cancel_requested" and event.at >= (run.state.created_at or 0.0):
@@ -531,13 +682,18 @@ class Engine:
         source: str = "plan",
         hold: bool = False,
         on_event: EventListener | None = None,
+        on_failure: OnFailure | None = None,
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
         ``hold=True`` starts the run holding it open even with nothing to do (a planner will add steps); the
         caller must call :meth:`Run.release` once. ``on_event`` sees every event of the run from the first one
         (:meth:`Run.subscribe` after ``start`` returns misses those emitted while it started).
+        ``on_failure`` (``stop`` or ``continue``) says what a step failing for good does; it defaults to the plan's
+        ``on_failure``, else ``continue`` for a held run (a planner may repair the failure) and ``stop`` otherwise.
         """
+        if on_failure not in (None, "stop", "continue"):
+            raise ValueError(f"on_failure must be 'stop' or 'continue', got {on_failure!r}")
         self._check_open()
         catalog = self._catalog(tools)
         if isinstance(plan, Plan):
@@ -557,6 +713,7 @@ class Engine:
             if (step.idempotent if step.idempotent is not None else catalog[step.tool].idempotent)
         ]
         state = RunState(run_id, validated, idempotent)
+        on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")
         run = Run(self, run_id, catalog, state)
         run._holds = int(hold)
         if on_event is not None:
@@ -567,6 +724,7 @@ class Engine:
             "version": validated.version,
             "idempotent": idempotent,
             "source": source,
+            "on_failure": on_failure,
             "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities)},
             "owner": _owner(),
         })
@@ -609,11 +767,14 @@ class Engine:
         return run
 
     # -- scheduling ----------------------------------------------------------------------------------------------
-    def _enqueue(self, run: Run, sid: str, now: float) -> None:
+    def _enqueue(self, run: Run, sid: str, now: float, batch: int = 1) -> None:
+        """Queue a ready step, or start it at once when nothing limits it; ``batch`` counts it and the steps the
+        same event made ready after it: the fast path is taken only when all of them fit, so priorities hold."""
         plan = run.state.plan
         claim = plan.claims[sid]
         scheduler = self._scheduler
-        if claim is None and scheduler.concurrency is None and not scheduler._heap:
+        limit = scheduler.concurrency
+        if claim is None and not scheduler._heap and (limit is None or scheduler.running + batch <= limit):
             # Nothing limits it and nothing waits before it: no queue to order, start it now.
             scheduler.running += 1
             run._launch(run.state.records[sid], None)
@@ -695,3 +856,63 @@ def cancel_at_deadline(engine: Engine, run: Run, seconds: float) -> asyncio.Task
             pass  # interrupted: the engine is closing, and the run stays resumable
 
     return engine.spawn(watch(), name=f"planweave-deadline-{run.id}")
+
+
+def check_value(schema: Mapping[str, Any] | None, value: Any, run_id: str, step: str) -> None:
+    """Raise :class:`InputRejected` naming the reason if ``value`` does not satisfy the JSON ``schema``."""
+    if schema is None:
+        return
+    import jsonschema
+
+    error = jsonschema.exceptions.best_match(jsonschema.validators.validator_for(schema)(schema).iter_errors(value))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path)
+        at = f" at '{where}'" if where else ""
+        raise InputRejected(f"run '{run_id}', step '{step}': the value is refused{at}: {error.message}")
+
+
+def _owner_of(events: Sequence[Event]) -> Mapping[str, Any]:
+    owner: Mapping[str, Any] = {}
+    for event in events:
+        if event.kind in ("run_created", "run_resumed"):
+            owner = event.data.get("owner", {})
+    return owner
+
+
+async def _send_reply(journal: Journal, run_id: str, step: str, status: str, reply: Mapping[str, Any]) -> str:
+    events = await journal.read(run_id)
+    if not events:
+        raise RunNotFound(f"no run '{run_id}' in the journal {journal.url}")
+    state = RunState.from_events(run_id, events)
+    if state.status != "running":
+        raise RunError(f"run '{run_id}' already ended: {state.status}")
+    rec = state.records.get(step)
+    if rec is None:
+        raise RunError(f"run '{run_id}' has no step '{step}'{did_you_mean(step, state.records)}")
+    if rec.status != status:
+        what = "an approval" if status == "waiting_approval" else "a value"
+        raise RunError(f"step '{step}' of run '{run_id}' is not waiting for {what} (it is {rec.status})")
+    if "value" in reply:
+        check_value(rec.input_schema, reply["value"], run_id, step)
+    journal.append(Event(run_id, "step_reply", RealClock().now(), step, reply))
+    await journal.flush()
+    return "applied" if process_alive(_owner_of(events)) else "recorded"
+
+
+async def send_approval(journal: Journal, run_id: str, step: str, *, approve: bool, reason: str | None = None) -> str:
+    """Approve or reject a step waiting for approval in a run recorded in ``journal``, from any process.
+
+    Returns ``applied`` (the process running the run applies it within a second) or ``recorded`` (no process runs
+    it: the reply is journaled and applied when the run resumes). Raises :class:`RunNotFound`, or :class:`RunError`
+    if the run ended, has no such step, or the step is not waiting for an approval.
+    """
+    return await _send_reply(journal, run_id, step, "waiting_approval", {"approve": approve, "reason": reason})
+
+
+async def send_input(journal: Journal, run_id: str, step: str, value: Any) -> str:
+    """Give a value to a step waiting for input (``human.input``) in a run recorded in ``journal``, from any process.
+
+    Returns ``applied`` or ``recorded`` like :func:`send_approval`; raises :class:`InputRejected` (the step keeps
+    waiting) if the value fails the step's schema, and :class:`RunNotFound` / :class:`RunError` like it.
+    """
+    return await _send_reply(journal, run_id, step, "waiting_input", {"value": value})

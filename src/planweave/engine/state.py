@@ -18,8 +18,12 @@ from planweave.plan.model import StepStatus
 # Which status a step may move to from which: the state machine.
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     "pending": frozenset({"ready", "skipped", "cancelled"}),
-    "ready": frozenset({"running", "cancelled", "skipped"}),
-    "running": frozenset({"succeeded", "failed", "ready", "cancelled", "unknown"}),
+    "ready": frozenset({"running", "cancelled", "skipped", "waiting_approval"}),
+    # approved -> ready; rejected or timed out -> failed, or ready again to run the fallback
+    "waiting_approval": frozenset({"ready", "failed", "cancelled"}),
+    "running": frozenset({"succeeded", "failed", "ready", "cancelled", "unknown", "waiting_input"}),
+    # a value given -> running; timed out -> failed or ready (retry); interrupted -> ready or unknown on resume
+    "waiting_input": frozenset({"running", "failed", "ready", "cancelled", "unknown"}),
     "unknown": frozenset({"ready", "cancelled"}),
     "succeeded": frozenset(),
     "failed": frozenset(),
@@ -28,25 +32,36 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
 }
 
 RunStatus = str  # "running" | "succeeded" | "failed" | "cancelled"
+OnFailure = str  # "stop" | "continue"
+# Statuses that keep a run open. Waiting steps hold no capacity, but the run is not over while a person may answer.
+ACTIVE: frozenset[str] = frozenset({"ready", "running", "waiting_approval", "waiting_input"})
 NOTHING_READY: tuple[str, ...] = ()  # shared: most events make nothing ready, and this is the hot path
+_HUMAN_EVENTS = frozenset({"approval_requested", "approval_given", "input_requested", "input_given", "step_reply"})
 
 
 class StepRecord:
     """The mutable state of one step within a run."""
 
     __slots__ = (
+        "approved",
         "attempt_log",
         "attempts",
         "error",
         "error_kind",
         "fallback_active",
         "finished_at",
+        "given",
         "id",
+        "input_schema",
         "output_ref",
         "progress",
+        "prompt",
+        "reply",
+        "resumable",
         "retry_at",
         "started_at",
         "status",
+        "waiting_since",
     )
 
     def __init__(self, step_id: str) -> None:
@@ -61,6 +76,13 @@ class StepRecord:
         self.retry_at: float | None = None
         self.fallback_active = False  # the next attempts use the step's fallback
         self.progress: tuple[float | None, str] | None = None  # the last progress a long-running tool reported
+        self.approved = False  # a person approved the step (``approval:``): it is not asked again
+        self.waiting_since: float | None = None  # when the step started waiting for a person
+        self.prompt: str | None = None  # what the person is asked (the approval text or the input prompt)
+        self.input_schema: Mapping[str, Any] | None = None  # the JSON schema a value given must satisfy
+        self.given: tuple[Any] | None = None  # the value a person gave, until the step consumes it
+        self.reply: Mapping[str, Any] | None = None  # a reply another process journaled, not applied yet
+        self.resumable = False  # cancelled by a stopping run: a resume runs it again
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
         # A shared empty tuple until the first attempt: a run of 10,000 steps should not start with 10,000 lists.
         self.attempt_log: list[tuple[int, float, float | None, str]] | tuple[()] = ()
@@ -72,6 +94,7 @@ class StepRecord:
             "started_at": self.started_at,
             "finished_at": self.finished_at,
             "error": self.error,
+            **({"prompt": self.prompt} if self.status in ("waiting_approval", "waiting_input") else {}),
         }
 
 
@@ -99,6 +122,8 @@ class RunState:
         self.cost_usd = 0.0
         self.escalations: list[dict[str, Any]] = []
         self.answer: str | None = None
+        self.on_failure: OnFailure = "continue"  # what a final step failure does; set by run_created
+        self.approvals: frozenset[str] = self._approval_steps(plan)
 
     @classmethod
     def from_events(cls, run_id: str, events: Sequence[Event]) -> RunState:
@@ -125,8 +150,8 @@ class RunState:
                 f"run '{self.run_id}': event {event.kind} moves step '{rec.id}' from {rec.status} to {to}, "
                 "which the step state machine does not allow"
             )
-        was_active = rec.status in ("ready", "running")
-        now_active = to in ("ready", "running")
+        was_active = rec.status in ACTIVE
+        now_active = to in ACTIVE
         self.active += now_active - was_active
         rec.status = to
 
@@ -188,12 +213,15 @@ class RunState:
             rec.finished_at = event.at
             rec.output_ref = event.data.get("output")
             rec.error = None
+            rec.given = None
             self._close_attempt(rec, event.at, "succeeded")
             return self._release_dependents(rec.id, event)
         if kind == "step_failed":
             rec = self.records[event.step]  # type: ignore[index]
             rec.error = event.data.get("error")
             rec.error_kind = event.data.get("kind")
+            rec.given = None
+            rec.waiting_since = None
             self._close_attempt(rec, event.at, "failed")
             if event.data.get("final", True):
                 self._move(rec, "failed", event)
@@ -214,10 +242,16 @@ class RunState:
                 rec.finished_at = event.at
                 rec.error = event.data.get("reason", "cancelled")
                 self._close_attempt(rec, event.at, "cancelled")
-                self._skip_dependents(rec.id, f"dependency '{rec.id}' was cancelled", event)
+                if event.data.get("resumable"):  # a stopping run: dependents wait for the resume that re-runs it
+                    rec.resumable = True
+                else:
+                    self._skip_dependents(rec.id, f"dependency '{rec.id}' was cancelled", event)
             return NOTHING_READY
+        if kind in _HUMAN_EVENTS:
+            return self._human(event)
         if kind == "run_created":
             self.created_at = event.at
+            self.on_failure = event.data.get("on_failure", "continue")  # journals older than the key continued
             self.versions.append({
                 "version": self.plan.version, "parent": None, "trigger": event.data.get("trigger", "plan"),
                 "model_started_at": None, "model_finished_at": None, "spliced_at": event.at,
@@ -236,7 +270,7 @@ class RunState:
         if kind == "run_cancelled":
             reason = event.data.get("reason", "run cancelled")
             for rec in self.records.values():
-                if rec.status in ("pending", "ready", "running", "unknown"):
+                if rec.status in ACTIVE or rec.status in ("pending", "unknown"):
                     self._move(rec, "cancelled", event)
                     rec.finished_at = event.at
                     rec.error = reason
@@ -272,6 +306,46 @@ class RunState:
             self.answer = event.data.get("text")
             return NOTHING_READY
         raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
+
+    # -- people in the run --------------------------------------------------------------------------------------------
+    @staticmethod
+    def _approval_steps(plan: Plan) -> frozenset[str]:
+        return frozenset(sid for sid, step in plan.steps.items() if step.approval)
+
+    def needs_approval(self, sid: str) -> bool:
+        """Whether ready step ``sid`` must wait for a person before it starts (its first attempt, not a fallback)."""
+        rec = self.records[sid]
+        return sid in self.approvals and not rec.approved and not rec.fallback_active
+
+    def _human(self, event: Event) -> Sequence[str]:
+        """Fold the events of steps that wait for a person; only an approval makes a step ready."""
+        rec = self.records.get(event.step or "")
+        if rec is None:
+            raise JournalError(f"run '{self.run_id}': event {event.kind} names unknown step '{event.step}'")
+        kind, data = event.kind, event.data
+        if kind == "step_reply":  # written by another process; the owner applies it, a resume applies it if not
+            rec.reply = data
+        elif kind == "approval_requested":
+            self._move(rec, "waiting_approval", event)
+            rec.waiting_since, rec.prompt = event.at, data.get("prompt")
+        elif kind == "input_requested":
+            self._move(rec, "waiting_input", event)
+            rec.waiting_since, rec.prompt = event.at, data.get("prompt")
+            rec.input_schema = data.get("schema")
+        elif kind == "input_given":
+            self._move(rec, "running", event)
+            rec.given, rec.reply, rec.waiting_since = (data.get("value"),), None, None
+        else:  # approval_given: a rejection is followed by the step_failed that says what happens next
+            rec.reply = None
+            if data.get("approve"):
+                self._move(rec, "ready", event)
+                rec.approved, rec.waiting_since = True, None
+                return (rec.id,)
+        return NOTHING_READY
+
+    def waiting_steps(self) -> dict[str, str]:
+        """Steps waiting for a person: id -> ``waiting_approval`` or ``waiting_input``."""
+        return {r.id: r.status for r in self.records.values() if r.status in ("waiting_approval", "waiting_input")}
 
     # -- plan versions ----------------------------------------------------------------------------------------------
     def _plan_version(self, event: Event) -> Sequence[str]:
@@ -337,6 +411,7 @@ class RunState:
                 self._retire(rec, old_version, event)
         self.plan = new_plan
         self.records = records
+        self.approvals = self._approval_steps(new_plan)
         if self.root_cause is not None and (
             self.root_cause not in records or records[self.root_cause].status != "failed"
         ):  # the failed step was replaced: the failure is repaired, not the run's cause any more
@@ -358,12 +433,12 @@ class RunState:
             elif rec.status == "pending" and self.waiting[sid] == 0:
                 rec.status = "ready"
                 ready.append(sid)
-            if rec.status in ("ready", "running"):
+            if rec.status in ACTIVE:
                 self.active += 1
         return ready
 
     def _retire(self, rec: StepRecord, version: int, event: Event) -> None:
-        if rec.status in ("running", "pending", "ready", "unknown"):
+        if rec.status in ACTIVE or rec.status in ("pending", "unknown"):
             rec.status = "cancelled"
             rec.finished_at = event.at
             rec.error = f"replaced by plan version {event.data.get('version')}"
@@ -382,7 +457,12 @@ class RunState:
         self.finished_at = None
         self.error = None
         for rec in self.records.values():
-            if rec.status == "running":
+            if rec.status == "cancelled" and rec.resumable:
+                # Cancelled by a run that stopped after a final failure, not by a person: the resume runs it again
+                # (a terminal status left on purpose, so it bypasses the state machine like a splice does).
+                rec.status, rec.resumable, rec.error, rec.finished_at = "ready", False, None, None
+                self.active += 1
+            elif rec.status in ("running", "waiting_input"):
                 self._close_attempt(rec, event.at, "interrupted")
                 if rec.id in self.idempotent or retry_unknown:
                     self._move(rec, "ready", event)

@@ -199,7 +199,8 @@ class PlanSpec(_Frozen):
     schema_: str | None = Field(None, alias="$schema")
 
 
-StepStatus = Literal["pending", "ready", "running", "succeeded", "failed", "cancelled", "skipped", "unknown"]
+StepStatus = Literal["pending", "ready", "running", "succeeded", "failed", "cancelled", "skipped", "unknown",
+                     "waiting_approval", "waiting_input"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "skipped"})
 
 

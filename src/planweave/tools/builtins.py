@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from planweave.engine.context import current_step
 from planweave.errors import ToolError
 from planweave.tools.registry import Tool, Toolbox
 
@@ -134,6 +135,29 @@ async def http_post(
     return await _request("POST", url, raise_for_status, timeout, json=json, data=data, headers=headers)
 
 
+async def human_input(prompt: str, schema: dict[str, Any] | None = None) -> Any:
+    """Ask a person for a value and wait for it; the value (checked against the JSON ``schema``) is the output.
+
+    The step shows as ``waiting_input`` until ``planweave send RUN STEP --value JSON`` (or ``Run.send``) gives a
+    value; a value that fails ``schema`` is refused and the step keeps waiting. The step's ``timeout`` bounds the
+    wait. Outside a run there is nobody to ask: the call fails.
+    """
+    if schema is not None:
+        import jsonschema
+
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ToolError(f"schema is not a valid JSON schema: {exc.message}", kind="arguments",
+                            retryable=False) from None
+    try:
+        step = current_step()
+    except LookupError:
+        raise ToolError("human.input can only wait for a person inside a run", kind="arguments",
+                        retryable=False) from None
+    return await step.ask(prompt, schema)
+
+
 async def python(function: str, kwargs: dict[str, Any] | None = None) -> Any:
     """Call ``module:attr`` with keyword arguments ``kwargs``; sync functions run in a worker thread."""
     module_name, _, attr = function.partition(":")
@@ -163,4 +187,5 @@ def builtin_tools() -> Toolbox:
     box.add(http_get, name="http.get", idempotent=True)
     box.add(http_post, name="http.post")
     box.add(python)
+    box.add(human_input, name="human.input", idempotent=True)  # waiting has no effect: a resume asks again
     return box
