@@ -40,7 +40,8 @@ async def test_submitted_run_succeeds_and_reads_like_run_json(live: Live) -> Non
         resp = await client.get(f"/runs/{run_id}")
     assert resp.status_code == 200
     body = resp.json()
-    assert body == run_report(result.state)
+    assert body == run_report(result.state, outputs=result.outputs)
+    assert body["outputs"] == {f"s{i}": {"slept": 0.01} for i in range(3)}
     assert body["status"] == "succeeded"
     assert set(body["steps"]) == {"s0", "s1", "s2"}
     assert all(step["status"] == "succeeded" for step in body["steps"].values())

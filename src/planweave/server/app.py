@@ -5,14 +5,16 @@ runs it under uvicorn in the current event loop (also next to a CLI run); :func:
 Every endpoint but ``/healthz``, ``/openapi.json`` and the dashboard's files wants ``Authorization: Bearer TOKEN``.
 
 Endpoints: ``GET /healthz``; ``POST /runs``; ``GET /runs``; ``GET /runs/{id}`` (the ``planweave run --json``
-object); ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``; ``POST /runs/{id}/resume``;
-``GET /runs/{id}/events`` and ``GET /events`` (``text/event-stream``, resumable with ``Last-Event-ID``).
+object); ``GET /runs/{id}/steps/{step}``; ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``;
+``POST /runs/{id}/resume``; ``GET /runs/{id}/events`` and ``GET /events`` (``text/event-stream``, resumable with
+``Last-Event-ID``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -34,7 +36,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
-from planweave.engine.runtime import Engine, request_cancel
+from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, Redact, StepNotFound, find_step, step_detail
+from planweave.engine.runtime import Engine, Run, request_cancel
+from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
@@ -48,9 +52,11 @@ from planweave.server.runs import (
     plan_view,
     recover_orphans,
     run_report,
+    stored_outputs,
 )
 from planweave.server.streams import ChangeFeed, StreamTiming, all_events, run_events
 from planweave.server.tokens import AccessToken, resolve_token
+from planweave.tools.safety import redact, secret_values
 
 __all__ = ["AppState", "create_app", "serve", "serving", "telemetry_from_env"]
 
@@ -142,6 +148,7 @@ class AppState:
     recover: bool
     model: ServerModel | None = None
     caps: LimitCaps = field(default_factory=LimitCaps)
+    redact: Redact | None = None  # what hides secrets in everything the API shows
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: list[str] = field(default_factory=list)
 
@@ -271,19 +278,63 @@ async def _known(state: AppState, run_id: str) -> None:
         raise RunNotFound(f"no run '{run_id}' in the journal")
 
 
-@api.get("/runs/{run_id}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
-async def get_run(state: State, run_id: str) -> dict[str, Any]:
-    """The run as ``planweave run --json`` prints it (folded from the journal unless it is running here)."""
+@dataclass(frozen=True)
+class _Found:
+    """A run as the API sees it: running in this server (``run``), or folded from the journal."""
+
+    state: RunState
+    status: str
+    run: Run | None
+
+
+async def _find(state: AppState, run_id: str) -> _Found:
+    """The run ``run_id``, live if it runs here; raises RunNotFound, or JournalError if it cannot be read."""
     run = active_run(state.engine, run_id)
     if run is not None:
-        return run_report(run.state)
+        return _Found(run.state, run.state.status, run)
     await state.index.refresh()
     found = state.index.get(run_id)
     if found is None:
         raise RunNotFound(f"no run '{run_id}' in the journal")
     if found.state is None:
         raise JournalError(f"run '{run_id}': {found.problem}")
-    return run_report(found.state, state.index.status(found))
+    return _Found(found.state, state.index.status(found), None)
+
+
+async def _outputs(state: AppState, found: _Found) -> dict[str, Any]:
+    if found.run is not None:
+        return dict(found.run.outputs)
+    return await stored_outputs(state.engine.journal, found.state)
+
+
+@api.get("/runs/{run_id}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+async def get_run(
+    state: State, run_id: str,
+    outputs: Annotated[bool, Query(description="Include `outputs` (each above 256 KiB replaced by a marker).")] = True,
+) -> dict[str, Any]:
+    """The run as ``planweave run --json`` prints it (folded from the journal unless it is running here), with
+    ``outputs``: ``{step: output}`` of its succeeded steps (secrets shown as ``***``)."""
+    found = await _find(state, run_id)
+    values = await _outputs(state, found) if outputs else None
+    return run_report(found.state, found.status if found.run is None else None, values, state.redact)
+
+
+@api.get("/runs/{run_id}/steps/{step_id}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+async def get_step(
+    state: State, run_id: str, step_id: str,
+    full: Annotated[bool, Query(description="The whole output, however big (default: a marker above 256 KiB).")]
+    = False,
+) -> dict[str, Any]:
+    """One step: ``status``, ``attempts`` (each with its error), the rendered ``args``, ``output`` and ``error``.
+
+    An output above 256 KiB is ``{"truncated": true, "bytes": N, "sha256": ...}`` unless ``full``; secrets are
+    shown as ``***``. 404 names an unknown run or step.
+    """
+    found = await _find(state, run_id)
+    find_step(found.state, step_id)  # 404 before any read of the journal
+    failures = await state.engine.journal.read(run_id, kind="step_failed")
+    return step_detail(found.state, await _outputs(state, found), step_id, events=failures,
+                       limit=None if full else DEFAULT_OUTPUT_LIMIT, redact=state.redact)
 
 
 @api.get("/runs/{run_id}/plan", response_model=dict[str, Any], responses={404: _ERRORS[404]})
@@ -428,7 +479,7 @@ def create_app(
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
-                     recover, model, caps or LimitCaps())
+                     recover, model, caps or LimitCaps(), shown_redaction())
     engine.subscribe(state.feed.notify)
     app = FastAPI(
         title="planweave",
@@ -458,6 +509,10 @@ def create_app(
     async def _not_found(request: Request, exc: RunNotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
 
+    @app.exception_handler(StepNotFound)
+    async def _no_step(request: Request, exc: StepNotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
     @app.exception_handler(RunError)
     async def _conflict(request: Request, exc: RunError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=409)
@@ -478,6 +533,12 @@ def create_app(
     app.include_router(api)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
+
+
+def shown_redaction() -> Redact | None:
+    """What hides this process's secrets (:func:`~planweave.tools.safety.secret_values`) in what the API shows."""
+    secrets = secret_values()
+    return functools.partial(redact, secrets=secrets) if secrets else None
 
 
 def telemetry_from_env(environ: Mapping[str, str] | None = None) -> bool:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planweave.engine.events import Event
+from planweave.engine.report import Redact, outputs_summary
 from planweave.engine.runtime import Engine, Run, process_alive
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanweaveError, RunNotFound
@@ -165,13 +166,27 @@ class RunIndex:
         ]
 
 
-def run_report(state: RunState, status: str | None = None) -> dict[str, Any]:
-    """The ``planweave run --json`` object: :meth:`RunState.summary` plus the root cause (status overridable)."""
+def run_report(
+    state: RunState, status: str | None = None, outputs: Mapping[str, Any] | None = None,
+    redact: Redact | None = None,
+) -> dict[str, Any]:
+    """The ``planweave run --json`` object: :meth:`RunState.summary` plus the root cause (status overridable) and,
+    given ``outputs``, ``"outputs"`` as :func:`~planweave.engine.report.outputs_summary` shows them (redacted)."""
     report = state.summary()
     if status is not None:
         report["status"] = status
     report["root_cause"] = state.root_cause
+    if outputs is not None:
+        report["outputs"] = outputs_summary(state, outputs, redact=redact)
     return report
+
+
+async def stored_outputs(journal: Journal, state: RunState) -> dict[str, Any]:
+    """The outputs of the succeeded steps of ``state`` as the journal stores them (one read of their blobs)."""
+    refs = {sid: rec.output_ref for sid, rec in state.records.items()
+            if rec.status == "succeeded" and rec.output_ref is not None}
+    blobs = await journal.get_blobs(set(refs.values()))
+    return {sid: blobs[ref] for sid, ref in refs.items() if ref in blobs}
 
 
 def plan_view(state: RunState, plan: Plan) -> dict[str, Any]:
