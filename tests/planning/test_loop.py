@@ -98,7 +98,8 @@ async def test_malformed_lines_are_repaired_without_losing_work() -> None:
     assert calls.count("Paris") == 1  # the accepted line ran once, before and after the repair
     fix = next(r for r in server.chat_requests if purpose(r) == "fix")
     text = fix.messages[-1]["content"]
-    assert "line 1 is not valid JSON" in text and "unknown tool 'fecth' (did you mean 'fetch'?)" in text
+    assert "unknown tool 'fecth' (did you mean 'fetch'?)" in text and text.count("\n- ") == 1
+    assert "prose" not in text  # a line that is plainly not a step is skipped, not fed back
     assert [e["rung"] for e in result.state.escalations] == ["repair_lines"]
 
 

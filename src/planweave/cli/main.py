@@ -866,8 +866,9 @@ def show(
     if found.status == "interrupted":
         console.print(f"interrupted: resume with planweave resume {run_id}"
                       + (f" --journal {url}" if url != default_journal_url() else ""), markup=False)
-    if state.answer:
-        console.print(Text("answer: ", style="bold green") + Text(state.answer))
+    if state.answer:  # a run that did not succeed has no answer: its joiner's text is only partial
+        label, style = ("answer: ", "bold green") if state.status == "succeeded" else ("partial answer: ", "yellow")
+        console.print(Text(label, style=style) + Text(state.answer))
     if state.model_calls:
         console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
                            f"${state.cost_usd:.4f}", style="dim"))

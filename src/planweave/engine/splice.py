@@ -39,7 +39,7 @@ class SpliceDiff:
     adopted: tuple[str, ...] = ()  # running steps that keep running as part of the new version
     unchanged: tuple[str, ...] = ()  # waiting steps carried over as they were
     cancelled: tuple[str, ...] = ()  # running steps the new version no longer has (or has changed)
-    dropped: tuple[str, ...] = ()  # waiting steps the new version no longer has (or has changed)
+    dropped: tuple[str, ...] = ()  # waiting (or skipped) steps the new version no longer has (or has changed)
 
     def as_dict(self) -> dict[str, list[str]]:
         return {k: list(getattr(self, k)) for k in ("added", "kept", "adopted", "unchanged", "cancelled", "dropped")}
@@ -72,7 +72,7 @@ def splice_diff(records: Mapping[str, StepRecord], old: Plan, new: Plan) -> Spli
             continue
         if rec.status == "running":
             cancelled.append(sid)
-        elif rec.status in ("pending", "ready", "unknown"):
+        elif rec.status in ("pending", "ready", "unknown", "skipped"):
             dropped.append(sid)
     return SpliceDiff(*(tuple(x) for x in (added, kept, adopted, unchanged, cancelled, dropped)))
 

@@ -504,7 +504,11 @@ class RunState:
         return "succeeded", None
 
     def summary(self) -> dict[str, Any]:
-        """The run as the ``--json`` contract object."""
+        """The run as the ``--json`` contract object.
+
+        ``answer`` is the joiner's final answer of a goal run that succeeded, else None; a run that did not succeed
+        reports its joiner's text (if any) as ``partial_answer`` instead (None otherwise).
+        """
         makespan = None
         if self.created_at is not None and self.finished_at is not None:
             makespan = self.finished_at - self.created_at
@@ -516,7 +520,9 @@ class RunState:
             "makespan_s": makespan,
             "error": self.error,
             "steps": {sid: rec.to_json() for sid, rec in self.records.items()},
-            "answer": self.answer,
+            # Only a run that succeeded has an answer; another's joiner text is reported, marked partial.
+            "answer": self.answer if self.status == "succeeded" else None,
+            "partial_answer": self.answer if self.status != "succeeded" else None,
             "tokens": self.tokens,
             "cost_usd": round(self.cost_usd, 8),
             "plan_versions": [

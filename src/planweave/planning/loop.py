@@ -31,6 +31,9 @@ from planweave.plan.model import PlanSpec
 from planweave.planning import prompts
 from planweave.planning.lines import LineParser
 
+NO_STEP_LINE = ("the reply has no step line: write each step as a JSON object on its own line, or [] if no step "
+                "is needed")
+
 
 @dataclass(frozen=True)
 class PlanningOptions:
@@ -323,6 +326,8 @@ class PlanningLoop:
                 errors.append(line.error)
             else:
                 admit(line.steps, line.number)
+        if parser.step_lines == 0 and not errors:  # prose only: not a plan (an empty plan is written `[]`)
+            errors.append(NO_STEP_LINE)
         return completion
 
     async def _propose(self, run: Run, purpose: str, messages: list[Message],
@@ -401,10 +406,21 @@ class PlanningLoop:
         self._replans += 1
         return True
 
-    async def _local_repair(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
+    def _batch_region(self, run: Run, batch: list[_Trigger]) -> list[str]:
+        """The failed steps of ``batch`` and everything downstream of them in the plan *now*."""
         region: list[str] = []
         for trig in batch:
             region.extend(s for s in self._region(run, trig.step) if s not in region)
+        return region
+
+    async def _local_repair(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
+        """Ask for replacements of the failed region; splice them in with the rest of the plan.
+
+        The region's steps the repair does not restate are dropped (the prompt says so): a repair may keep, rename
+        or merge them. The region is read again when the proposal arrives, so steps that the planner streamed in
+        downstream of a failed step after the prompt was sent are dropped too instead of making the proposal stale.
+        """
+        region = self._batch_region(run, batch)
         reason = "; ".join(f"{t.step}: {t.reason}" for t in batch)
         if not self._spend_replan(run, reason):
             return
@@ -413,10 +429,11 @@ class PlanningLoop:
                        step=trig.step)
         self._repaired.update(region)
         summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
-        failed = ", ".join(f"'{t.step}'" for t in batch)
+        failed = [t.step for t in batch]
         messages = [Message("system", prompts.planner_system(self.tools.values())),
                     Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
-        if not await self._propose(run, "local_repair", messages, lambda: self._remaining(run, set(region)),
+        if not await self._propose(run, "local_repair", messages,
+                                   lambda: self._remaining(run, set(self._batch_region(run, batch))),
                                    trigger="local_repair"):
             await self._escalate_global(run, goal, batch)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from planweave.engine.state import RunState
@@ -69,13 +69,18 @@ def initial_prompt(goal: str) -> str:
 def replan_prompt(goal: str, summary: str, reason: str) -> str:
     return (f"Goal: {goal}\n\nState of the run:\n{summary}\n\nWhy a new plan is needed: {reason}\n\n"
             "Write the REMAINING plan only: steps still to run (new ones, or waiting/running ones you keep). Refer to "
-            "finished steps by id instead of repeating them; steps you leave out are cancelled.")
+            "finished steps by id instead of repeating them; steps you leave out are cancelled. If nothing remains "
+            "to be done, write [].")
 
 
-def repair_region_prompt(goal: str, summary: str, failed: str, error: str, region: Iterable[str]) -> str:
-    return (f"Goal: {goal}\n\nState of the run:\n{summary}\n\nStep {failed} failed for good: {error}\n"
-            f"Replace it and the steps that depended on it ({', '.join(region)}). Finished steps are frozen: refer "
-            "to them by id. Write only the replacement steps.")
+def repair_region_prompt(goal: str, summary: str, failed: Sequence[str], error: str, region: Iterable[str]) -> str:
+    """Ask for replacements of the ``failed`` steps and their downstream ``region`` (the failed steps may be in it)."""
+    downstream = [s for s in region if s not in failed]
+    names = ", ".join(f"'{f}'" for f in failed)
+    what = (f"Replace it and the steps that depended on it ({', '.join(downstream)}): keep their ids, give them new "
+            "ones or merge them; the ones you leave out are dropped." if downstream else "Replace it.")
+    return (f"Goal: {goal}\n\nState of the run:\n{summary}\n\nStep {names} failed for good: {error}\n"
+            f"{what} Finished steps are frozen: refer to them by id. Write only the replacement steps.")
 
 
 def repair_lines_prompt(errors: Iterable[str], accepted: Iterable[str]) -> str:
