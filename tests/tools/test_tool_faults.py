@@ -54,7 +54,7 @@ def run_plan(doc: dict[str, Any]) -> tuple[RunResult, list[Event]]:
     ("interrupt_sync", "interrupted", "KeyboardInterrupt"),
 ])
 def test_a_tool_raising_a_base_exception_fails_its_step(tool: str, kind: str, message: str) -> None:
-    result, events = run_plan({"steps": [
+    result, events = run_plan({"on_failure": "continue", "steps": [
         {"id": "bad", "tool": tool, "retries": 2},
         {"id": "other", "tool": "sleep", "args": {"seconds": 5}},
         {"id": "later", "tool": "noop", "after": ["bad"]},

@@ -12,17 +12,19 @@ import dataclasses
 import functools
 import importlib
 import json
+import logging
 import os
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence, Sized
 from contextlib import AsyncExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -41,6 +43,7 @@ from planweave.journal import Journal, default_journal_url, open_journal
 from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Tool, Toolbox, builtin_tools
+from planweave.tools.isolation import ToolThreads
 from planweave.tools.safety import redact, secret_values
 
 if TYPE_CHECKING:
@@ -470,7 +473,18 @@ def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
 
 
 def _run_loop(main: Coroutine[Any, Any, T], virtual: bool) -> T:
-    return run_virtual(main) if virtual else asyncio.run(main)
+    """Run ``main`` on a new event loop whose default executor has daemon threads.
+
+    ``asyncio.run`` joins the default executor's threads before it returns: a tool calling ``asyncio.to_thread``
+    with a call that never returns would hold the command there forever.
+    """
+    guarded = _with_daemon_executor(main)
+    return run_virtual(guarded) if virtual else asyncio.run(guarded)
+
+
+async def _with_daemon_executor(main: Coroutine[Any, Any, T]) -> T:
+    asyncio.get_running_loop().set_default_executor(ToolThreads(name="planweave-default"))
+    return await main
 
 
 def _console_for(json_output: bool) -> Console | None:
@@ -1047,8 +1061,34 @@ def bench_engine(ctx: typer.Context) -> None:
 
 
 def main() -> None:
-    """The ``planweave`` console entry point."""
-    app(prog_name="planweave")
+    """The ``planweave`` console entry point: the process ends as soon as the command is done.
+
+    Also when tools left threads running: by then the journal is closed and the output written.
+    """
+    try:
+        app(prog_name="planweave")
+    except SystemExit as exc:
+        _exit(exc.code)
+
+
+def _exit(code: str | int | None) -> NoReturn:
+    """Exit with ``code``; if threads that tools started are still running, without waiting for them.
+
+    The interpreter joins every non-daemon thread before it exits, and ``concurrent.futures`` pools a tool created
+    join their workers: a tool that left one behind would keep the process alive after its run ended. Rather than
+    wait, print what is pending and end with ``os._exit``, the last resort: atexit handlers are skipped, so logging
+    is shut down (flushed) here first.
+    """
+    lingering = [t for t in threading.enumerate() if not t.daemon and t is not threading.current_thread()]
+    if not lingering:
+        raise SystemExit(code)
+    if isinstance(code, str):
+        sys.stderr.write(code + "\n")  # what SystemExit("message") would have printed
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import httpx
 
 from planweave.engine.context import current_step
 from planweave.errors import ToolError
+from planweave.tools.isolation import run_in_thread
 from planweave.tools.registry import Tool, Toolbox
 
 OUTPUT_LIMIT = 1_000_000  # characters of stdout/stderr/body kept; the rest is cut (and said so)
@@ -175,7 +176,7 @@ async def python(function: str, kwargs: dict[str, Any] | None = None) -> Any:
         raise ToolError(f"{function!r} is not callable", kind="arguments", retryable=False)
     if inspect.iscoroutinefunction(target):
         return await target(**(kwargs or {}))
-    return await asyncio.to_thread(target, **(kwargs or {}))
+    return await run_in_thread(target, **(kwargs or {}))
 
 
 def builtin_tools() -> Toolbox:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from planweave.errors import ToolError, did_you_mean
+from planweave.tools.isolation import run_in_thread
 
 
 def _model_for(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel] | None, bool]:
@@ -121,12 +121,12 @@ class Tool:
         return bound
 
     async def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Call the tool: async functions are awaited, sync ones run in a worker thread."""
+        """Call the tool: async functions are awaited, sync ones run in a daemon worker thread (see isolation)."""
         kwargs = self.bind(args)
         if self.is_async:
             result = await self.fn(**kwargs)
         else:
-            result = await asyncio.to_thread(self.fn, **kwargs)
+            result = await run_in_thread(self.fn, **kwargs)
         if isinstance(result, BaseModel):
             return result.model_dump(mode="json")
         return result
