@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SECRET = "sk-test-9f8e7d6c5b4a"
 
@@ -51,7 +54,7 @@ def test_file_tools_stay_inside_their_roots(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     p = plan(tmp_path, "steps:\n  - {id: w, tool: file.write, args: {path: notes.txt, text: hello}}\n"
                        "  - {id: r, tool: file.read, args: {path: notes.txt}, after: [w]}\n"
-                       "  - {id: x, tool: file.read, args: {path: ../../etc/passwd}}\n")
+                       "  - {id: x, tool: file.read, args: {path: ../../etc/passwd}, after: [r]}\n")
     done = planweave("run", p, "--root", "data", "--journal", "memory://", "--json", cwd=tmp_path)
     report = json.loads(done.stdout)
     assert report["steps"]["r"]["status"] == "succeeded"
@@ -74,3 +77,62 @@ def test_secret_values_never_reach_the_journal_or_show(tmp_path: Path) -> None:
     assert SECRET not in shown.stdout
     raw = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*"))
     assert SECRET.encode() not in raw and b"key=***" in raw
+
+
+# -- the allowlist holds: one resolution, checked and executed; env and options that run other programs ----------
+def fake_program(directory: Path, name: str, marker: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(f"#!/bin/sh\necho ran > '{marker}'\n")
+    (directory / name).chmod(0o755)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_path_in_a_steps_env_cannot_swap_the_allowed_git(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    fake_program(tmp_path / "evil", "git", marker)
+    p = plan(tmp_path, "steps:\n  - {id: v, tool: shell, args: {argv: [git, --version], env: {PATH: evil}}}\n")
+    done = planweave("run", p, "--allow-exec", "git", "--journal", "memory://", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert ("step 'v', args.env.PATH: env key 'PATH' refused: it changes which program a name runs "
+            "(rule PATH; allow it with --allow-env PATH)") in done.stderr
+    done = planweave("run", p, "--allow-exec", "git", "--allow-env", "PATH", "--journal", "memory://", "--json",
+                     cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()  # the git of planweave's own PATH ran
+    assert planweave("run", p, "--allow-env", "PATH", "--journal", "memory://", cwd=tmp_path).returncode == 2
+
+
+def test_a_relative_program_is_checked_where_it_runs(tmp_path: Path) -> None:
+    legit, planted = tmp_path / "legit", tmp_path / "planted"
+    fake_program(tmp_path / "bin", "build", legit)
+    fake_program(tmp_path / "jail" / "sub" / "bin", "build", planted)
+    p = plan(tmp_path, "steps:\n  - {id: b, tool: shell, args: {argv: [bin/build], cwd: sub}}\n")
+    done = planweave("run", p, "--workdir", "jail", "--allow-exec", str(tmp_path / "bin" / "build"),
+                     "--journal", "memory://", cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"program 'bin/build' (resolved to {tmp_path}/jail/sub/bin/build) is not on" in done.stderr
+    assert not planted.exists() and not legit.exists()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_git_cannot_be_told_to_run_a_command(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    p = plan(tmp_path, "steps:\n"
+                       f"  - {{id: a, tool: shell, args: {{argv: [git, -c, 'alias.x=!touch {marker}', x]}}}}\n"
+                       "  - {id: e, tool: shell, args: {argv: [git, x], env: {GIT_CONFIG_COUNT: '1',\n"
+                       f"      GIT_CONFIG_KEY_0: alias.x, GIT_CONFIG_VALUE_0: '!touch {marker}'}}}}}}\n")
+    done = planweave("run", p, "--allow-exec", "git", "--journal", "memory://", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "step 'a', args.argv[1]: option '-c' is refused for git: it runs other programs" in done.stderr
+    assert "step 'e', args.env.GIT_CONFIG_COUNT: env key 'GIT_CONFIG_COUNT' refused" in done.stderr
+    assert not marker.exists()
+
+
+def test_a_program_known_only_at_call_time_is_refused_naming_the_step(tmp_path: Path) -> None:
+    p = plan(tmp_path, "steps:\n  - {id: a, tool: noop, args: {argv: [sh, -c, 'echo pwned']}}\n"
+                       "  - {id: b, tool: shell, args: {argv: '${a.argv}'}}\n")
+    done = planweave("run", p, "--allow-exec", "echo", "--journal", "memory://", "--json", cwd=tmp_path)
+    report = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert report["steps"]["b"]["error"] == (
+        "step 'b': program 'sh' is not on this run's executable allowlist (echo)")

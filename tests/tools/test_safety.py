@@ -17,6 +17,7 @@ from planweave.tools.safety import (
     allowlisted_shell,
     check_argv,
     confine_path,
+    confined_shell,
     file_tools,
     redact,
     secret_values,
@@ -197,3 +198,127 @@ async def test_file_tools_cap_their_output(root: Path) -> None:
 def test_file_tools_need_existing_root_directories(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a directory"):
         file_tools([tmp_path / "missing"])
+
+
+# -- one resolution, checked and executed; env and options that run other programs (issue 8, #2-#4) --------------
+GIT = shutil.which("git")
+needs_git = pytest.mark.skipif(GIT is None, reason="needs git on PATH")
+
+
+def fake_program(directory: Path, name: str, marker: Path) -> Path:
+    """An executable ``name`` in ``directory`` that leaves ``marker`` behind when it runs: the exploit's payload."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / name
+    script.write_text(f"#!/bin/sh\necho ran > '{marker}'\necho fake\n")
+    script.chmod(0o755)
+    return script
+
+
+@needs_git
+async def test_a_path_in_the_step_env_is_refused_at_validation_and_at_call_time(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    fake_program(tmp_path / "evil", "git", marker)
+    tool = confined_shell(allowlist=["git"], workdir=tmp_path)
+    args = {"argv": ["git", "--version"], "env": {"PATH": str(tmp_path / "evil")}}
+    problems = tool.check_args(args, frozenset())
+    assert [field for field, _ in problems] == ["env.PATH"]
+    assert "env key 'PATH' refused: it changes which program a name runs (rule PATH" in problems[0][1]
+    assert "--allow-env PATH" in problems[0][1]
+    with pytest.raises(SafetyError, match=r"env key 'PATH' refused") as err:
+        await tool.invoke(args)
+    assert err.value.kind == "forbidden"
+    assert not marker.exists()
+
+
+@needs_git
+async def test_an_allowed_path_env_does_not_change_which_program_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    fake_program(tmp_path / "evil", "git", marker)
+    tool = confined_shell(allowlist=["git"], workdir=tmp_path, allow_env=["PATH"])
+    result = await tool.invoke({"argv": ["git", "--version"], "env": {"PATH": str(tmp_path / "evil")}})
+    assert result["stdout"].startswith("git version")  # the git the engine's own PATH finds
+    assert not marker.exists()
+
+
+async def test_a_relative_program_is_resolved_from_the_steps_cwd_then_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    legit, planted = tmp_path / "legit-ran", tmp_path / "planted-ran"
+    allowed = fake_program(tmp_path / "bin", "build", legit)
+    fake_program(tmp_path / "jail" / "sub" / "bin", "build", planted)  # e.g. written by file.write
+    monkeypatch.chdir(tmp_path)  # where "bin/build" is the allowed file
+    tool = confined_shell(allowlist=[str(allowed)], workdir=tmp_path / "jail")
+    with pytest.raises(ExecutableNotAllowed, match=r"program 'bin/build' \(resolved to .*/jail/sub/bin/build\)"):
+        await tool.invoke({"argv": ["bin/build"], "cwd": "sub"})
+    assert not planted.exists()
+    result = await tool.invoke({"argv": ["../../bin/build"], "cwd": "sub"})  # the allowed file itself
+    assert result["stdout"] == "fake\n" and legit.exists() and not planted.exists()
+
+
+def test_a_symlink_to_an_allowed_program_under_another_name_is_refused(tmp_path: Path) -> None:
+    found = shutil.which("sh")
+    assert found is not None
+    (tmp_path / "ls").symlink_to(found)
+    with pytest.raises(ExecutableNotAllowed):
+        check_argv([str(tmp_path / "ls")], {"sh"})
+    with pytest.raises(ExecutableNotAllowed):
+        check_argv(["./ls"], {"sh"}, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("key", [
+    "PATH", "LD_PRELOAD", "LD_LIBRARY_PATH", "DYLD_INSERT_LIBRARIES", "GIT_SSH_COMMAND", "GIT_CONFIG_COUNT",
+    "PYTHONPATH", "PYTHONSTARTUP", "BASH_ENV", "ENV", "PERL5OPT", "RUBYOPT", "NODE_OPTIONS", "IFS", "HOME",
+    "XDG_CONFIG_HOME", "GCONV_PATH", "path",
+])
+def test_env_keys_that_change_what_a_program_executes_are_refused(key: str, tmp_path: Path) -> None:
+    tool = confined_shell(allowlist=["sh"], workdir=tmp_path)
+    problems = tool.check_args({"argv": ["sh", "-c", "true"], "env": {key: "x", "LANG": "C"}}, frozenset())
+    assert [field for field, _ in problems] == [f"env.{key}"]
+    assert f"env key '{key}' refused" in problems[0][1]
+    allowed = confined_shell(allowlist=["sh"], workdir=tmp_path, allow_env=[key])
+    assert allowed.check_args({"argv": ["sh", "-c", "true"], "env": {key: "x"}}, frozenset()) == []
+
+
+@needs_git
+async def test_git_config_variables_in_env_cannot_run_a_command(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    tool = confined_shell(allowlist=["git"], workdir=tmp_path)
+    env = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "alias.x", "GIT_CONFIG_VALUE_0": f"!touch {marker}"}
+    with pytest.raises(SafetyError, match=r"env key 'GIT_CONFIG_COUNT' refused: .* \(rule GIT_\*"):
+        await tool.invoke({"argv": ["git", "x"], "env": env, "check": False})
+    assert not marker.exists()
+
+
+@needs_git
+@pytest.mark.parametrize("argv", [
+    ["git", "-c", "alias.x=!touch {marker}", "x"],
+    ["git", "-calias.x=!touch {marker}", "x"],
+    ["git", "--config-env=alias.x=EVIL", "x"],
+    ["git", "--exec-path={dir}", "x"],
+    ["git", "-C", "/", "status"],
+    ["git", "clone", "--upload-pack=touch {marker}", "file:///nonexistent", "c"],
+    ["git", "clone", "-u", "touch {marker}", "file:///nonexistent", "c"],
+    ["git", "clone", "-c", "core.sshCommand=touch {marker}", "ssh://h/r", "c"],
+    ["git", "push", "--receive-pack=touch {marker}", "origin"],
+])
+async def test_git_options_that_run_other_programs_are_refused(argv: list[str], tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    argv = [a.format(marker=marker, dir=tmp_path) for a in argv]
+    tool = confined_shell(allowlist=["git"], workdir=tmp_path)
+    problems = tool.check_args({"argv": argv}, frozenset())
+    assert len(problems) == 1 and problems[0][0].startswith("argv[")
+    assert "refused for git: it runs other programs or leaves the working directory" in problems[0][1]
+    with pytest.raises(SafetyError, match="refused for git"):
+        await tool.invoke({"argv": argv, "check": False})
+    assert not marker.exists()
+
+
+@needs_git
+async def test_ordinary_git_commands_still_run(tmp_path: Path) -> None:
+    tool = confined_shell(allowlist=["git"], workdir=tmp_path)
+    env = {"LANG": "C"}
+    assert tool.check_args({"argv": ["git", "init", "-q", "."], "env": env}, frozenset()) == []
+    await tool.invoke({"argv": ["git", "init", "-q", "."], "env": env})
+    status = await tool.invoke({"argv": ["git", "status", "--short"], "check": True})
+    assert status["exit_code"] == 0
+    assert tool.check_args({"argv": ["git", "grep", "-c", "x"]}, frozenset()) == []  # -c after grep: count

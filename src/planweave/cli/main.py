@@ -253,13 +253,16 @@ class Confinement:
     workdir: Path = Path(".")
     allow_exec: tuple[str, ...] | None = None
     roots: tuple[Path, ...] = ()
+    allow_env: tuple[str, ...] = ()  # env keys shell steps may set despite the exec rules (``--allow-env``)
 
     def toolbox(self) -> Toolbox:
         """The built-ins with ``shell`` confined to the working directory (and allowlist) and file tools."""
         from planweave.tools.safety import confined_shell, file_tools
 
+        if self.allow_env and self.allow_exec is None:
+            raise UsageError("--allow-env applies only with --allow-exec: without an allowlist any env is accepted")
         box = builtin_tools()
-        box.add(confined_shell(allowlist=self.allow_exec, workdir=self.workdir))
+        box.add(confined_shell(allowlist=self.allow_exec, workdir=self.workdir, allow_env=self.allow_env))
         return box.merged(file_tools(list(self.roots) or [self.workdir]))
 
 
@@ -611,6 +614,11 @@ AllowExecOption = Annotated[
     list[str] | None,
     typer.Option("--allow-exec", metavar="PROGRAM", help="Only these programs may run in shell steps (repeatable)."),
 ]
+AllowEnvOption = Annotated[
+    list[str] | None,
+    typer.Option("--allow-env", metavar="NAME",
+                 help="With --allow-exec: shell steps may set this env key (e.g. PATH, GIT_*) after all (repeatable)."),
+]
 RootOption = Annotated[
     list[Path] | None,
     typer.Option("--root", metavar="DIR", help="Directories the file.* tools may use (repeatable; default: workdir)."),
@@ -682,6 +690,7 @@ def run(
                                                  help="Most tokens the planner may write per call.")] = 2048,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
+    allow_env: AllowEnvOption = None,
     root: RootOption = None,
     watch: Annotated[bool, typer.Option("--watch", help="Also serve the dashboard for this run.")] = False,
     port: Annotated[int, typer.Option("--port", help="Port of --watch's dashboard.")] = 8765,
@@ -692,7 +701,7 @@ def run(
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
         flags = parse_capacities(capacity or ())
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ())))
+                                                      tuple(root or ()), tuple(allow_env or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
                           tuple(mcp or ()), port if watch else None)
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
@@ -744,6 +753,7 @@ def resume(
     virtual_clock: VirtualOption = False,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
+    allow_env: AllowEnvOption = None,
     root: RootOption = None,
     model: Annotated[str | None, typer.Option(
         "--model", help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
@@ -760,7 +770,7 @@ def resume(
         if _journal_file_missing(url):
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ())))
+                                                      tuple(root or ()), tuple(allow_env or ())))
         session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()))
 
         async def recorded_limits(opened: Journal) -> Limits:
@@ -942,6 +952,7 @@ def serve(
     ] = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
+    allow_env: AllowEnvOption = None,
     root: RootOption = None,
     model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
@@ -964,7 +975,7 @@ def serve(
 
     with _clean_errors():
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ())))
+                                                      tuple(root or ()), tuple(allow_env or ())))
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,

@@ -436,7 +436,8 @@ class Run:
         """Bound an approval wait by the step's ``timeout``, counted from the request (also across a resume)."""
         timeout = self.plan.steps[rec.id].timeout
         if timeout is not None and self._tg is not None:
-            delay = (rec.waiting_since or self._now()) + timeout - self._now()
+            since = rec.waiting_since if rec.waiting_since is not None else self._now()
+            delay = since + timeout - self._now()
             self._timers[rec.id] = self._tg.create_task(self._approval_deadline(rec, delay, timeout))
 
     async def _approval_deadline(self, rec: StepRecord, delay: float, timeout: float) -> None:

@@ -51,12 +51,30 @@ async def shell(
     With ``check`` (default) a non-zero exit fails the step (kind ``exit_code``). ``env`` adds to the inherited
     environment. On timeout or cancellation the whole process group is killed.
     """
+    return await run_program(argv, cwd=cwd, timeout=timeout, env=env, input=input, check=check)
+
+
+async def run_program(
+    argv: list[str],
+    *,
+    executable: str | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    check: bool = True,
+) -> dict[str, Any]:
+    """Run ``argv`` like the ``shell`` tool; with ``executable``, that file runs (``argv[0]`` is only its name).
+
+    The confined shell passes the absolute path it checked, so no ``PATH`` or cwd can change what runs.
+    """
     if not argv:
         raise ToolError("argv must name a program", kind="arguments", retryable=False)
     full_env = {**os.environ, **env} if env else None
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
+            executable=executable,
             cwd=cwd,
             env=full_env,
             stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,

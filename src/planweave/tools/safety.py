@@ -18,17 +18,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planweave.engine.context import current_step
 from planweave.errors import ToolError
-from planweave.tools.builtins import shell
+from planweave.tools.builtins import run_program, shell
 from planweave.tools.registry import Tool, Toolbox
 
 __all__ = [
+    "EXEC_ENV_RULES",
+    "OPTION_RULES",
+    "ExecPolicy",
     "ExecutableNotAllowed",
+    "OptionRule",
     "PathNotAllowed",
     "SafetyError",
     "allowlisted_shell",
     "check_argv",
     "confine_path",
+    "confined_shell",
     "file_tools",
     "redact",
     "secret_values",
@@ -95,87 +101,270 @@ def confine_path(path: str | os.PathLike[str], roots: Sequence[str | os.PathLike
 
 
 # -- executables ----------------------------------------------------------------------------------------------------
-def check_argv(argv: Sequence[str], allowlist: Collection[str]) -> list[str]:
-    """Return ``argv`` as a list if its program is on ``allowlist``; raise :class:`ExecutableNotAllowed` otherwise.
+_RUNS_CODE = "makes the program load or run other code"
+_SHELL = "makes shells run other commands"
+_CONFIG = "makes programs read their configuration (and the commands it names) from elsewhere"
+_NAMES_PROGRAM = "names a program that programs run"
+EXEC_ENV_RULES: Mapping[str, str] = {
+    "PATH": "changes which program a name runs",
+    "LD_*": _RUNS_CODE, "DYLD_*": _RUNS_CODE, "GCONV_PATH": _RUNS_CODE,
+    "GIT_*": "makes git run other commands (config, ssh, editor, exec path) or use another repository",
+    "PYTHON*": _RUNS_CODE, "PERL5*": _RUNS_CODE, "PERLLIB": _RUNS_CODE, "RUBY*": _RUNS_CODE,
+    "NODE_OPTIONS": _RUNS_CODE, "NODE_PATH": _RUNS_CODE, "NPM_CONFIG_*": _RUNS_CODE, "CLASSPATH": _RUNS_CODE,
+    "JAVA_TOOL_OPTIONS": _RUNS_CODE, "_JAVA_OPTIONS": _RUNS_CODE, "JDK_JAVA_OPTIONS": _RUNS_CODE,
+    "BASH_ENV": _SHELL, "ENV": _SHELL, "ZDOTDIR": _SHELL, "SHELLOPTS": _SHELL, "BASHOPTS": _SHELL, "PS4": _SHELL,
+    "PROMPT_COMMAND": _SHELL, "BASH_FUNC_*": _SHELL, "IFS": "changes how shells split a command into words",
+    "HOME": _CONFIG, "XDG_CONFIG_HOME": _CONFIG, "XDG_CONFIG_DIRS": _CONFIG,
+    "SHELL": _NAMES_PROGRAM, "EDITOR": _NAMES_PROGRAM, "VISUAL": _NAMES_PROGRAM, "PAGER": _NAMES_PROGRAM,
+    "MANPAGER": _NAMES_PROGRAM, "BROWSER": _NAMES_PROGRAM, "SSH_ASKPASS": _NAMES_PROGRAM,
+    "SUDO_ASKPASS": _NAMES_PROGRAM, "LESSOPEN": _NAMES_PROGRAM, "LESSCLOSE": _NAMES_PROGRAM,
+}
+"""``env`` keys a shell step may not set when an allowlist is in force (patterns, matched case-insensitively), each
+with why: they change what a program executes. ``allow_env`` (``--allow-env NAME``) lifts the rule for a name."""
 
-    An allowlist entry is a bare name (``git``: allows ``git``, and the absolute path ``which git`` finds) or an
-    absolute path (allows exactly that file). A path such as ``./git`` or ``/tmp/x/git`` never matches the bare
-    name ``git``: the name says which program, not which file name.
-    """
-    if not argv:
-        raise ExecutableNotAllowed("argv is empty: name a program")
-    program = argv[0]
-    allowed = sorted(allowlist)
+
+@dataclass(frozen=True)
+class OptionRule:
+    """Options of one program that make it run other programs or leave the working directory (refused)."""
+
+    program: str  # the file name of the resolved program
+    global_options: tuple[str, ...]  # refused before the subcommand
+    anywhere: tuple[str, ...]  # refused after it
+    by_subcommand: Mapping[str, tuple[str, ...]]  # further short options refused after these subcommands
+
+    def problem(self, argv: Sequence[Any]) -> tuple[int, str] | None:
+        """The index and text of the first refused option in ``argv`` (non-strings, references skipped)."""
+        subcommand: str | None = None
+        for index, arg in enumerate(argv[1:], start=1):
+            if not isinstance(arg, str) or "${" in arg:
+                continue
+            if arg == "--":
+                return None
+            if not arg.startswith("-"):
+                subcommand = subcommand or arg
+                continue
+            refused = self.global_options if subcommand is None else \
+                (*self.anywhere, *self.by_subcommand.get(subcommand, ()))
+            if any(_is_option(arg, opt, clusters=subcommand is not None) for opt in refused):
+                return index, (f"option '{arg}' is refused for {self.program}: it runs other programs or leaves "
+                               "the working directory (rule: program options)")
+        return None
+
+
+def _is_option(arg: str, option: str, *, clusters: bool) -> bool:
+    """Whether ``arg`` is ``option``: ``--opt``/``--opt=v``, or ``-o``/``-ov`` (and ``-xo`` in a cluster)."""
+    if option.startswith("--"):
+        return arg == option or arg.startswith(option + "=")
+    if arg.startswith("--"):
+        return False
+    return arg.startswith(option) or (clusters and option[1] in arg[1:])
+
+
+OPTION_RULES: Mapping[str, OptionRule] = {
+    "git": OptionRule(
+        "git",
+        global_options=("-c", "--config-env", "--exec-path", "-C", "--git-dir", "--work-tree"),
+        anywhere=("--upload-pack", "--receive-pack", "--exec", "--config", "--template"),
+        by_subcommand={name: ("-c", "-u") for name in ("clone", "fetch", "pull", "ls-remote", "archive",
+                                                        "submodule")},
+    ),
+}
+"""Per-program option rules. A speed bump, not a boundary: an allowed git still runs the hooks and the aliases of
+a repository a step can write (see docs/tools.md)."""
+
+
+def _absolute_dirs(search_path: str) -> str:
+    """``search_path`` without relative entries (``.``, empty): a bare name never means a file in some cwd."""
+    return os.pathsep.join(d for d in search_path.split(os.pathsep) if os.path.isabs(d))
+
+
+def _locate(program: str, cwd: str | os.PathLike[str] | None, search_path: str) -> str | None:
+    """The absolute path ``program`` names: a bare name looked up on ``search_path``, a relative path taken from
+    ``cwd`` (default: planweave's cwd). Normalised lexically: a symlink under another name is another program."""
     if "/" not in program:
-        if program in allowlist:
-            return list(argv)
-    else:
-        target = os.path.realpath(program)
-        for entry in allowlist:
-            candidate = entry if "/" in entry else shutil.which(entry)
-            if candidate is not None and os.path.isabs(candidate) and os.path.realpath(candidate) == target:
-                return list(argv)
-    raise ExecutableNotAllowed(
-        f"program '{program}' is not on this run's executable allowlist ({', '.join(allowed) or 'empty'})"
-    )
+        found = shutil.which(program, path=search_path)
+        return os.path.normpath(os.path.abspath(found)) if found is not None else None
+    return os.path.normpath(os.path.abspath(os.path.join(os.fspath(cwd) if cwd is not None else ".", program)))
+
+
+def _in_step(message: str) -> str:
+    """``message`` prefixed with the step calling the tool, if any."""
+    try:
+        return f"step '{current_step().step_id}': {message}"
+    except LookupError:
+        return message
+
+
+@dataclass(frozen=True)
+class ExecPolicy:
+    """What a confined shell step may execute: programs resolved once to absolute paths, and ``env`` keys.
+
+    Built once (:meth:`build`) with the engine's own ``PATH``; a step's ``env`` never changes what a name means.
+    """
+
+    entries: tuple[str, ...]  # the allowlist as given, for messages
+    allowed: frozenset[str]  # the absolute paths the entries name
+    search_path: str
+    allow_env: frozenset[str] = frozenset()
+
+    @classmethod
+    def build(cls, allowlist: Iterable[str], allow_env: Iterable[str] = (), search_path: str | None = None,
+              ) -> ExecPolicy:
+        """Resolve ``allowlist`` (bare names on ``search_path``, default this process's ``PATH``; paths from the
+        current directory) and keep ``allow_env``, names or patterns of ``env`` keys lifted from the rules."""
+        path = _absolute_dirs(os.environ.get("PATH", os.defpath) if search_path is None else search_path)
+        entries = tuple(sorted(set(allowlist)))
+        allowed = frozenset(found for e in entries if (found := _locate(e, None, path)) is not None)
+        return cls(entries, allowed, path, frozenset(allow_env))
+
+    def resolve(self, program: str, cwd: str | os.PathLike[str] | None = None) -> str:
+        """The absolute path to execute for ``program`` (relative paths from ``cwd``), if it is allowed; raise
+        :class:`ExecutableNotAllowed` otherwise."""
+        found = _locate(program, cwd, self.search_path) if program and "\x00" not in program else None
+        if found is not None and found in self.allowed:
+            return found
+        listed = ", ".join(self.entries) or "empty"
+        if found is None and program in self.entries:
+            raise ExecutableNotAllowed(_in_step(
+                f"program '{program}' is on the allowlist but not on planweave's PATH ({self.search_path})"))
+        where = f" (resolved to {found})" if found is not None and "/" in program and found != program else ""
+        raise ExecutableNotAllowed(_in_step(
+            f"program '{program}'{where} is not on this run's executable allowlist ({listed})"))
+
+    def option_problem(self, executable: str, argv: Sequence[Any]) -> tuple[str, str] | None:
+        """The argv index and text of an option the program's rule refuses (see :data:`OPTION_RULES`)."""
+        rule = OPTION_RULES.get(os.path.basename(executable))
+        found = rule.problem(argv) if rule is not None else None
+        return (f"argv[{found[0]}]", found[1]) if found is not None else None
+
+    def env_problems(self, env: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """A problem for every ``env`` key that is not a variable name or changes what a program executes."""
+        problems = []
+        for key in env:
+            if not isinstance(key, str) or not key or "=" in key or "\x00" in key:
+                problems.append((f"env.{key}", f"env key {key!r} is not an environment variable name"))
+                continue
+            upper = key.upper()
+            if any(fnmatch.fnmatchcase(upper, name.upper()) for name in self.allow_env):
+                continue
+            for pattern, reason in EXEC_ENV_RULES.items():
+                if fnmatch.fnmatchcase(upper, pattern):
+                    problems.append((f"env.{key}", f"env key '{key}' refused: it {reason} "
+                                                   f"(rule {pattern}; allow it with --allow-env {key})"))
+                    break
+        return problems
+
+    def check_call(self, argv: Sequence[str], env: Mapping[str, str] | None,
+                   cwd: str | os.PathLike[str] | None) -> str:
+        """Everything at call time: return the absolute path to execute, or raise :class:`SafetyError`."""
+        if not argv:
+            raise ExecutableNotAllowed(_in_step("argv is empty: name a program"))
+        executable = self.resolve(argv[0], cwd)
+        problem = self.option_problem(executable, argv) or next(iter(self.env_problems(env or {})), None)
+        if problem is not None:
+            raise SafetyError(_in_step(f"{problem[0]}: {problem[1]}"))
+        return executable
+
+
+def check_argv(argv: Sequence[str], allowlist: Collection[str], cwd: str | os.PathLike[str] | None = None,
+               ) -> list[str]:
+    """Return ``argv`` as a list if its program is on ``allowlist`` and no option rule refuses it; raise
+    :class:`SafetyError` (:class:`ExecutableNotAllowed` for the program) otherwise.
+
+    An allowlist entry is a bare name (``git``: the file this process's ``PATH`` finds) or a path (exactly that
+    file). The program is resolved the same way, a relative path from ``cwd``, and compared without following
+    symlinks: ``./git``, ``/tmp/x/git`` or a link named ``ls`` never match the entry ``git`` or ``sh``.
+    """
+    ExecPolicy.build(allowlist).check_call(argv, None, cwd)
+    return list(argv)
+
+
+def _literal(value: Any) -> bool:
+    return isinstance(value, str) and "${" not in value
 
 
 @dataclass(frozen=True)
 class _ConfinedShell(Tool):
     """The ``shell`` tool confined to a working directory and, optionally, to an allowlist of programs."""
 
-    allowlist: frozenset[str] | None = None
+    policy: ExecPolicy | None = None
     workdir: Path | None = None
 
     def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
-        """Validate like ``shell``; refuse a literal program off the allowlist or a literal cwd outside the jail."""
+        """Validate like ``shell``; refuse, when literal: a program off the allowlist, a refused option or env key,
+        a cwd outside the jail."""
         problems = super().check_args(args, deferred)
-        argv = args.get("argv")
-        if self.allowlist is not None and "argv" not in deferred and isinstance(argv, list) and argv \
-                and isinstance(argv[0], str) and "${" not in argv[0]:
-            try:
-                check_argv(argv, self.allowlist)
-            except ExecutableNotAllowed as exc:
-                problems.append(("argv[0]", str(exc)))
         cwd = args.get("cwd")
+        base: str | Path | None = self.workdir
         if self.workdir is not None and "cwd" not in deferred and isinstance(cwd, str):
             try:
-                confine_path(cwd, [self.workdir])
+                base = confine_path(cwd, [self.workdir])
             except PathNotAllowed as exc:
                 problems.append(("cwd", str(exc)))
+                return problems
+        elif isinstance(cwd, str):
+            base = None if "cwd" in deferred else cwd
+        if self.policy is not None:
+            problems += self._policy_problems(args, deferred, base)
         return problems
 
+    def _policy_problems(self, args: Mapping[str, Any], deferred: frozenset[str], base: str | Path | None,
+                         ) -> list[tuple[str, str]]:
+        assert self.policy is not None
+        problems: list[tuple[str, str]] = []
+        env = args.get("env")
+        if isinstance(env, Mapping):  # keys are never references, so they are checked even if a value is one
+            problems += self.policy.env_problems(env)
+        argv = args.get("argv")
+        if not isinstance(argv, list) or not argv or not _literal(argv[0]):
+            return problems
+        program = argv[0]
+        if base is None and "/" in program and not os.path.isabs(program):
+            return problems  # relative to a cwd known at call time only
+        try:
+            executable = self.policy.resolve(program, base)
+        except ExecutableNotAllowed as exc:
+            return [("argv[0]", str(exc)), *problems]
+        option = self.policy.option_problem(executable, argv)
+        return [option, *problems] if option is not None else problems
+
     async def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Refuse a program off the allowlist or a cwd outside the working directory, then run it like ``shell``."""
+        """Confine the cwd, resolve the program once, check it, its options and ``env``; run exactly that file."""
         kwargs = self.bind(args)
-        if self.allowlist is not None:
-            check_argv(kwargs.get("argv") or [], self.allowlist)
         if self.workdir is not None:
             kwargs["cwd"] = str(confine_path(kwargs.get("cwd") or ".", [self.workdir]))
-        return await self.fn(**kwargs)
+        if self.policy is None:
+            return await self.fn(**kwargs)
+        executable = self.policy.check_call(kwargs.get("argv") or [], kwargs.get("env"), kwargs.get("cwd"))
+        return await run_program(kwargs.pop("argv"), executable=executable, **kwargs)
 
 
-def confined_shell(*, allowlist: Iterable[str] | None = None, workdir: str | os.PathLike[str] | None = None) -> Tool:
+def confined_shell(*, allowlist: Iterable[str] | None = None, workdir: str | os.PathLike[str] | None = None,
+                   allow_env: Iterable[str] = ()) -> Tool:
     """A ``shell`` tool that runs only the programs on ``allowlist`` (see :func:`check_argv`; None: any program),
-    with its working directory confined to ``workdir`` (the default cwd; None: unconfined)."""
+    with its working directory confined to ``workdir`` (the default cwd; None: unconfined).
+
+    With an allowlist, ``env`` keys that change what a program executes (:data:`EXEC_ENV_RULES`) are refused
+    unless named in ``allow_env``, and so are the options of :data:`OPTION_RULES`.
+    """
     base = Tool.from_function(shell, name="shell")
-    names = frozenset(allowlist) if allowlist is not None else None
+    policy = ExecPolicy.build(allowlist, allow_env) if allowlist is not None else None
     doc = base.description
-    if names is not None:
-        doc += f"\n\nOnly these programs may run: {', '.join(sorted(names)) or 'none'}."
+    if policy is not None:
+        doc += f"\n\nOnly these programs may run: {', '.join(policy.entries) or 'none'}."
     jail = Path(workdir).resolve() if workdir is not None else None
     if jail is not None:
         doc += f"\n\nIt runs in {jail} (cwd must stay inside it)."
     return _ConfinedShell(
         name=base.name, fn=base.fn, description=doc, idempotent=False, args_model=base.args_model,
-        accepts_extra=base.accepts_extra, input_schema=base.input_schema, is_async=True, allowlist=names,
+        accepts_extra=base.accepts_extra, input_schema=base.input_schema, is_async=True, policy=policy,
         workdir=jail,
     )
 
 
-def allowlisted_shell(allowlist: Iterable[str]) -> Tool:
+def allowlisted_shell(allowlist: Iterable[str], allow_env: Iterable[str] = ()) -> Tool:
     """A ``shell`` tool that only runs the programs on ``allowlist`` (see :func:`check_argv`)."""
-    return confined_shell(allowlist=allowlist)
+    return confined_shell(allowlist=allowlist, allow_env=allow_env)
 
 
 # -- secrets --------------------------------------------------------------------------------------------------------
