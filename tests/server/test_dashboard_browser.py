@@ -130,3 +130,54 @@ async def test_a_wrong_token_is_asked_for_again(live: Live, tmp_path: Path) -> N
             await expect(page.locator("#login")).to_be_visible()
         finally:
             await context.close()
+
+
+STEP_PLAN = {"steps": [
+    {"id": "fetch", "tool": "sleep", "args": {"seconds": 0.05, "result": {"rows": [1, 2, 3], "city": "oslo"}}},
+    {"id": "count", "tool": "noop", "args": {"n": "${fetch.rows[2]}", "where": "${fetch.city}"}},
+    {"id": "later", "tool": "sleep", "args": {"seconds": 30}, "after": ["count"]},
+]}
+
+
+async def test_clicking_a_step_shows_its_inputs_output_and_attempts(live: Live, tmp_path: Path) -> None:
+    _require_browser()
+    from playwright.async_api import async_playwright, expect
+
+    async with live.client() as client:
+        created = await client.post("/runs", json={"plan": STEP_PLAN, "run_id": "panel"})
+        assert created.status_code == 201, created.text
+        async with async_playwright() as pw:
+            context = await pw.chromium.launch_persistent_context(
+                str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1400, "height": 900})
+            try:
+                page = context.pages[0] if context.pages else await context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{live.url}#token={live.token}")
+                await page.goto(f"{live.url}#/runs/panel")
+                await expect(page.locator('#dag .node[data-step="later"][data-status="running"]')).to_be_visible(
+                    timeout=10_000)
+
+                await page.click('#dag .node[data-step="count"]')
+                await expect(page.locator("#step-panel")).to_be_visible()
+                await expect(page.locator("#step-title")).to_have_text("count")
+                await expect(page.locator("#step-status")).to_have_text("succeeded")
+                await expect(page.locator("#step-output")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
+                await expect(page.locator("#step-args")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
+                await expect(page.locator("#step-attempts tbody tr")).to_have_count(1)
+                await expect(page.locator('#dag .node.selected[data-step="count"]')).to_have_count(1)
+
+                # The output is collapsible.
+                await page.click("#step-output-box summary")
+                await expect(page.locator("#step-output")).to_be_hidden()
+
+                # A running step has no output yet; it shows once the step is cancelled with the run.
+                await page.click('#dag .node[data-step="later"]')
+                await expect(page.locator("#step-title")).to_have_text("later")
+                await expect(page.locator("#step-output")).to_have_text("(none: the step is running)")
+                await page.click("#cancel-run")
+                await expect(page.locator("#step-status")).to_have_text("cancelled", timeout=10_000)
+                assert errors == []
+            finally:
+                await context.close()

@@ -3,7 +3,8 @@
 // Data flow: the runs list comes from GET /runs and stays current through the global event stream (GET /events,
 // followed from the list's X-Journal-Position). A selected run's state (GET /runs/{id}) and plan graph
 // (GET /runs/{id}/plan) are re-read when its event stream (GET /runs/{id}/events) says something happened; the
-// timeline and the errors are built from the events themselves. Streams are read with fetch() so that they can
+// timeline and the errors are built from the events themselves. Clicking a step opens its panel
+// (GET /runs/{id}/steps/{step}: inputs, output, attempts, errors), re-read when an event of that step arrives. Streams are read with fetch() so that they can
 // carry the Authorization header (EventSource cannot), and resume with Last-Event-ID after a disconnect.
 "use strict";
 
@@ -287,8 +288,10 @@
       lastAt: null,
       finished: false,
       stream: null,
+      step: null, // the step whose panel is open
     };
     const current = view;
+    current.stepRefresh = throttle(() => refreshStep(current), 200);
     // Each refresh re-reads the run's state and graph: slower for big plans, so that they stay cheap.
     current.refresh = throttle(() => refreshRun(current), 250);
     current.redraw = throttle(async () => { if (view === current) renderTimeline(); }, 100);
@@ -299,6 +302,7 @@
     $("errors").replaceChildren(el("p", { class: "muted", text: "None." }));
     $("dag").replaceChildren();
     $("gantt").replaceChildren();
+    $("step-panel").hidden = true;
     renderRuns();
     refreshRun(current);
     current.stream = openStream(`/runs/${encodeURIComponent(runId)}/events`, 0, (kind, event) => {
@@ -308,6 +312,7 @@
       applyEvent(current, kind, event);
       current.refresh();
       current.redraw();
+      if (current.step && (event.step === current.step || kind === "run_finished")) current.stepRefresh();
     }, () => current.finished || view !== current);
   }
 
@@ -376,7 +381,7 @@
     let summary;
     let plan;
     try {
-      [summary, plan] = await Promise.all([api(base), api(planPath)]);
+      [summary, plan] = await Promise.all([api(`${base}?outputs=false`), api(planPath)]);
     } catch (err) {
       if (err instanceof Unauthorized || view !== current) return;
       if (err.status === 404 && !current.summary) {
@@ -513,7 +518,7 @@
       const label = step.id.length > 22 ? `${step.id.slice(0, 21)}…` : step.id;
       const tip = `${step.id} (${step.tool}): ${step.status}${step.description ? `\n${step.description}` : ""}`;
       nodes.append(svg("g", {
-        class: `node status-${step.status}${critical.has(step.id) ? " critical" : ""}`,
+        class: `node status-${step.status}${critical.has(step.id) ? " critical" : ""}${step.id === current.step ? " selected" : ""}`,
         transform: `translate(${to.x},${to.y})`, "data-step": step.id, "data-status": step.status,
       },
       svg("title", { text: tip }),
@@ -523,6 +528,78 @@
     }
     root.append(edges, nodes);
     container.replaceChildren(root);
+  }
+
+  // -- one step's panel: inputs, output, attempts, errors ---------------------------------------------------------
+  function openStep(current, stepId) {
+    current.step = stepId;
+    current.fullOutput = false;
+    for (const node of document.querySelectorAll("#dag .node")) {
+      node.classList.toggle("selected", node.dataset.step === stepId);
+    }
+    $("step-panel").hidden = false;
+    $("step-title").textContent = stepId;
+    refreshStep(current);
+  }
+
+  function closeStep() {
+    if (view) view.step = null;
+    $("step-panel").hidden = true;
+    for (const node of document.querySelectorAll("#dag .node.selected")) node.classList.remove("selected");
+  }
+
+  async function refreshStep(current) {
+    const stepId = current.step;
+    if (!stepId) return;
+    const path = `/runs/${encodeURIComponent(current.id)}/steps/${encodeURIComponent(stepId)}`;
+    let detail;
+    try {
+      ({ body: detail } = await api(current.fullOutput ? `${path}?full=true` : path));
+    } catch (err) {
+      if (err instanceof Unauthorized || view !== current || current.step !== stepId) return;
+      $("step-error").hidden = false;
+      $("step-error").textContent = String(err.message);
+      return;
+    }
+    if (view !== current || current.step !== stepId) return;
+    renderStep(detail);
+  }
+
+  const pretty = (value) => JSON.stringify(value, null, 2);
+  const isMarker = (value) => value !== null && typeof value === "object" && value.truncated === true
+    && typeof value.bytes === "number" && typeof value.sha256 === "string";
+
+  function renderStep(detail) {
+    $("step-title").textContent = detail.step;
+    $("step-tool").textContent = detail.tool;
+    const badge = $("step-status");
+    badge.textContent = detail.status;
+    badge.className = `badge status-${detail.status}`;
+    $("step-error").hidden = !detail.error;
+    $("step-error").textContent = detail.error ? `${detail.error_kind ? `${detail.error_kind}: ` : ""}${detail.error}` : "";
+    $("step-args").textContent = pretty(detail.args);
+    $("step-args-note").textContent = detail.args_resolved ? "" : "(as written: some references are not resolved yet)";
+    const output = detail.output;
+    const truncated = isMarker(output);
+    if (truncated) {
+      $("step-output").textContent = `(${output.bytes.toLocaleString()} bytes, sha256 ${output.sha256})`;
+      $("step-output-note").textContent = "(too big to show at once)";
+    } else if (detail.status === "succeeded") {
+      $("step-output").textContent = pretty(output);
+      $("step-output-note").textContent = "";
+    } else {
+      $("step-output").textContent = `(none: the step is ${detail.status})`;
+      $("step-output-note").textContent = "";
+    }
+    $("step-output-full").hidden = !truncated;
+    const rows = (detail.attempts || []).map((a) => el("tr", { "data-attempt": a.attempt },
+      el("td", { text: String(a.attempt) }),
+      el("td", {}, el("span", { class: `badge status-${a.outcome}`, text: a.outcome })),
+      el("td", { text: formatInstant(a.started_at) }),
+      el("td", { text: a.finished_at !== null && a.finished_at !== undefined ? formatDuration(a.finished_at - a.started_at) : "—" }),
+      el("td", { class: "error", text: a.error ? `${a.error_kind ? `${a.error_kind}: ` : ""}${a.error}` : "" })));
+    $("step-attempts").querySelector("tbody").replaceChildren(
+      ...(rows.length ? rows : [el("tr", {}, el("td", { colspan: "5", class: "muted", text: "Not started." }))]));
   }
 
   // -- the timeline of step attempts ----------------------------------------------------------------------------
@@ -630,6 +707,17 @@
     if (action === "resume") selectRun(current.id); // a resumed run has a new stream (from the start: the timeline)
     else current.refresh();
   }
+
+  $("dag").addEventListener("click", (event) => {
+    const node = event.target.closest ? event.target.closest(".node") : null;
+    if (node && view) openStep(view, node.dataset.step);
+  });
+  $("step-close").addEventListener("click", closeStep);
+  $("step-output-full").addEventListener("click", () => {
+    if (!view || !view.step) return;
+    view.fullOutput = true;
+    refreshStep(view);
+  });
 
   $("version-select").addEventListener("change", (event) => {
     if (!view || !view.plan) return;
