@@ -5,14 +5,18 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import math
 import os
 import signal
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+from pydantic import AfterValidator
+from pydantic_core import PydanticCustomError
 
 from planweave.engine.context import current_step
 from planweave.errors import ToolError
+from planweave.plan.model import MAX_SECONDS
 from planweave.tools.isolation import run_in_thread
 from planweave.tools.registry import Tool, Toolbox
 
@@ -30,10 +34,20 @@ async def noop(**kwargs: Any) -> dict[str, Any]:
     return kwargs
 
 
-async def sleep(seconds: float, result: Any = None) -> Any:
+def _duration(seconds: float) -> float:
+    """A finite number of seconds in [0, MAX_SECONDS], the plan's own bound on durations (NaN and Infinity too)."""
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_SECONDS):
+        raise PydanticCustomError(
+            "duration", f"must be a finite number of seconds, at least 0 and at most {MAX_SECONDS:g} (about 31 years), "
+            f"got {seconds}")
+    return seconds
+
+
+Seconds = Annotated[float, AfterValidator(_duration)]
+
+
+async def sleep(seconds: Seconds, result: Any = None) -> Any:
     """Wait ``seconds`` on the engine's clock (virtual or real), then return ``result`` (or the seconds waited)."""
-    if seconds < 0:
-        raise ToolError(f"seconds must be >= 0, got {seconds}", kind="arguments", retryable=False)
     await asyncio.sleep(seconds)
     return {"slept": seconds} if result is None else result
 
