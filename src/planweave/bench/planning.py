@@ -10,7 +10,8 @@ Measured:
 2. end-to-end time, and executor idle time (no step running while the run is not over): planweave's concurrent
    re-planning vs a synchronous re-planner (re-plans only once every step stopped, LLMCompiler's way) vs a
    sequential ReAct loop (one model call per step);
-3. steps re-executed (the same work run more than once) with local repair vs with global re-planning.
+3. steps re-executed (the same work run more than once) with local repair vs with global re-planning;
+4. model calls and tokens per goal and system, so that a planner that spends extra round trips shows.
 
 ``planweave bench planning [--json] [--quick]`` or ``python -m planweave.bench.planning``.
 """
@@ -96,6 +97,15 @@ def _fixed(step: dict[str, Any]) -> dict[str, Any]:
     return {**step, "args": args}
 
 
+def _repair_ids(prompt: str) -> list[str]:
+    """The failed steps and their downstream region, as a repair prompt names them (the model restates them all)."""
+    failed = _FAILED.search(prompt)
+    region = _REGION.search(prompt)
+    ids = [s.strip().strip("'") for s in failed.group(1).split(",")] if failed else []
+    ids += [s.strip() for s in region.group(1).split(",")] if region else []
+    return list(dict.fromkeys(ids))
+
+
 def script_for(goal: Goal) -> Any:
     """The scripted model for one goal: the plan, region repairs, global re-plans, answers."""
     by_id = {s["id"]: s for s in goal.steps}
@@ -105,9 +115,7 @@ def script_for(goal: Goal) -> Any:
         if "If the results answer the goal" in last:
             return Text(json.dumps({"answer": f"{goal.name}: done"}))
         if "failed for good" in last:
-            region = _REGION.search(last)
-            ids = [s.strip() for s in region.group(1).split(",")] if region else []
-            return Text(plan_lines(_fixed(by_id[i]) for i in ids if i in by_id))
+            return Text(plan_lines(_fixed(by_id[i]) for i in _repair_ids(last) if i in by_id))
         if "REMAINING plan" in last or "is stale" in last:
             done = set(re.findall(r"^- (\S+) \(work\) ->", last, flags=re.M))
             return Text(plan_lines(_fixed(s) for s in goal.steps if s["id"] not in done))
@@ -137,6 +145,8 @@ class Measured:
     end_to_end: float
     idle: float
     reexecuted: int
+    model_calls: int = 0  # chat completions the system sent for the goal (plan, repairs, re-plans, answer)
+    tokens: int = 0  # prompt + completion tokens of those calls
 
 
 async def _planweave(goal: Goal, options: PlanningOptions, *, ttft: float, tps: float) -> Measured:
@@ -155,7 +165,8 @@ async def _planweave(goal: Goal, options: PlanningOptions, *, ttft: float, tps: 
     first = min(rec.attempt_log[0][1] for rec in [*state.records.values(), *(r for _, r in state.retired)]
                 if rec.attempt_log) - origin
     makespan = (state.finished_at or origin) - origin
-    return Measured(first, elapsed, makespan - _busy_union(state), sum(c - 1 for c in executions.values()))
+    return Measured(first, elapsed, makespan - _busy_union(state), sum(c - 1 for c in executions.values()),
+                    len(state.model_calls), state.tokens)
 
 
 async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
@@ -165,6 +176,7 @@ async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
     server = ScriptedLLM(script_for(goal), ttft=ttft, tokens_per_second=tps)
     first = None
     busy = 0.0
+    calls = tokens = 0
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="bench") as client:
         from planweave.models import CompletionRequest
 
@@ -174,6 +186,7 @@ async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
             for attempt in range(2):
                 ask = prompt + (" retry" if attempt else "")
                 done = await client.complete(CompletionRequest.of(ask, max_tokens=200))
+                calls, tokens = calls + 1, tokens + done.total_tokens
                 chosen = json.loads(done.text.strip().splitlines()[0])
                 if first is None:
                     first = time.perf_counter() - t0
@@ -185,9 +198,10 @@ async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
                     break
                 except ConnectionError:
                     busy += time.perf_counter() - s
-        await client.complete(CompletionRequest.of("If the results answer the goal, say so.", max_tokens=50))
+        done = await client.complete(CompletionRequest.of("If the results answer the goal, say so.", max_tokens=50))
+        calls, tokens = calls + 1, tokens + done.total_tokens
         elapsed = time.perf_counter() - t0
-    return Measured(first or 0.0, elapsed, elapsed - busy, sum(c - 1 for c in executions.values()))
+    return Measured(first or 0.0, elapsed, elapsed - busy, sum(c - 1 for c in executions.values()), calls, tokens)
 
 
 async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str, Any]:
@@ -217,6 +231,9 @@ async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str
                              "global_replan": int(total("global_replan", "reexecuted"))},
         "goals": [{"name": g.name, "steps": len(g.steps), "flaky": sum(1 for s in g.steps if s["args"].get("flaky"))}
                   for g in goals],
+        # Per goal (in the order of "goals") and system: model calls and tokens.
+        "model_calls": {name: [m.model_calls for m in runs] for name, runs in systems.items()},
+        "model_tokens": {name: [m.tokens for m in runs] for name, runs in systems.items()},
         "model": {"ttft_s": ttft, "tokens_per_s": tps},
         "step_ms_median": sorted(s["args"]["ms"] for g in goals for s in g.steps)[
             sum(len(g.steps) for g in goals) // 2],
@@ -254,7 +271,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     for row in rows:
         print(f"  {row[0]:<30} {row[1]:<22} {row[2]:<24} {row[3]}")
+    print(model_calls_table(data))
     return 0
+
+
+def model_calls_table(data: dict[str, Any]) -> str:
+    """Model calls / tokens per goal (rows) and system (columns), with the totals, as aligned text."""
+    systems = list(data["model_calls"])
+    lines = ["  model calls / tokens per goal", "  " + f"{'goal':<12}" + "".join(f"{s:>18}" for s in systems)]
+    cells = {s: list(zip(data["model_calls"][s], data["model_tokens"][s], strict=True)) for s in systems}
+    for i, goal in enumerate(data["goals"]):
+        label = f"{goal['name']} ({goal['steps']})"
+        lines.append("  " + f"{label:<12}" + "".join(f"{f'{c} / {t}':>18}" for c, t in (cells[s][i] for s in systems)))
+    totals = ((sum(c for c, _ in cells[s]), sum(t for _, t in cells[s])) for s in systems)
+    lines.append("  " + f"{'total':<12}" + "".join(f"{f'{c} / {t}':>18}" for c, t in totals))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
