@@ -36,7 +36,7 @@ from planweave.cli import views
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
 from planweave.engine.events import Event
 from planweave.engine.report import StepNotFound, find_step, outputs_summary, step_detail
-from planweave.engine.runtime import Engine, Run, RunResult, process_alive, request_cancel
+from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult, process_alive, request_cancel
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
@@ -711,7 +711,7 @@ def run(
             if not mcp:  # MCP tools are known only once connected: then the engine validates at start
                 # Check everything before the journal is opened: an invalid plan leaves no trace there.
                 validate_plan(spec, toolbox, capacities, source=str(file))
-            limits = Limits(concurrency if concurrency is not None else spec.concurrency, capacities)
+            limits = Limits(concurrency or spec.concurrency or DEFAULT_CONCURRENCY, capacities)
 
             async def begin_file(engine: Engine, _stack: AsyncExitStack) -> Run:
                 return await engine.start(spec, run_id=run_id, source=str(file))
@@ -719,7 +719,7 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
-            limits = Limits(concurrency, flags)
+            limits = Limits(concurrency or DEFAULT_CONCURRENCY, flags)
             goal_text = goal
 
             agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, plan_max_tokens)

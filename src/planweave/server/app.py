@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
 from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, Redact, StepNotFound, find_step, step_detail
-from planweave.engine.runtime import Engine, Run, request_cancel
+from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, request_cancel
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
 from planweave.journal import default_journal_url
@@ -645,7 +645,7 @@ async def serve(
     try:
         async with contextlib.AsyncExitStack() as stack:
             engine = await stack.enter_async_context(
-                open_engine(url, tools=tools, concurrency=concurrency, capacities=capacities))
+                open_engine(url, tools=tools, concurrency=concurrency or DEFAULT_CONCURRENCY, capacities=capacities))
             if provider is not None:
                 from planweave.server.telemetry import instrument
 
