@@ -409,6 +409,77 @@ def test_live_view_draws_every_step_and_ends_on_the_final_state() -> None:
         assert status in row
 
 
+WIDE = {"name": "wide", "steps": [
+    *({"id": f"n{i:05d}", "tool": "noop"} for i in range(10_000)),
+    {"id": "slow", "tool": "sleep", "args": {"seconds": 30}},
+    {"id": "bad", "tool": "shell", "args": {"argv": ["sh", "-c", "exit 3"]}, "after": ["slow"]},
+]}
+
+
+def test_final_view_of_a_big_run_shows_counts_failures_and_the_slowest_steps(tmp_path: Path) -> None:
+    plan = tmp_path / "wide.json"
+    plan.write_text(json.dumps(WIDE), encoding="utf-8")
+    proc = subprocess.run(cli_command("run", str(plan), "--journal", "memory://", "--virtual-clock"),
+                          capture_output=True, text=True,
+                          env=subprocess_env(), timeout=60, check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) < 40, proc.stdout[-2000:]
+    assert "1 failed · 10001 succeeded" in lines[0]  # the header counts every step by state
+    row = {line.split()[0]: line for line in lines if line.split()}
+    assert "failed" in row["bad"]  # every failed step
+    assert "succeeded" in row["slow"]  # the slowest first among the finished
+    assert any(line.lstrip().startswith("… ") and "--all" in line for line in lines)
+
+
+def test_final_view_with_all_shows_every_step(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "some.yaml", {"steps": [{"id": f"s{i:02d}", "tool": "noop"} for i in range(60)]})
+    shown = invoke("run", str(plan), "--journal", "memory://", "--all")
+    assert shown.exit_code == 0, shown.output
+    assert all(f"s{i:02d} " in shown.stdout for i in range(60))
+    summary = invoke("run", str(plan), "--journal", "memory://")
+    assert sum(f"s{i:02d} " in summary.stdout for i in range(60)) <= 15
+
+
+class TimedView(LiveRunView):
+    """The live view, timing itself: every event it handles and every frame it draws."""
+
+    spent = 0.0
+
+    def on_event(self, event: Any) -> None:
+        began = time.perf_counter()
+        super().on_event(event)
+        TimedView.spent += time.perf_counter() - began
+
+    def _draw(self, final: bool = False) -> None:
+        began = time.perf_counter()
+        super()._draw(final)
+        TimedView.spent += time.perf_counter() - began
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_the_view_of_a_10k_step_run_costs_under_a_tenth_of_the_run(terminal: bool) -> None:
+    plan = {"steps": [{"id": f"n{i:05d}", "tool": "noop"} for i in range(10_000)]}
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=terminal, width=120, height=40, color_system=None)
+    TimedView.spent = 0.0
+
+    async def go() -> float:
+        async with open_engine("memory://") as engine:
+            began = time.perf_counter()
+            run = await engine.start(plan)
+            with TimedView(console, engine.clock, ticking=terminal).follow(run):
+                await run.wait()
+            return time.perf_counter() - began
+
+    total = asyncio.run(go())
+    view = TimedView.spent
+    print(f"10k noop steps ({'terminal' if terminal else 'file'}): run {total - view:.3f}s, view {view:.3f}s "
+          f"({100 * view / (total - view):.1f}%)")
+    assert view < 0.1 * (total - view)
+    assert len(screen.getvalue().splitlines()) < 200 if not terminal else True
+
+
 FAILING_VIRTUAL = {"steps": [
     {"id": "wait", "tool": "sleep", "args": {"seconds": 5}},
     {"id": "bad", "tool": "sleep", "args": {"seconds": -1}, "after": ["wait"]},

@@ -313,6 +313,7 @@ class Session:
     json_output: bool
     mcp_flags: tuple[str, ...] = ()
     watch_port: int | None = None  # serve the dashboard for this run (``--watch``)
+    all_rows: bool = False  # the final view shows every step (``--all``), not the summary
 
     def resume_command(self, run_id: str) -> str:
         """The command that continues ``run_id`` with the same journal and tools."""
@@ -450,7 +451,8 @@ async def _follow(
                     if server is not None:
                         (console or Console(stderr=True)).print(f"watch it at {server.dashboard_url(run.id)}",
                                                                 markup=False)
-                    view = views.LiveRunView(console, clock, ticking=not session.virtual) if console else None
+                    view = views.LiveRunView(console, clock, ticking=not session.virtual,
+                                             all_rows=session.all_rows) if console else None
                     with view.follow(run) if view is not None else nullcontext():
                         result = await run.wait()
                     signals.disarm()
@@ -694,6 +696,8 @@ def run(
     root: RootOption = None,
     watch: Annotated[bool, typer.Option("--watch", help="Also serve the dashboard for this run.")] = False,
     port: Annotated[int, typer.Option("--port", help="Port of --watch's dashboard.")] = 8765,
+    all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
+                                                         "failed and the slowest steps).")] = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with _clean_errors():
@@ -703,7 +707,7 @@ def run(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
-                          tuple(mcp or ()), port if watch else None)
+                          tuple(mcp or ()), port if watch else None, all_rows=all_rows)
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         if file is not None:
             spec = load_plan_file(file)
@@ -763,6 +767,8 @@ def resume(
     budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
     max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans.")] = 5,
+    all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
+                                                         "failed and the slowest steps).")] = False,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits."""
     with _clean_errors():
@@ -771,7 +777,8 @@ def resume(
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
-        session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()))
+        session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()),
+                          all_rows=all_rows)
 
         async def recorded_limits(opened: Journal) -> Limits:
             # The engine must admit steps as the original run did: its limits are in run_created.
@@ -859,6 +866,8 @@ def show(
     json_output: JsonOption = False,
     step: Annotated[str | None, typer.Option(
         "--step", metavar="ID", help="Show this step: its arguments, every attempt, errors and output.")] = None,
+    all_rows: Annotated[bool, typer.Option("--all", help="A row for every step (default: counts, the failed and "
+                                                         "the slowest steps).")] = False,
 ) -> None:
     """Show one run: its steps, its error and root cause, and a timeline of every attempt (or one ``--step``)."""
     with _clean_errors():
@@ -897,10 +906,12 @@ def show(
         console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
                            f"${state.cost_usd:.4f}", style="dim"))
     console.print()
-    console.print(views.steps_table(state, found.horizon, detailed=True))
+    shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
+    console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,
+                                    more_hint=views.ALL_HINT))
     console.print()
     console.print(Text("timeline", style="bold"))
-    console.print(views.timeline(state, console.width, found.horizon), soft_wrap=True)
+    console.print(views.timeline(state, console.width, found.horizon, shown), soft_wrap=True)
     if len(state.versions) > 1 or state.model_calls:
         console.print()
         console.print(views.versions_table(state))

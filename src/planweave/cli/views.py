@@ -7,6 +7,7 @@ view of a running engine and ``planweave show`` of a journaled run draw the same
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -127,33 +128,76 @@ def _error_text(rec: StepRecord) -> Text:
     return Text(first_line, style="red" if rec.status in ("failed", "unknown") else "dim")
 
 
+def _hidden_counts(state: RunState, chosen: set[str]) -> dict[str, int]:
+    hidden: dict[str, int] = {}
+    for sid, rec in state.records.items():
+        if sid not in chosen:
+            hidden[rec.status] = hidden.get(rec.status, 0) + 1
+    return hidden
+
+
+_URGENCY: Mapping[str, int] = {"running": 0, "failed": 1, "unknown": 1, "ready": 2, "cancelled": 3,
+                               "succeeded": 4, "skipped": 4, "pending": 5}
+
+
 def _visible_steps(state: RunState, max_rows: int | None) -> tuple[list[str], dict[str, int]]:
     """The steps worth a row when not all fit: active and failed ones first, then the latest finished, then pending.
 
-    Returns the chosen ids in plan order and the counts, by state, of the ones left out.
+    Returns the chosen ids in plan order and the counts, by state, of the ones left out. One pass over the steps:
+    the live view of a 10,000-step run redraws several times a second.
     """
     order = state.plan.order
     if max_rows is None or len(order) <= max_rows:
         return list(order), {}
-    urgency = {"running": 0, "failed": 1, "unknown": 1, "ready": 2, "cancelled": 3,
-               "succeeded": 4, "skipped": 4, "pending": 5}
-    index = {sid: i for i, sid in enumerate(order)}
-
-    def key(sid: str) -> tuple[int, float, int]:
-        rec = state.records[sid]
-        return urgency.get(rec.status, 5), -(rec.finished_at or 0.0), index[sid]
-
-    chosen = set(sorted(order, key=key)[:max_rows])
-    hidden: dict[str, int] = {}
-    for sid in order:
-        if sid not in chosen:
-            status = state.records[sid].status
-            hidden[status] = hidden.get(status, 0) + 1
-    return [sid for sid in order if sid in chosen], hidden
+    buckets: list[list[StepRecord]] = [[] for _ in range(6)]
+    for rec in state.records.values():
+        buckets[_URGENCY.get(rec.status, 5)].append(rec)
+    chosen: set[str] = set()
+    for urgency, bucket in enumerate(buckets):
+        room = max_rows - len(chosen)
+        if room <= 0:
+            break
+        if len(bucket) > room and urgency == 4:  # finished: the latest ones
+            bucket = heapq.nlargest(room, bucket, key=lambda r: r.finished_at or 0.0)
+        chosen.update(rec.id for rec in bucket[:room])
+    return [sid for sid in order if sid in chosen], _hidden_counts(state, chosen)
 
 
-def steps_table(state: RunState, now: float | None, *, max_rows: int | None = None, detailed: bool = False) -> Table:
-    """One row per step: state, attempt, elapsed and error (``detailed`` adds started and finished offsets)."""
+def summary_steps(state: RunState, now: float | None, top: int = 10) -> tuple[list[str], dict[str, int]]:
+    """The rows of a run's final view: the failed (and unknown) steps, the running ones, then the ``top`` slowest.
+
+    Each group holds at most ``top`` steps; a run of at most ``2 * top`` steps shows every one, in plan order.
+    Returns the chosen ids (failed, running, then slowest first) and the counts, by state, of the others.
+    """
+    order = state.plan.order
+    if len(order) <= 2 * top:
+        return list(order), {}
+    failed: list[str] = []
+    running: list[str] = []
+    timed: list[tuple[float, str]] = []
+    for rec in state.records.values():  # one pass: a final view must stay cheap next to a 10,000-step run
+        if rec.status in ("failed", "unknown"):
+            failed.append(rec.id)
+        elif rec.status == "running":
+            running.append(rec.id)
+        elif rec.started_at is not None:
+            end = rec.finished_at if rec.finished_at is not None else now
+            if end is not None:
+                timed.append((end - rec.started_at, rec.id))
+    slowest = [sid for _elapsed, sid in heapq.nlargest(top, timed, key=lambda item: item[0])]
+    shown = [*failed[:top], *running[:top], *slowest]
+    return shown, _hidden_counts(state, set(shown))
+
+
+def steps_table(
+    state: RunState, now: float | None, *, max_rows: int | None = None, detailed: bool = False,
+    top: int | None = None, more_hint: str = "",
+) -> RenderableType:
+    """One row per step: state, attempt, elapsed and error (``detailed`` adds started and finished offsets).
+
+    Which rows: with ``top``, :func:`summary_steps`; else at most ``max_rows`` (None: every step). A last row counts
+    the steps left out, followed by ``more_hint``, is printed below the table.
+    """
     table = Table(box=None, pad_edge=False, header_style="bold", expand=False)
     table.add_column("step", no_wrap=True)
     table.add_column("state", no_wrap=True)
@@ -163,7 +207,7 @@ def steps_table(state: RunState, now: float | None, *, max_rows: int | None = No
         table.add_column("finished", justify="right", no_wrap=True)
     table.add_column("elapsed", justify="right", no_wrap=True)
     table.add_column("error", overflow="fold")
-    shown, hidden = _visible_steps(state, max_rows)
+    shown, hidden = summary_steps(state, now, top) if top is not None else _visible_steps(state, max_rows)
     origin = state.created_at
     for sid in shown:
         rec = state.records[sid]
@@ -175,7 +219,9 @@ def steps_table(state: RunState, now: float | None, *, max_rows: int | None = No
     if hidden:
         more = Text(f"… {sum(hidden.values())} more: ", style="dim")
         more.append_text(counts_text(hidden))
-        table.add_row(more)
+        if more_hint:
+            more.append(f" ({more_hint})", style="dim")
+        return Group(table, more)
     return table
 
 
@@ -203,27 +249,47 @@ def live_view(state: RunState, now: float | None, max_rows: int | None) -> Rende
     return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows))
 
 
+SUMMARY_TOP = 10  # failed and slowest steps a final view shows by default
+ALL_HINT = "--all shows every step"
+
+
+def final_view(state: RunState, now: float | None, *, all_rows: bool = False) -> RenderableType:
+    """The last frame of a run's live display: header and counts, then the failed and slowest steps (or all)."""
+    table = (steps_table(state, now) if all_rows
+             else steps_table(state, now, top=SUMMARY_TOP, more_hint=ALL_HINT))
+    return Group(run_header(state, now), table)
+
+
+DRAW_SHARE = 0.025  # the most of the event loop's time the live view may spend drawing
+
+
 class LiveRunView:
     """Keeps a Rich live display of one run up to date from the run's events, at most ``rate`` redraws a second.
 
     Event-driven: each event marks the view stale and schedules one redraw (events of the same loop iteration
-    share it). With ``ticking`` (real time only), the elapsed times also advance once a second while nothing happens;
-    on a virtual clock a ticking timer would be a timer the clock jumps to forever, so there the view only follows
-    events and draws the final state on exit.
+    share it). Redraws also keep to a budget: after a frame that took ``d`` seconds the next waits at least
+    ``d / DRAW_SHARE``, so however big the run, drawing it takes at most that share of the loop. With ``ticking``
+    (real time only), the elapsed times also advance once a second while nothing happens; on a virtual clock a
+    ticking timer would be a timer the clock jumps to forever, so there the view only follows events and draws the
+    final state on exit. Off a terminal only the final frame is drawn (it is the only one printed).
     """
 
-    def __init__(self, console: Console, clock: Clock, *, rate: float = 8.0, ticking: bool = True) -> None:
+    def __init__(
+        self, console: Console, clock: Clock, *, rate: float = 8.0, ticking: bool = True, all_rows: bool = False,
+    ) -> None:
         self._console = console
+        self._all_rows = all_rows
         self._clock = clock
-        self._interval = 1.0 / rate
+        self._rate_interval = 1.0 / rate
+        self._interval = self._rate_interval  # grows with the cost of a frame (DRAW_SHARE)
         self._ticking = ticking
         self._state: RunState | None = None
         self._live: Live | None = None
         self._last_draw = 0.0
         self._redraw: asyncio.Handle | None = None
         self._tick: asyncio.TimerHandle | None = None
-        # Off a terminal the live display prints only its last frame: show every step in it.
-        self._max_rows: int | None = max(5, console.height - 6) if console.is_terminal else None
+        self._max_rows = max(5, console.height - 6)
+        self._terminal = console.is_terminal  # a property that asks the OS each time: read it once
 
     @contextmanager
     def follow(self, run: Run) -> Iterator[None]:
@@ -253,8 +319,8 @@ class LiveRunView:
 
     def on_event(self, event: Event) -> None:
         """Listener for the run's events: schedule a redraw, throttled to the rate."""
-        if self._redraw is not None or self._live is None:
-            return
+        if self._redraw is not None or self._live is None or not self._terminal:
+            return  # off a terminal only the last frame is printed
         loop = asyncio.get_running_loop()
         wait = self._last_draw + self._interval - time.monotonic()
         if wait <= 0:
@@ -270,16 +336,22 @@ class LiveRunView:
     def _draw(self, final: bool = False) -> None:
         if self._live is None or self._state is None:
             return
+        if not final and not self._terminal:
+            return  # off a terminal only the last frame is printed: building the others is waste
+        began = time.monotonic()
         try:
             now: float | None = self._clock.now()
         except RuntimeError:  # no loop to read a virtual clock from (the final draw after it stopped)
             now = None
-        self._live.update(live_view(self._state, now, self._max_rows), refresh=True)
+        frame = (final_view(self._state, now, all_rows=self._all_rows) if final
+                 else live_view(self._state, now, self._max_rows))
+        self._live.update(frame, refresh=True)
         self._last_draw = time.monotonic()
+        self._interval = max(self._rate_interval, (self._last_draw - began) / DRAW_SHARE)
         if self._ticking and not final and self._state.finished_at is None:
             if self._tick is not None:
                 self._tick.cancel()
-            self._tick = asyncio.get_running_loop().call_later(1.0, self._draw)
+            self._tick = asyncio.get_running_loop().call_later(max(1.0, self._interval), self._draw)
 
 
 # -- timelines ---------------------------------------------------------------------------------------------------
@@ -308,13 +380,13 @@ def _segments(rec: StepRecord, t0: float, span: float, width: int, horizon: floa
     return out
 
 
-def timeline(state: RunState, width: int, horizon: float | None = None) -> Text:
-    """A text Gantt chart: one row per step, bars scaled to ``width`` columns, one segment per attempt.
+def timeline(state: RunState, width: int, horizon: float | None = None, steps: Sequence[str] | None = None) -> Text:
+    """A text Gantt chart: a row per step (of ``steps``, default all), bars scaled to ``width``, a segment per attempt.
 
     Retries show as separate segments (``▓`` a failed attempt, ``·`` the wait before the next); ``horizon`` is where
-    unfinished attempts end (default: the run's end or its last recorded moment).
+    unfinished attempts end (default: the run's end or its last recorded moment). The scale is the whole run's.
     """
-    order = state.plan.order
+    order = state.plan.order if steps is None else steps
     starts = [a[1] for r in state.records.values() for a in r.attempt_log]
     ends = [a[2] for r in state.records.values() for a in r.attempt_log if a[2] is not None]
     t0 = state.created_at if state.created_at is not None else min(starts, default=0.0)
