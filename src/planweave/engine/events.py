@@ -20,6 +20,7 @@ EventKind = Literal[
     "model_call",  # data: purpose, model, prompt_tokens, completion_tokens, cost_usd, started_at, finished_at, step
     "escalation",  # data: rung (retry|fallback|local_repair|global_replan|fail), step, reason
     "answer",  # data: text (the run's final answer, from the joiner)
+    "warning",  # data: message, blocked_s, tool, where (a tool blocked the event loop); changes no state
     "step_progress",  # data: fraction, message (reported by a long-running tool)
     "approval_requested",  # data: prompt (the step's approval text, or null)
     "approval_given",  # data: approve, reason

@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import FrameType
 from typing import Any
 
 from planweave.clock import Clock, RealClock
 from planweave.engine.context import StepContext
 from planweave.engine.context import current_step_var as _current_step
 from planweave.engine.events import Event, EventKind
+from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
 from planweave.engine.state import ACTIVE, OnFailure, RunState, StepRecord
@@ -359,8 +363,8 @@ class Run:
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None:
         """Journal an event about the run that is not a step transition (``model_call``, ``escalation``,
         ``answer``): the planning loop reports through this."""
-        if kind not in ("model_call", "escalation", "answer"):
-            raise ValueError(f"record() takes model_call, escalation or answer events, not {kind}")
+        if kind not in ("model_call", "escalation", "answer", "warning"):
+            raise ValueError(f"record() takes model_call, escalation, answer or warning events, not {kind}")
         self._emit(kind, step, data)
 
     async def _retry_after(self, rec: StepRecord, delay: float) -> None:
@@ -589,6 +593,7 @@ class Engine:
         self._tg = self._tg_cm
         self._open = False
         self._control_task: asyncio.Task[None] | None = None
+        self._loop_watch: LoopWatch | None = None
 
     @property
     def capacities(self) -> Mapping[str, int]:
@@ -601,6 +606,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         await self._tg_cm.__aenter__()
         self._open = True
+        self._loop_watch = LoopWatch(asyncio.get_running_loop(), self._stalled).start()
         if self.journal.durable and isinstance(self.clock, RealClock):
             self._control_task = self._tg.create_task(self._watch_control(), name="planweave-control")
         return self
@@ -625,8 +631,43 @@ class Engine:
                     if event.kind == "run_cancel_requested" and event.at >= (run.state.created_at or 0.0):
                         run.cancel(event.data.get("reason", "cancelled from another process"))
 
+    def _stalled(self, task: asyncio.Task[object] | None, frame: FrameType | None, since: float) -> None:
+        """The event loop is blocked (:class:`LoopWatch`, in its thread): name the step whose tool blocks it.
+
+        A warning is logged at once; when a step's tool (not the engine itself) is the culprit, a ``warning`` event
+        with the whole duration is journaled for the step as soon as the loop turns again.
+        """
+        culprit = self._blocking_step(task, frame)
+        at = _location(frame)
+        blocked_s = time.monotonic() - since
+        if culprit is None:
+            _log.warning("the event loop has been blocked for %.1fs (in %s)", blocked_s, at)
+            return
+        run, sid = culprit
+        tool = run.plan.steps[sid].tool if sid in run.plan.steps else "?"
+        _log.warning("step '%s' (tool '%s') of run '%s' has blocked the event loop for %.1fs (in %s): an async "
+                     "tool must not block (a sync function runs in a worker thread), and its timeout cannot fire "
+                     "while it does", sid, tool, run.id, blocked_s, at)
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            run._loop.call_soon_threadsafe(_journal_warning, run, sid, {"tool": tool, "where": at}, since)
+
+    def _blocking_step(self, task: asyncio.Task[object] | None, frame: FrameType | None) -> tuple[Run, str] | None:
+        """The (run, step) whose tool call ``frame`` is inside, if ``task`` is a step attempt of this engine."""
+        callee = None
+        while frame is not None and frame.f_code is not _EXECUTE_CODE:
+            callee, frame = frame, frame.f_back
+        if frame is None or callee is None or callee.f_code.co_name not in ("invoke", "_guarded"):
+            return None  # not inside a tool call: the engine's own work (or none of ours) blocked the loop
+        for run in list(self._runs.values()):
+            for sid, attempt in list(run._tasks.items()):
+                if attempt is task:
+                    return run, sid
+        return None
+
     async def __aexit__(self, *exc_info: Any) -> None:
         self._open = False
+        if self._loop_watch is not None:
+            self._loop_watch.stop()
         if self._control_task is not None:
             self._control_task.cancel()
         for run in list(self._runs.values()):
@@ -794,6 +835,27 @@ class Engine:
             scheduler.release(claims)
         if scheduler._heap:
             self._pump()
+
+
+_log = logging.getLogger("planweave.engine")
+_EXECUTE_CODE = Run._execute.__code__
+
+
+def _journal_warning(run: Run, sid: str, data: Mapping[str, Any], since: float) -> None:
+    """Journal that step ``sid``'s tool blocked the loop from ``since`` (monotonic) until now."""
+    if not run.finished:
+        blocked_s = time.monotonic() - since
+        message = (f"tool '{data['tool']}' blocked the event loop for {blocked_s:.1f}s (in {data['where']}): "
+                   "an async tool must not block, and its timeout cannot fire while it does")
+        run.record("warning", {**data, "message": message, "blocked_s": round(blocked_s, 3)}, sid)
+
+
+def _location(frame: FrameType | None) -> str:
+    """``function (file:line)`` of the innermost Python frame, for a warning."""
+    if frame is None:
+        return "unknown code"
+    code = frame.f_code
+    return f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
 
 
 def process_alive(owner: Mapping[str, Any]) -> bool:

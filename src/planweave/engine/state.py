@@ -305,6 +305,8 @@ class RunState:
         if kind == "answer":
             self.answer = event.data.get("text")
             return NOTHING_READY
+        if kind == "warning":
+            return NOTHING_READY
         raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
 
     # -- people in the run --------------------------------------------------------------------------------------------
