@@ -73,6 +73,12 @@ def _problem_from_pydantic(step: str, err: Any) -> PlanProblem:
     return PlanProblem(step, field_name, err["msg"])
 
 
+def _kind_of(value: Any) -> str:
+    """``a list``, ``an int``: the type of a document value for messages."""
+    name = {"list": "list", "str": "text", "NoneType": "null"}.get(type(value).__name__, type(value).__name__)
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
 def parse_step(data: Any, source: str = "step") -> Step:
     """Read one step object (as a planner emits it), reporting every problem at once."""
     label = source
@@ -86,9 +92,13 @@ def parse_step(data: Any, source: str = "step") -> Step:
 
 def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
     """Read a plan document (the parsed YAML/JSON) into a :class:`PlanSpec`, reporting every problem at once."""
+    if data is None:
+        raise PlanInvalid([PlanProblem("", "", "the document is empty (expected an object with a 'steps' list)")],
+                          source)
     if not isinstance(data, Mapping):
-        got = type(data).__name__
-        raise PlanInvalid([PlanProblem("", "", f"expected an object with a 'steps' list, got {got}")], source)
+        got = _kind_of(data)
+        raise PlanInvalid([PlanProblem("", "", f"expected an object with a 'steps' list at the top level, got {got}")],
+                          source)
     problems: list[PlanProblem] = []
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
