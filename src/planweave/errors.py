@@ -60,6 +60,14 @@ class JournalError(PlanweaveError):
     """The journal could not be opened, read or written, or its contents are inconsistent."""
 
 
+class EventNotRecorded(JournalError):
+    """Raised by ``Journal.append`` when an event's data cannot be stored (e.g. a lone surrogate in a string).
+
+    The event is refused before it is buffered: nothing of it is recorded and the journal keeps working for every
+    other event. The message names the event, its run and where in its data the problem is.
+    """
+
+
 class ToolError(PlanweaveError):
     """A tool call failed; ``kind`` classifies the failure for retry policies.
 

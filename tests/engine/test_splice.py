@@ -175,3 +175,26 @@ def test_splices_never_lose_a_finished_result_or_run_a_step_twice(case: list[Any
     assert len(succeeded_names) == len(set(succeeded_names))
     assert result.status in ("succeeded", "failed")
     assert replay(journal, run.id).summary() == result.state.summary()
+
+
+def test_a_proposal_may_refer_to_a_skipped_step_whose_failed_dependency_it_replaces(recorder: Recorder) -> None:
+    """'use' was skipped because 'bad' failed; a re-plan that re-runs 'bad' and refers to 'use' without restating
+    it revives 'use' instead of being refused as stale."""
+    async def go() -> Any:
+        async with Engine(MemoryJournal(), clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+            run = await engine.start({"steps": [
+                {"id": "bad", "tool": "work", "args": {"name": "bad", "fail_times": 1}},
+                w("use", 1, after=["bad"]), w("long", 5),
+            ], "on_failure": "continue"})
+            await asyncio.sleep(1)  # 'bad' failed, 'use' skipped, 'long' running
+            assert run.state.records["use"].status == "skipped"
+            with pytest.raises(StaleProposal, match=r"'bad' \(failed\)"):  # 'bad' itself is still needed
+                run.propose({"steps": [w("report", 1, after=["use"])]})
+            diff = run.propose({"steps": [{"id": "bad", "tool": "work", "args": {"name": "bad", "fail_times": 1}},
+                                          w("report", 1, after=["use", "long"])]})
+            return diff, await run.wait()
+
+    diff, result = run_virtual(go())
+    assert set(diff.added) == {"bad", "use", "report"} and diff.adopted == ("long",)
+    assert result.ok, result.error
+    assert recorder.starts["use"] == [recorder.ends["bad"]]  # ran once, after the re-run of 'bad'

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from planweave.engine.events import Event, EventKind
-from planweave.errors import JournalError
+from planweave.errors import EventNotRecorded, JournalError
 from planweave.journal import open_journal
 from planweave.journal.base import OutputNotSerialisable
 from planweave.journal.group_commit import GroupCommitJournal
@@ -348,14 +348,15 @@ async def test_a_failed_write_makes_flush_raise_instead_of_hanging(durable: Back
             await journal.close()
 
 
-async def test_unserialisable_event_data_fails_the_flush(durable: Backend) -> None:
-    async with open_journal(durable.url) as journal:
-        journal.append(ev("r", 1, "step_failed", error=object()))
+async def test_unserialisable_event_data_is_refused_at_append(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        refused = r"event 'step_failed' of run 'r'.* at error is a object: not JSON-serialisable"
+        with pytest.raises(EventNotRecorded, match=refused):
+            journal.append(ev("r", 1, "step_failed", error=object()))
+        journal.append(ev("r", 2))
         async with asyncio.timeout(20):
-            with pytest.raises(JournalError, match=r"step_failed.*not JSON-serialisable"):
-                await journal.flush()
-            with pytest.raises(JournalError):
-                await journal.close()
+            await journal.flush()
+            assert [e.data["i"] for e in await journal.read("r")] == [2]
 
 
 async def test_a_journal_written_by_a_newer_planweave_is_refused(durable: Backend) -> None:
@@ -480,3 +481,96 @@ async def test_read_can_filter_by_kind(backend: Backend) -> None:
         later = await journal.read("r", after=got[0].pos or 0, kind="run_cancel_requested")
         assert [e.data["i"] for e in later] == [3]
         assert len(await journal.read(None, kind="run_cancel_requested")) == 3
+
+
+# -- events and outputs that cannot be stored (one bad event must not poison the journal) --------------------------
+async def test_an_event_that_cannot_be_encoded_is_refused_and_the_journal_keeps_working(backend: Backend) -> None:
+    bad = ev("bad", 1, "run_created", None, plan={"steps": [{"id": "a", "tool": "noop", "args": {"x": "\ud800"}}]})
+    async with open_journal(backend.url) as journal:
+        journal.append(ev("good", 0))
+        with pytest.raises(EventNotRecorded) as info:
+            journal.append(bad)
+        assert isinstance(info.value, JournalError)
+        message = str(info.value)
+        assert "event 'run_created' of run 'bad'" in message
+        assert "plan.steps[0].args.x" in message and "surrogate" in message
+        journal.append(ev("good", 2))
+        async with asyncio.timeout(20):
+            await journal.flush()
+            journal.append(ev("good", 3))
+            await journal.flush()
+            assert [e.data["i"] for e in await journal.read("good")] == [0, 2, 3]
+            assert await journal.read("bad") == []
+            assert await journal.run_ids() == ["good"]
+            ref = journal.put_blob({"still": "working"})
+            assert await journal.get_blobs([ref]) == {ref: {"still": "working"}}
+    if backend.durable:
+        assert backend.count("events") == 3
+    async with open_journal(backend.url) as again:  # closing stored everything; a new object reads it
+        if backend.durable:
+            assert [e.data["i"] for e in await again.read("good")] == [0, 2, 3]
+
+
+@pytest.mark.parametrize("where", ["key", "nested"])
+async def test_refused_events_are_never_in_a_batch(backend: Backend, where: str) -> None:
+    data: dict[str, Any] = {"\udfff": 1} if where == "key" else {"deep": [1, {"x": ["ok", "\ud83d"]}]}
+    async with open_journal(backend.url) as journal:
+        for i in range(5):
+            journal.append(ev("r", i))
+            with pytest.raises(EventNotRecorded):
+                journal.append(ev("r", 100 + i, **data))
+        async with asyncio.timeout(20):
+            await journal.close()
+    async with open_journal(backend.url) as journal:
+        if backend.durable:
+            assert [e.data["i"] for e in await journal.read("r")] == [0, 1, 2, 3, 4]
+
+
+async def test_integers_of_any_size_round_trip_exactly(backend: Backend) -> None:
+    big = {"n": 2**70, "neg": -(2**80), "edge": 2**64, "small": 2**63 - 1, "f": 0.1, "s": "12345678901234567890123",
+           "nested": [[3**50, {"k": 10**30}]]}
+    async with open_journal(backend.url) as journal:
+        ref = journal.put_blob(big)
+        assert ref == journal.put_blob(dict(reversed(big.items())))  # canonical: key order does not matter
+        journal.append(ev("r", 1, **big))
+        async with asyncio.timeout(20):
+            assert await journal.get_blobs([ref]) == {ref: big}
+            (stored,) = await journal.read("r")
+    assert stored.data == {"i": 1, **big}
+    assert isinstance(stored.data["n"], int)
+
+
+async def test_outputs_are_stored_in_canonical_form(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        ref = journal.put_blob({1: "one", "t": (3, 4), None: 0, 2.5: [(), {False: 1}]})
+        async with asyncio.timeout(20):
+            expected = {"1": "one", "t": [3, 4], "null": 0, "2.5": [[], {"false": 1}]}
+            assert await journal.get_blobs([ref]) == {ref: expected}
+
+
+@pytest.mark.parametrize(("value", "where"), [
+    ([1, 2, {"x": float("nan")}], r"at \[2\]\.x is NaN"),
+    ({"a b": float("inf")}, r"at \[\"a b\"\] is Infinity"),
+    (float("-inf"), r"output is -Infinity"),
+    ({"t": (1, "\ud800")}, r"at t\[1\] holds a lone surrogate"),
+    ({"n": 2**70, "bad": float("nan")}, r"at bad is NaN"),
+])
+async def test_outputs_that_json_cannot_hold_exactly_are_refused(backend: Backend, value: Any, where: str) -> None:
+    async with open_journal(backend.url) as journal:
+        with pytest.raises(OutputNotSerialisable, match=where):
+            journal.put_blob(value)
+        async with asyncio.timeout(20):
+            await journal.flush()
+    if backend.durable:
+        assert backend.count("blobs") == 0
+
+
+async def test_an_event_whose_run_or_step_id_cannot_be_encoded_is_refused(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        with pytest.raises(EventNotRecorded, match=r"run id 'r\\udc00' holds a lone surrogate"):
+            journal.append(ev("r\udc00", 1))
+        with pytest.raises(EventNotRecorded, match="step id"):
+            journal.append(ev("r", 2, step="s\ud800"))
+        journal.append(ev("r", 3))
+        async with asyncio.timeout(20):
+            assert [e.data["i"] for e in await journal.read()] == [3]

@@ -45,6 +45,9 @@ def repairs(port: int) -> dict[str, list[dict[str, Any]]]:
         "renamed": [{"id": "a2", **fix}, {"id": "c2", "tool": "noop", "args": {"a": "${a2}", "b": "${b}"}}],
         "merged": [{"id": "ac", "tool": "noop", "args": {"fixed": True, "b": "${b}"}}],
         "same_ids": [{"id": "a", **fix}, {"id": "c", "tool": "noop", "args": {"a": "${a}", "b": "${b}"}}],
+        # restates 'b' (outside the region, running or finished) as it was: adopted or kept, not run again
+        "restates_b": [{"id": "b", "tool": "sleep", "args": {"seconds": 0.3}}, {"id": "a2", **fix},
+                       {"id": "c2", "tool": "noop", "args": {"a": "${a2}", "b": "${b}"}}],
     }
 
 
@@ -58,7 +61,7 @@ async def run_goal(script: Callable[[RecordedRequest], Reply], *, tps: float | N
 
 
 @pytest.mark.parametrize("tps", [None, 100.0], ids=["written", "streaming"])
-@pytest.mark.parametrize("shape", ["kept", "renamed", "merged", "same_ids"])
+@pytest.mark.parametrize("shape", ["kept", "renamed", "merged", "same_ids", "restates_b"])
 async def test_a_repair_may_keep_rename_or_merge_the_region_steps(shape: str, tps: float | None) -> None:
     """``written``: the whole plan is in when ``a`` fails. ``streaming``: ``a`` fails while the planner still writes,
     ``c`` arrives after the repair prompt was sent and before the repair lands (so the region grew meanwhile)."""

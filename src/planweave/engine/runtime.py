@@ -30,8 +30,16 @@ from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
 from planweave.engine.state import ACTIVE, OnFailure, RunState, StepRecord
-from planweave.errors import InputRejected, JournalError, RunError, RunNotFound, ToolError, did_you_mean
-from planweave.journal.base import Journal, OutputNotSerialisable
+from planweave.errors import (
+    EventNotRecorded,
+    InputRejected,
+    JournalError,
+    RunError,
+    RunNotFound,
+    ToolError,
+    did_you_mean,
+)
+from planweave.journal.base import Journal, OutputNotSerialisable, canonical_output, scrub
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
@@ -41,6 +49,10 @@ EventListener = Callable[[Event], None]
 _new_event = tuple.__new__
 _current_task = asyncio.current_task
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
+# Events whose data must be journaled exactly as given (plans, a person's input): refused, never scrubbed.
+_EXACT_KINDS = frozenset({"run_created", "steps_added", "plan_version", "input_given"})
+#: The default bound on a step's encoded output (``Engine(max_output_bytes=...)``).
+DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 DEFAULT_CONCURRENCY = 64
 """Most steps an engine runs at once when its caller says nothing (``concurrency=None`` means unlimited)."""
 
@@ -119,6 +131,7 @@ class Run:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._ready = asyncio.Event()
+        self._refused: EventNotRecorded | None = None  # the first event, refused by the journal
         self._inputs: dict[str, asyncio.Future[Any]] = {}  # human.input calls waiting for a value
         self._timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
 
@@ -153,8 +166,16 @@ class Run:
     def _emit(self, kind: EventKind, step: str | None, data: Mapping[str, Any]) -> None:
         # Hot path (several calls per step): the tuple is built directly rather than through Event's __new__.
         event: Event = _new_event(Event, (self.id, kind, self._now(), step, data, None))
+        try:
+            self._append(event)  # before the fold: an event the journal refuses changes nothing
+        except EventNotRecorded:
+            if kind in _EXACT_KINDS:
+                raise
+            # Text the engine passes on (tool errors, progress, model replies) may hold lone surrogates: record
+            # it with U+FFFD in their place rather than lose the event.
+            event = _new_event(Event, (self.id, kind, event[2], step, scrub(data), None))
+            self._append(event)
         ready = self.state.apply(event)
-        self._append(event)
         if self._listeners:
             for listener in self._listeners:
                 listener(event)
@@ -171,16 +192,25 @@ class Run:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     async def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
+        """Start the run's task; raises EventNotRecorded (the run never existed) if its first event is refused."""
         self._task = self._engine._tg.create_task(self._main(kind, data), name=f"planweave-run-{self.id}")
         await self._ready.wait()  # the run's TaskGroup exists: its plan can change and it can be cancelled
+        if self._refused is not None:
+            await asyncio.wait([self._task])
+            raise self._refused
 
     async def _main(self, kind: EventKind, data: Mapping[str, Any]) -> None:
         crashed: BaseException | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                self._emit(kind, None, data)
-                self._ready.set()
+                try:
+                    self._emit(kind, None, data)
+                except EventNotRecorded as exc:
+                    self._refused = exc  # nothing was journaled or applied: _begin reports it, no run_finished
+                    return
+                finally:
+                    self._ready.set()
                 self._rewait()
                 self._engine._pump()
                 self._check_done()
@@ -246,6 +276,8 @@ class Run:
                 output = await tool.invoke(args)
             else:
                 output = await self._guarded(sid, step, tool, args)
+            # The canonical form (what the journal stores and a resume reads) is the only form, live too.
+            output = canonical_output(output, step=sid, limit=self._engine.max_output_bytes).value
             redact = self._engine.redact
             ref = self._journal.put_blob(output if redact is None else redact(output))
         except asyncio.CancelledError as exc:
@@ -574,13 +606,19 @@ class Engine:
         tools: ToolCatalog | None = None,
         aging: float = 1.0,
         redact: Callable[[Any], Any] | None = None,
+        max_output_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> None:
         """``concurrency`` bounds the steps running at once across runs (default 64; ``None``: unlimited).
 
         ``redact`` (optional) rewrites what is journaled: step outputs and error texts (e.g. hiding secrets).
+        ``max_output_bytes`` bounds a step's encoded output (default 16 MiB; ``None``: unlimited): a larger one
+        fails the step with kind ``output`` and nothing is stored.
         """
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_output_bytes is not None and max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes must be at least 1, got {max_output_bytes}")
+        self.max_output_bytes = max_output_bytes
         self.journal = journal
         self.clock: Clock = clock or RealClock()
         self.tools = tools
@@ -761,15 +799,19 @@ class Engine:
         if on_event is not None:
             run.subscribe(on_event)
         self._runs[run_id] = run
-        await run._begin("run_created", {
-            "plan": validated.spec,  # journals serialise it (off the hot path, in their writer)
-            "version": validated.version,
-            "idempotent": idempotent,
-            "source": source,
-            "on_failure": on_failure,
-            "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities)},
-            "owner": _owner(),
-        })
+        try:
+            await run._begin("run_created", {
+                "plan": validated.spec,  # journals encode it in append: one that cannot be stored is refused
+                "version": validated.version,
+                "idempotent": idempotent,
+                "source": source,
+                "on_failure": on_failure,
+                "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities)},
+                "owner": _owner(),
+            })
+        except EventNotRecorded as exc:
+            self._runs.pop(run_id, None)
+            raise EventNotRecorded(f"run '{run_id}' was not started: {exc}") from None
         return run
 
     async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False,

@@ -4,8 +4,9 @@ A re-planner returns the *remaining* plan, possibly referring to finished steps 
 :func:`merge_proposal` turns it into the next full plan version, matched against the run's state *when the proposal
 arrives*: finished steps it refers to are carried over; a proposed step whose fingerprint equals an existing step's
 takes that step's id (so a finished result is bound, not recomputed, and a running step is adopted); references to
-steps that failed or were cancelled since the re-planner looked make the proposal stale. :func:`splice_diff` then
-says what the new version does to each step; the fold applies exactly that.
+steps that failed or were cancelled since the re-planner looked make the proposal stale, unless the proposal
+restates them. A skipped step it refers to is carried over and runs again once what it waited for is replaced.
+:func:`splice_diff` then says what the new version does to each step; the fold applies exactly that.
 """
 
 from __future__ import annotations
@@ -106,9 +107,11 @@ def merge_proposal(
         rec = records.get(sid)
         if rec is None or sid not in old.steps:
             continue  # validation reports the unknown reference with a did-you-mean
-        if rec.status in _DEAD:
+        if rec.status in ("failed", "cancelled"):
             stale.append(sid)
             continue
+        # A skipped step is carried (and revived) like a waiting one: only what it waits for decides. It is usable
+        # when the proposal replaces the failed step it waited for, stale when that step stays dead.
         carried[sid] = old.steps[sid]
         queue.extend(old.deps[sid])
     if stale:

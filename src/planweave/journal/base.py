@@ -3,31 +3,101 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
-from typing import Any, Protocol
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 
 from planweave.engine.events import Event
+from planweave.errors import EventNotRecorded
 
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+_EVENT_OPTS = orjson.OPT_NON_STR_KEYS
+# orjson refuses integers beyond 64 bits and reads them back as floats: such values take the stdlib json path,
+# and any document with a run of 19+ digits is decoded by the stdlib too (a digit run inside a string only costs
+# a slower, still exact, decode).
+_BIG_INT_ERROR = "Integer exceeds 64-bit range"
+_LONG_DIGITS = re.compile(rb"\d{19}")
+_LONG_DIGITS_STR = re.compile(r"\d{19}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_PLAIN = (str, int, float, bool, type(None))  # canonical as they are (NaN is refused before)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 class OutputNotSerialisable(TypeError):
-    """A step's output cannot be stored as JSON."""
+    """A step's output cannot be stored as JSON exactly (the message says where inside the value and why)."""
+
+
+class Unrepresentable(ValueError):
+    """A value holds something JSON cannot carry exactly; ``path`` locates it (``[2].x``), ``reason`` says what."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path} {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+class EncodedOutput(NamedTuple):
+    """An output in the journal's canonical form: its content reference, its JSON bytes and the decoded value."""
+
+    ref: str
+    data: bytes
+    value: Any
 
 
 def encode_blob(value: Any) -> tuple[str, bytes]:
-    """Return the content reference and canonical JSON bytes of an output (raises OutputNotSerialisable)."""
-    try:
-        data = orjson.dumps(value, option=_OPTS)
-    except TypeError as exc:
-        raise OutputNotSerialisable(f"output is not JSON-serialisable: {exc}") from None
+    """Return the content reference and canonical JSON bytes of an output (raises OutputNotSerialisable).
+
+    Canonical: keys sorted and turned into strings, tuples into lists, integers of any size kept exactly; NaN,
+    ±Infinity, lone surrogates and types JSON has no form for are refused, naming the place inside the value.
+    """
+    data = _dump_output(value)
     return hashlib.sha256(data).hexdigest(), data
 
 
-def decode_blob(data: bytes | str) -> Any:
+def canonical_output(value: Any, *, step: str, limit: int | None = None) -> EncodedOutput:
+    """Normalise a step's output once: what the journal stores and what every reader (live or resumed) sees.
+
+    Raises OutputNotSerialisable naming ``step`` when the value cannot be stored exactly or its encoding is larger
+    than ``limit`` bytes.
+    """
+    data = _dump_output(value, f"output of step '{step}'")
+    if limit is not None and len(data) > limit:
+        raise OutputNotSerialisable(
+            f"output of step '{step}' is {len(data):,} bytes encoded, more than the limit of {limit:,} bytes"
+        )
+    ref = hashlib.sha256(data).hexdigest()
+    if type(value) in _PLAIN:
+        return EncodedOutput(ref, data, value)  # already canonical: skip the decode
+    return EncodedOutput(ref, data, decode_blob(data))
+
+
+def decode_blob(data: bytes | bytearray | memoryview | str) -> Any:
+    """Decode JSON written by :func:`encode_blob` or :func:`encode_data`, integers of any size exactly."""
+    if isinstance(data, str):
+        return json.loads(data) if _LONG_DIGITS_STR.search(data) else orjson.loads(data)
+    if _LONG_DIGITS.search(data):
+        return json.loads(bytes(data))
     return orjson.loads(data)
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with lone surrogates (which UTF-8 cannot encode) replaced by U+FFFD; other text is unchanged."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with :func:`scrub_text` applied to every string in it (keys too); containers are copied."""
+    if isinstance(value, str):
+        return scrub_text(value)
+    if isinstance(value, Mapping):
+        return {scrub(k): scrub(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [scrub(v) for v in value]
+    return value
 
 
 def _default(value: Any) -> Any:
@@ -38,8 +108,127 @@ def _default(value: Any) -> Any:
 
 
 def encode_data(data: Any) -> bytes:
-    """Serialise an event's data (called by journals in their writer, off the engine's hot path)."""
-    return orjson.dumps(data, default=_default, option=orjson.OPT_NON_STR_KEYS)
+    """Serialise an event's data (raises TypeError, or Unrepresentable naming the place, if it cannot be stored)."""
+    try:
+        return orjson.dumps(data, default=_default, option=_EVENT_OPTS)
+    except TypeError as exc:
+        if str(exc) != _BIG_INT_ERROR:
+            _locate(data)  # raises Unrepresentable naming the place when it can
+            raise
+    return _stdlib_dumps(_plain(data, ""), sort=False)
+
+
+def encode_event(event: Event, url: str) -> bytes:
+    """The stored bytes of ``event``'s data; raises EventNotRecorded naming the event, its run and the place.
+
+    The run id and step id are checked too: a string that UTF-8 cannot encode would fail the whole batch.
+    """
+    for name, text in (("run id", event.run_id), ("step id", event.step)):
+        if text is not None and not text.isascii() and _SURROGATE.search(text):
+            raise EventNotRecorded(
+                f"event '{event.kind}' was not recorded in the journal {url}: its {name} {ascii(text)} holds a "
+                "lone surrogate: not valid UTF-8"
+            )
+    try:
+        return encode_data(event.data)
+    except Unrepresentable as exc:
+        where = f" at {exc.path} {exc.reason}" if exc.path else f" {exc.reason}"
+        raise EventNotRecorded(
+            f"event '{event.kind}' of run '{event.run_id}' was not recorded in the journal {url}: its data{where}"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EventNotRecorded(
+            f"event '{event.kind}' of run '{event.run_id}' was not recorded in the journal {url}: its data "
+            f"is not JSON-serialisable ({exc})"
+        ) from None
+
+
+def _dump_output(value: Any, what: str = "output") -> bytes:
+    try:
+        data = orjson.dumps(value, option=_OPTS)
+    except TypeError as exc:
+        if str(exc) == _BIG_INT_ERROR:
+            return _stdlib_dumps(_output_plain(value, what), sort=True)
+        _output_plain(value, what)  # raises naming the place when it can
+        raise OutputNotSerialisable(f"{what} is not JSON-serialisable: {exc}") from None
+    if b"null" in data:  # orjson writes NaN and ±Infinity as null: look for them only when there is a null
+        _output_plain(value, what)
+    return data
+
+
+def _output_plain(value: Any, what: str) -> Any:
+    try:
+        return _plain(value, "")
+    except Unrepresentable as exc:
+        where = f" at {exc.path}" if exc.path else ""
+        raise OutputNotSerialisable(f"{what}{where} {exc.reason}") from None
+    except RecursionError:
+        raise OutputNotSerialisable(f"{what} is nested too deeply to be stored") from None
+
+
+def _stdlib_dumps(plain: Any, *, sort: bool) -> bytes:
+    return json.dumps(plain, sort_keys=sort, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def _locate(data: Any) -> None:
+    """Raise Unrepresentable for the first thing in ``data`` that cannot be stored (or return if none is found)."""
+    try:
+        _plain(data, "")
+    except RecursionError:
+        raise Unrepresentable("", "is nested too deeply to be stored") from None
+
+
+def _plain(value: Any, path: str) -> Any:
+    """``value`` as plain JSON data (dicts with str keys, lists, str, int, finite float, bool, None).
+
+    Raises Unrepresentable at the first value that JSON cannot carry exactly.
+    """
+    if isinstance(value, str):
+        if not value.isascii() and _SURROGATE.search(value):
+            raise Unrepresentable(path, f"holds a lone surrogate ({_first_surrogate(value)}): not valid UTF-8")
+        return value
+    if value is None or isinstance(value, bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            name = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            raise Unrepresentable(path, f"is {name}: not representable in JSON")
+        return value
+    if isinstance(value, Mapping):
+        return {_key(k, path): _plain(v, _child(path, _key(k, path))) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    dump = getattr(value, "model_dump", None)
+    if dump is not None:
+        try:
+            document = dump(mode="json", by_alias=True, exclude_defaults=True)
+        except ValueError:  # pydantic cannot serialise a field: find it in the model's Python form
+            document = dump(mode="python", by_alias=True, exclude_defaults=True)
+        return _plain(document, path)
+    try:  # types orjson knows (datetime, UUID, enum, dataclass, ...): their orjson form is canonical
+        return orjson.loads(orjson.dumps(value, option=_OPTS))
+    except TypeError:
+        raise Unrepresentable(path, f"is a {type(value).__name__}: not JSON-serialisable") from None
+
+
+def _key(key: Any, path: str) -> str:
+    if isinstance(key, str):
+        _plain(key, path)
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        return str(json.dumps(key))  # as orjson writes keys: true, null, 1, 1.5
+    raise Unrepresentable(path, f"has a key of type {type(key).__name__}: JSON keys are strings")
+
+
+def _child(path: str, key: str) -> str:
+    if _NAME.fullmatch(key):
+        return f"{path}.{key}" if path else key
+    return f"{path}[{json.dumps(key)}]"
+
+
+def _first_surrogate(text: str) -> str:
+    found = _SURROGATE.search(text)
+    return f"\\u{ord(found.group()):04x}" if found else "?"
 
 
 class Journal(Protocol):

@@ -1,6 +1,7 @@
 """Group commit: the buffering, batching and failure handling shared by the durable journals.
 
-``append`` and ``put_blob`` only add to an in-memory buffer (they sit on the engine's hot path). One background
+``append`` and ``put_blob`` encode what they are given (so data that cannot be stored is refused right there, and a
+batch only ever carries bytes) and add it to an in-memory buffer (they sit on the engine's hot path). One background
 task per journal takes *everything* buffered so far and stores it as one transaction; whatever is appended while
 that transaction is being written forms the next batch. A durable commit (an fsync) therefore costs the same
 whether it carries one event or ten thousand, and throughput grows with load instead of collapsing under it.
@@ -15,7 +16,7 @@ from typing import Any
 
 from planweave.engine.events import Event
 from planweave.errors import JournalError
-from planweave.journal.base import encode_blob
+from planweave.journal.base import encode_blob, encode_event
 
 
 def event_filter(run_id: str | None, after: int, kind: str | None, mark: str) -> tuple[str, list[Any]]:
@@ -49,7 +50,7 @@ class GroupCommitJournal(ABC):
         self.url = url
         #: Transactions committed by the writer so far (one per batch): lets tests and benchmarks see batching.
         self.commits = 0
-        self._events: list[Event] = []
+        self._events: list[tuple[Event, bytes]] = []
         self._blobs: dict[str, bytes] = {}
         self._wake = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -66,10 +67,13 @@ class GroupCommitJournal(ABC):
 
     # -- the hot path ---------------------------------------------------------------------------------------------
     def append(self, event: Event) -> None:
-        """Buffer an event (its data is serialised later, by the writer); raises JournalError once closed."""
+        """Encode and buffer an event; raises EventNotRecorded (nothing buffered) if its data cannot be stored.
+
+        Raises JournalError once closed.
+        """
         if self._closed:
             raise JournalError(f"the journal {self.url} is closed: event '{event.kind}' was not recorded")
-        self._events.append(event)
+        self._events.append((event, self._encode(event)))
         self._wake.set()
 
     def put_blob(self, value: Any) -> str:
@@ -153,9 +157,14 @@ class GroupCommitJournal(ABC):
     def _start(self) -> None:
         self._writer = self._loop.create_task(self._write_loop(), name=f"planweave-journal-writer {self.url}")
 
+    def _encode(self, event: Event) -> bytes:
+        """The bytes stored for ``event``'s data (raises EventNotRecorded); backends may adapt them."""
+        return encode_event(event, self.url)
+
     @abstractmethod
-    async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
-        """Store ``blobs`` (each once) and ``events`` (in order) in ONE transaction; raise JournalError on failure."""
+    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]) -> None:
+        """Store ``blobs`` (each once) and ``events`` (in order, each with its encoded data) in ONE transaction;
+        raise JournalError on failure."""
 
     @abstractmethod
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]: ...

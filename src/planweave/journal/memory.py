@@ -6,22 +6,27 @@ from collections.abc import Iterable
 from typing import Any
 
 from planweave.engine.events import Event
-from planweave.journal.base import decode_blob, encode_blob
+from planweave.journal.base import decode_blob, encode_blob, encode_event
 
 
 class MemoryJournal:
-    """Keeps events and blobs in lists and dicts of this process."""
+    """Keeps events (with their data encoded, as a durable journal stores it) and blobs in this process.
+
+    Events are encoded on ``append`` (data that cannot be stored is refused with EventNotRecorded, as by every
+    journal) and decoded on ``read``, so readers see exactly what they would read from SQLite or PostgreSQL.
+    """
 
     durable = False
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
-        self._events: list[Event] = []
+        self._events: list[tuple[Event, bytes]] = []
         self._blobs: dict[str, bytes] = {}
         self._runs: dict[str, None] = {}
 
     def append(self, event: Event) -> None:
-        self._events.append(event._replace(pos=len(self._events) + 1))
+        data = encode_event(event, self.url)
+        self._events.append((event._replace(pos=len(self._events) + 1, data={}), data))
         self._runs.setdefault(event.run_id)
 
     def put_blob(self, value: Any) -> str:
@@ -33,7 +38,7 @@ class MemoryJournal:
         pass
 
     async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
-        return [e for e in self._events[after:]
+        return [e._replace(data=decode_blob(data)) for e, data in self._events[after:]
                 if (run_id is None or e.run_id == run_id) and (kind is None or e.kind == kind)]
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:

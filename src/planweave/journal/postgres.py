@@ -15,14 +15,13 @@ from collections.abc import Mapping
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import orjson
 import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
-from planweave.journal.base import decode_blob, encode_data
+from planweave.journal.base import decode_blob, encode_data, encode_event
 from planweave.journal.group_commit import GroupCommitJournal, event_filter
 
 __all__ = ["SCHEMA_VERSION", "PostgresJournal", "parse_url"]
@@ -119,13 +118,21 @@ class PostgresJournal(GroupCommitJournal):
             if isinstance(exc, psycopg.Error):
                 raise JournalError(f"could not set up the journal {safe_url}: {exc}") from exc
             raise
-        set_json_loads(orjson.loads, conn)
+        set_json_loads(decode_blob, conn)  # exact for integers beyond 64 bits too
         journal = cls(safe_url, conn, schema)
         journal._start()
         return journal
 
-    async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
-        rows = [(e.run_id, e.at, e.kind, e.step, _jsonb_text(self.url, e)) for e in events]
+    def _encode(self, event: Event) -> bytes:
+        data = encode_event(event, self.url)
+        if b"\\u0000" in data:
+            # JSONB cannot hold NUL characters (e.g. in a tool's error text): store U+FFFD in their place rather
+            # than refuse the event.
+            data = encode_data(_without_nul(event.data))
+        return data
+
+    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]) -> None:
+        rows = [(e.run_id, e.at, e.kind, e.step, data.decode()) for e, data in events]
         try:
             async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
                 # Serialise batches of all processes on this schema, so pos order is commit order (module doc).
@@ -193,21 +200,6 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], schema: str | None, safe_
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                 (str(SCHEMA_VERSION),),
             )
-
-
-def _jsonb_text(url: str, event: Event) -> str:
-    try:
-        data = encode_data(event.data)
-    except TypeError as exc:
-        raise JournalError(
-            f"could not write to the journal {url}: the data of event '{event.kind}' of run '{event.run_id}' "
-            f"is not JSON-serialisable ({exc})"
-        ) from exc
-    if b"\\u0000" in data:
-        # JSONB cannot hold NUL characters (e.g. in a tool's error text): store U+FFFD in their place rather
-        # than lose the whole batch.
-        data = encode_data(_without_nul(event.data))
-    return data.decode()
 
 
 def _without_nul(value: Any) -> Any:

@@ -1,9 +1,9 @@
 """A SQLite journal: one file, WAL mode, ``synchronous=FULL`` (durable against power loss), with group commit.
 
 Every database call runs on one dedicated thread that owns the only connection, so the event loop never
-blocks on disk and SQLite's objects never cross threads. Events are serialised on that thread too, keeping
-``append`` down to a list append. Several processes may share a file: writers queue on SQLite's write lock
-(``busy_timeout``) and WAL lets readers proceed meanwhile.
+blocks on disk and SQLite's objects never cross threads. Events arrive encoded (``append`` refuses data that
+cannot be stored), so a batch never fails for one event's contents. Several processes may share a file: writers
+queue on SQLite's write lock (``busy_timeout``) and WAL lets readers proceed meanwhile.
 
 URLs: ``sqlite:///relative/path.db`` (relative to the working directory), ``sqlite:////abs/path.db``,
 ``sqlite:///:memory:`` (one connection, so it works, but nothing survives ``close``).
@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
-import orjson
-
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
-from planweave.journal.base import decode_blob, encode_data
+from planweave.journal.base import decode_blob
 from planweave.journal.group_commit import GroupCommitJournal, event_filter
 
 __all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "SQLiteJournal"]
@@ -94,7 +92,7 @@ class SQLiteJournal(GroupCommitJournal):
         """Run ``fn(connection, *args)`` on the journal's thread (tests use it to reach the connection)."""
         return await self._loop.run_in_executor(self._executor, fn, self._conn, *args)
 
-    async def _write(self, events: list[Event], blobs: dict[str, bytes]) -> None:
+    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]) -> None:
         await self._call(_write_batch, self.url, events, blobs)
 
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
@@ -159,17 +157,10 @@ def _migrate(conn: sqlite3.Connection, url: str) -> None:
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
 
-def _write_batch(conn: sqlite3.Connection, url: str, events: list[Event], blobs: dict[str, bytes]) -> None:
-    rows = []
-    for e in events:
-        try:
-            data = encode_data(e.data)
-        except TypeError as exc:
-            raise JournalError(
-                f"could not write to the journal {url}: the data of event '{e.kind}' of run '{e.run_id}' "
-                f"is not JSON-serialisable ({exc})"
-            ) from exc
-        rows.append((e.run_id, e.at, e.kind, e.step, data))
+def _write_batch(
+    conn: sqlite3.Connection, url: str, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]
+) -> None:
+    rows = [(e.run_id, e.at, e.kind, e.step, data) for e, data in events]
     try:
         # IMMEDIATE takes the write lock up front, waiting up to busy_timeout for other processes: the batch
         # never upgrades a read lock, the one case where SQLite answers SQLITE_BUSY without waiting.
@@ -201,7 +192,7 @@ def _select_events(
     where, params = event_filter(run_id, after, kind, "?")
     try:
         cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY pos", params)
-        loads = orjson.loads
+        loads = decode_blob
         return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
     except sqlite3.Error as exc:
         raise JournalError(f"could not read the journal {url}: {exc}") from exc

@@ -39,7 +39,7 @@ from planweave import __version__, open_engine
 from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, Redact, StepNotFound, find_step, step_detail
 from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, request_cancel
 from planweave.engine.state import RunState
-from planweave.errors import JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
+from planweave.errors import EventNotRecorded, JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
 from planweave.server.limits import LimitCaps, RunLimits, ServerModel, open_server_model, start_deadline
@@ -520,6 +520,11 @@ def create_app(
     @app.exception_handler(JournalError)
     async def _journal_failed(request: Request, exc: JournalError) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=503)
+
+    @app.exception_handler(EventNotRecorded)
+    async def _not_recordable(request: Request, exc: EventNotRecorded) -> JSONResponse:
+        # The request's own data cannot be stored (the journal is fine): 422, like any other invalid input.
+        return _problems(PlanInvalid([PlanProblem("", "body", str(exc))], f"{request.method} {request.url.path}"))
 
     @app.get("/healthz", response_model=dict[str, str])
     async def healthz() -> dict[str, str]:
