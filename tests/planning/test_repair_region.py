@@ -111,3 +111,27 @@ async def test_a_failed_run_reports_the_joiners_text_as_partial_not_as_the_answe
     assert result.summary["answer"] is None
     assert result.summary["partial_answer"] == "b slept, a is unreachable"
     assert result.state.answer == "b slept, a is unreachable"  # the journaled text is kept as it was
+
+
+async def test_a_line_streamed_after_a_repair_replaced_its_dependency_is_fed_back_once() -> None:
+    """The repair of 'a' lands before the planner has written 'c' (which refers to 'a'): the repair could not know
+    'c', so the planner is told once which step it refers to is gone, and its corrected line runs."""
+    port = closed_port()
+    fix = replacement(port)
+
+    def script(req: RecordedRequest) -> Reply:
+        p = purpose(req)
+        if p == "plan":
+            return Text(plan_lines(initial_plan(port)), tokens_per_second=40)  # 'c' arrives after about 1.2 s
+        if p == "repair":
+            return Text(plan_lines([{"id": "a2", **fix}]))
+        if p == "fix":
+            return Text(plan_lines([{"id": "c", "tool": "noop", "args": {"a": "${a2}", "b": "${b}"}}]))
+        return ANSWER
+
+    result, server = await run_goal(script)
+    assert result.ok, (result.error, result.state.escalations)
+    assert [purpose(r) for r in server.chat_requests] == ["plan", "repair", "fix", "join"]
+    fix_prompt = next(r for r in server.chat_requests if purpose(r) == "fix").messages[-1]["content"]
+    assert "refers to unknown step 'a' (did you mean 'a2'?)" in fix_prompt
+    assert result.outputs["c"] == {"a": {"fixed": True, "port": port}, "b": {"slept": 0.3}}
