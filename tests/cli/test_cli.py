@@ -170,7 +170,9 @@ def test_invalid_plan_lists_every_problem_exits_2_and_leaves_the_journal_untouch
     ]})
     result = invoke("run", str(plan), "--journal", sqlite_url(tmp_path), "--json")
     assert result.exit_code == 2
-    assert result.stdout == ""
+    document = json.loads(result.stdout)
+    assert document["status"] == "invalid"
+    assert len(document["problems"]) == 5
     err = result.stderr
     assert "5 problems" in err
     assert "unknown tool 'nosuchtool'" in err

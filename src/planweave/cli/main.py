@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence, Sized
-from contextlib import AsyncExitStack, contextmanager, nullcontext
+from contextlib import AsyncExitStack, contextmanager, nullcontext, redirect_stdout
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
@@ -550,9 +550,22 @@ def _plain_errors(exc: BaseException) -> list[PlanweaveError] | None:
     return None
 
 
+def _error_document(errors: Sequence[PlanweaveError]) -> dict[str, Any]:
+    """The ``--json`` object of a command that could not run: ``invalid`` with every plan problem, else ``error``."""
+    invalid = [e for e in errors if isinstance(e, PlanInvalid)]
+    problems = [p for e in invalid for p in e.problems]
+    if problems:
+        return {"status": "invalid", "source": invalid[0].source, "problems": [
+            {"step": p.step, "field": p.field, "message": p.message, "text": str(p)} for p in problems]}
+    return {"status": "error", "error": "; ".join(str(e) for e in errors)}
+
+
 @contextmanager
-def _clean_errors() -> Iterator[None]:
-    """Print planweave errors as their message on stderr and exit 2: people see no traceback for them."""
+def _clean_errors(json_output: bool = False) -> Iterator[None]:
+    """Print planweave errors as their message on stderr and exit 2: people see no traceback for them.
+
+    With ``json_output`` stdout gets their :func:`_error_document` too: ``--json`` always prints one object.
+    """
     try:
         yield
     except Exception as exc:
@@ -561,7 +574,37 @@ def _clean_errors() -> Iterator[None]:
             raise
         for error in errors:
             typer.echo(str(error) if isinstance(error, PlanInvalid) else f"error: {error}", err=True)
+        if json_output:
+            _print_json(_error_document(errors))
         raise typer.Exit(ExitCode.BAD_INPUT) from None
+
+
+@contextmanager
+def _tool_output_to_stderr(enabled: bool) -> Iterator[None]:
+    """While ``enabled`` (a ``--json`` run executes), what tools print goes to stderr, not into the JSON on stdout.
+
+    Both ``sys.stdout`` and, when it is a real file, its descriptor are pointed at stderr, so ``print``, writes to
+    fd 1 and child processes that inherit it all land there. The JSON is printed after this block.
+    """
+    if not enabled:
+        yield
+        return
+    try:
+        fd: int | None = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # an in-memory stdout (tests): only sys.stdout can be moved
+        fd = None
+    sys.stdout.flush()
+    saved = os.dup(fd) if fd is not None else None
+    if fd is not None:
+        os.dup2(sys.stderr.fileno(), fd)
+    try:
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stderr.flush()
+        if fd is not None and saved is not None:
+            os.dup2(saved, fd)
+            os.close(saved)
 
 
 # -- the commands ----------------------------------------------------------------------------------------------
@@ -700,7 +743,7 @@ def run(
                                                          "failed and the slowest steps).")] = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
-    with _clean_errors():
+    with _clean_errors(json_output):
         if (file is None) == (goal is None):
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
         flags = parse_capacities(capacity or ())
@@ -737,7 +780,8 @@ def run(
         async def fixed_limits(_journal: Journal) -> Limits:
             return limits
 
-        outcome = _run_loop(_follow(session, fixed_limits, begin, _console_for(json_output)), virtual_clock)
+        with _tool_output_to_stderr(json_output):
+            outcome = _run_loop(_follow(session, fixed_limits, begin, _console_for(json_output)), virtual_clock)
     _report_outcome(outcome, session)
     raise typer.Exit(outcome.exit_code)
 
@@ -771,7 +815,7 @@ def resume(
                                                          "failed and the slowest steps).")] = False,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits."""
-    with _clean_errors():
+    with _clean_errors(json_output):
         url = journal or default_journal_url()
         if _journal_file_missing(url):
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
@@ -801,7 +845,9 @@ def resume(
                                      "re-attach its model, planner and llm tool)") from None
                 raise
 
-        outcome = _run_loop(_follow(session, recorded_limits, begin, _console_for(json_output)), virtual_clock)
+        with _tool_output_to_stderr(json_output):
+            outcome = _run_loop(_follow(session, recorded_limits, begin, _console_for(json_output)),
+                                virtual_clock)
     _report_outcome(outcome, session)
     raise typer.Exit(outcome.exit_code)
 
@@ -809,7 +855,7 @@ def resume(
 @app.command()
 def runs(journal: JournalOption = None, json_output: JsonOption = False) -> None:
     """List every run in the journal: status, start, duration and steps by state."""
-    with _clean_errors():
+    with _clean_errors(json_output):
         url = journal or default_journal_url()
         found = asyncio.run(read_runs(url))
     rows = [r.overview() for r in found]
@@ -831,16 +877,21 @@ def _no_output(rec_status: str) -> str:
             "succeeded": "its output is missing from the journal"}.get(rec_status, f"it is {rec_status}")
 
 
-def _step_or_exit(found: JournaledRun, step: str, *, need_output: bool) -> None:
+def _step_or_exit(found: JournaledRun, step: str, *, need_output: bool, json_output: bool = False) -> None:
     """Exit 1 with a message if ``found`` has no step ``step`` (or, with ``need_output``, no output for it)."""
     assert found.state is not None
     try:
         rec = find_step(found.state, step)
+        problem = None
     except StepNotFound as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(ExitCode.FAILED) from None
-    if need_output and (rec.status != "succeeded" or step not in found.outputs):
-        typer.echo(f"error: step '{step}' of run '{found.run_id}' has no output: {_no_output(rec.status)}", err=True)
+        problem = str(exc)
+    else:
+        if need_output and (rec.status != "succeeded" or step not in found.outputs):
+            problem = f"step '{step}' of run '{found.run_id}' has no output: {_no_output(rec.status)}"
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        if json_output:
+            _print_json({"status": "error", "error": problem})
         raise typer.Exit(ExitCode.FAILED)
 
 
@@ -870,12 +921,12 @@ def show(
                                                          "the slowest steps).")] = False,
 ) -> None:
     """Show one run: its steps, its error and root cause, and a timeline of every attempt (or one ``--step``)."""
-    with _clean_errors():
+    with _clean_errors(json_output):
         url = journal or default_journal_url()
         found = asyncio.run(read_run(url, run_id, outputs=json_output or step is not None))
     assert found.state is not None
     if step is not None:
-        _step_or_exit(found, step, need_output=False)
+        _step_or_exit(found, step, need_output=False, json_output=json_output)
         detail = step_detail(found.state, found.outputs, step, events=found.events, redact=shown_redaction())
         if json_output:
             _print_json(detail)
