@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from planweave.clock import Clock, RealClock
 from planweave.engine.context import StepContext
@@ -712,11 +712,15 @@ class Engine:
             if run._task is not None:
                 run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
         exc_type = exc_info[0]
-        if exc_type is not None and not issubclass(exc_type, asyncio.CancelledError):
-            # Python 3.11's TaskGroup would wrap the body's exception in an ExceptionGroup: let it propagate as is.
-            await self._tg_cm.__aexit__(None, None, None)
-            return
-        await self._tg_cm.__aexit__(*exc_info)
+        try:
+            if exc_type is not None and not issubclass(exc_type, asyncio.CancelledError):
+                # Python 3.11's TaskGroup would wrap the body's exception in an ExceptionGroup: let it propagate.
+                await self._tg_cm.__aexit__(None, None, None)
+                return
+            await self._tg_cm.__aexit__(*exc_info)
+        finally:
+            if isinstance(self.tools, _Closable):  # e.g. a Toolbox: its http.* connection pool
+                await self.tools.aclose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` in the engine's task group (e.g. a planning loop): it is cancelled when the engine closes."""
@@ -880,6 +884,13 @@ class Engine:
 
 
 _log = logging.getLogger("planweave.engine")
+
+
+@runtime_checkable
+class _Closable(Protocol):
+    """A tool catalog holding resources (a :class:`~planweave.tools.Toolbox`): the engine closes its own."""
+
+    async def aclose(self) -> None: ...
 _EXECUTE_CODE = Run._execute.__code__
 
 

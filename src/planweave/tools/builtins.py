@@ -130,42 +130,82 @@ def _response(resp: httpx.Response) -> dict[str, Any]:
     return out
 
 
-async def _request(method: str, url: str, raise_for_status: bool, timeout: float, **kw: Any) -> dict[str, Any]:
-    try:
-        async with httpx.AsyncClient(timeout=timeout, follow_redirects=True) as client:
-            resp = await client.request(method, url, **kw)
-    except httpx.TimeoutException as exc:
-        raise ToolError(f"{method} {url}: timed out ({exc.__class__.__name__})", kind="timeout") from None
-    except httpx.HTTPError as exc:
-        raise ToolError(f"{method} {url}: {exc.__class__.__name__}: {exc}", kind="ConnectionError") from None
-    if raise_for_status and resp.status_code >= 400:
-        retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
-        raise ToolError(f"{method} {url}: HTTP {resp.status_code}", kind=f"http_{resp.status_code}",
-                        retryable=retryable)
-    return _response(resp)
+HTTP_MAX_CONNECTIONS = 64
+"""Most connections the ``http.*`` tools of one toolbox keep open at once (all hosts together)."""
 
 
-async def http_get(
-    url: str,
-    params: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 30.0,
-    raise_for_status: bool = True,
-) -> dict[str, Any]:
-    """HTTP GET; returns status, headers, text and (for JSON responses) json. 4xx/5xx fail the step."""
-    return await _request("GET", url, raise_for_status, timeout, params=params, headers=headers)
+class HttpPool:
+    """The one ``httpx.AsyncClient`` that the ``http.*`` tools of a toolbox share: connections are kept alive and
+    reused across steps, and at most ``max_connections`` are open at once (more requests wait for a free one).
+
+    The client is made on first use in the running event loop; a use from another loop (a new ``asyncio.run``)
+    makes a new one, since a client cannot move between loops. :meth:`aclose` closes it (the engine closes its
+    toolbox when it closes); a later request opens a new one.
+    """
+
+    def __init__(self, max_connections: int = HTTP_MAX_CONNECTIONS) -> None:
+        if max_connections < 1:
+            raise ValueError(f"http_max_connections must be at least 1, got {max_connections}")
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._client: httpx.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _current(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop or self._client.is_closed:
+            self._client = httpx.AsyncClient(limits=self._limits, follow_redirects=True)
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the connections (only a client of the running loop can be closed; others died with theirs)."""
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+    async def request(self, method: str, url: str, raise_for_status: bool, timeout: float,
+                      **kw: Any) -> dict[str, Any]:
+        """Send one request; ``timeout`` bounds connecting, writing and each read, not the wait for a free
+        connection of the pool (that is the engine's concurrency at work, and the step's ``timeout`` bounds it)."""
+        try:
+            resp = await self._current().request(method, url, timeout=httpx.Timeout(timeout, pool=None), **kw)
+        except httpx.TimeoutException as exc:
+            raise ToolError(f"{method} {url}: timed out ({exc.__class__.__name__})", kind="timeout") from None
+        except httpx.HTTPError as exc:
+            raise ToolError(f"{method} {url}: {exc.__class__.__name__}: {exc}", kind="ConnectionError") from None
+        if raise_for_status and resp.status_code >= 400:
+            retryable = resp.status_code in (408, 425, 429) or resp.status_code >= 500
+            raise ToolError(f"{method} {url}: HTTP {resp.status_code}", kind=f"http_{resp.status_code}",
+                            retryable=retryable)
+        return _response(resp)
 
 
-async def http_post(
-    url: str,
-    json: Any = None,
-    data: dict[str, str] | None = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 30.0,
-    raise_for_status: bool = True,
-) -> dict[str, Any]:
-    """HTTP POST of a JSON body (``json``) or a form (``data``); returns like http.get."""
-    return await _request("POST", url, raise_for_status, timeout, json=json, data=data, headers=headers)
+def http_tools(pool: HttpPool) -> tuple[Tool, Tool]:
+    """The ``http.get`` and ``http.post`` tools, sending through ``pool``."""
+
+    async def http_get(
+        url: str,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+        raise_for_status: bool = True,
+    ) -> dict[str, Any]:
+        """HTTP GET; returns status, headers, text and (for JSON responses) json. 4xx/5xx fail the step."""
+        return await pool.request("GET", url, raise_for_status, timeout, params=params, headers=headers)
+
+    async def http_post(
+        url: str,
+        json: Any = None,
+        data: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+        timeout: float = 30.0,
+        raise_for_status: bool = True,
+    ) -> dict[str, Any]:
+        """HTTP POST of a JSON body (``json``) or a form (``data``); returns like http.get."""
+        return await pool.request("POST", url, raise_for_status, timeout, json=json, data=data, headers=headers)
+
+    return (Tool.from_function(http_get, name="http.get", idempotent=True),
+            Tool.from_function(http_post, name="http.post"))
 
 
 async def human_input(prompt: str, schema: dict[str, Any] | None = None) -> Any:
@@ -211,14 +251,16 @@ async def python(function: str, kwargs: dict[str, Any] | None = None) -> Any:
     return await run_in_thread(target, **(kwargs or {}))
 
 
-def builtin_tools() -> Toolbox:
-    """A toolbox with the built-in tools."""
+def builtin_tools(*, http_max_connections: int = HTTP_MAX_CONNECTIONS) -> Toolbox:
+    """A toolbox with the built-in tools; its ``http.*`` tools share one pool of ``http_max_connections``."""
+    pool = HttpPool(http_max_connections)
     box = Toolbox()
+    box.on_close(pool.aclose)
     box.add(noop, idempotent=True)
     box.add(sleep, idempotent=True)
     box.add(shell)
-    box.add(http_get, name="http.get", idempotent=True)
-    box.add(http_post, name="http.post")
+    for http_tool in http_tools(pool):
+        box.add(http_tool)
     box.add(python)
     box.add(human_input, name="human.input", idempotent=True)  # waiting has no effect: a resume asks again
     return box

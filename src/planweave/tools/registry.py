@@ -136,10 +136,15 @@ ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
 
 
 class Toolbox(Mapping[str, Tool]):
-    """A set of tools by name; a :class:`~planweave.plan.ToolCatalog` for validation."""
+    """A set of tools by name; a :class:`~planweave.plan.ToolCatalog` for validation.
+
+    Tools may hold resources (the ``http.*`` tools' connection pool): :meth:`aclose` releases them. The engine
+    closes the toolbox it was given when it closes; tools stay usable after that (they open what they need again).
+    """
 
     def __init__(self, tools: Mapping[str, Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = dict(tools or {})
+        self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def __getitem__(self, name: str) -> Tool:
         return self._tools[name]
@@ -171,12 +176,27 @@ class Toolbox(Mapping[str, Tool]):
         return register(fn) if fn is not None else register
 
     def merged(self, *others: Mapping[str, Tool]) -> Toolbox:
-        """A new toolbox with these tools and those of ``others`` (later ones must not reuse names)."""
+        """A new toolbox with these tools and those of ``others`` (later ones must not reuse names).
+
+        It also closes what theirs close: closing either releases the same resources.
+        """
         out = Toolbox(self._tools)
+        out._closers = list(self._closers)
         for other in others:
             for t in other.values():
                 out.add(t)
+            if isinstance(other, Toolbox):
+                out._closers += [c for c in other._closers if c not in out._closers]
         return out
+
+    def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
+        """Call ``closer`` when the toolbox is closed (e.g. to close a connection pool its tools share)."""
+        self._closers.append(closer)
+
+    async def aclose(self) -> None:
+        """Release what the tools hold open; the tools remain usable (they reopen what they need)."""
+        for closer in self._closers:
+            await closer()
 
 
 def tool(
