@@ -420,15 +420,30 @@ async def _observe(engine: Engine, session: Session, stack: AsyncExitStack) -> A
     return None
 
 
+async def _announce(run: Run, journal: Journal, session: Session, console: Console | None, verb: str) -> None:
+    """Print ``run RUN_ID started (resume with: ...)`` first thing: on the live view's console, else on stderr.
+
+    A durable journal is flushed first, so from the moment the line is printed a killed run can be resumed.
+    """
+    if journal.durable:
+        await journal.flush()
+        line = f"run {run.id} {verb} (resume with: {session.resume_command(run.id)})"
+    else:
+        line = f"run {run.id} {verb} (the journal {session.journal_url} is not durable: it cannot be resumed)"
+    (console or Console(stderr=True, highlight=False)).print(line, markup=False, soft_wrap=True)
+
+
 async def _follow(
     session: Session,
     limits: Callable[[Journal], Awaitable[Limits]],
     begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]],
     console: Console | None,
+    verb: str = "started",
 ) -> Outcome:
-    """Open the journal and an engine, begin the run, show it live and wait for its end or an interrupt.
+    """Open the journal and an engine, begin the run, announce it, show it live and wait for its end or an interrupt.
 
-    ``begin`` may open contexts (a model client) on the stack it gets: they close after the engine.
+    ``begin`` may open contexts (a model client) on the stack it gets: they close after the engine. ``verb`` says
+    what happened to the run in the announcement (``started``, ``resumed``).
     """
     task = asyncio.current_task()
     assert task is not None
@@ -448,6 +463,7 @@ async def _follow(
                 ) as engine:
                     server = await _observe(engine, session, stack)
                     run = await begin(engine, stack)
+                    await _announce(run, journal, session, console, verb)
                     if server is not None:
                         (console or Console(stderr=True)).print(f"watch it at {server.dashboard_url(run.id)}",
                                                                 markup=False)
@@ -846,7 +862,7 @@ def resume(
                 raise
 
         with _tool_output_to_stderr(json_output):
-            outcome = _run_loop(_follow(session, recorded_limits, begin, _console_for(json_output)),
+            outcome = _run_loop(_follow(session, recorded_limits, begin, _console_for(json_output), "resumed"),
                                 virtual_clock)
     _report_outcome(outcome, session)
     raise typer.Exit(outcome.exit_code)

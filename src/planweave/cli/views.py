@@ -129,11 +129,11 @@ def _error_text(rec: StepRecord) -> Text:
 
 
 def _hidden_counts(state: RunState, chosen: set[str]) -> dict[str, int]:
-    hidden: dict[str, int] = {}
-    for sid, rec in state.records.items():
-        if sid not in chosen:
-            hidden[rec.status] = hidden.get(rec.status, 0) + 1
-    return hidden
+    hidden = state.counts()
+    for sid in chosen:
+        status = state.records[sid].status
+        hidden[status] -= 1
+    return {status: n for status, n in hidden.items() if n}
 
 
 _URGENCY: Mapping[str, int] = {"running": 0, "failed": 1, "unknown": 1, "ready": 2, "cancelled": 3,
