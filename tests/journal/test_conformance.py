@@ -574,3 +574,16 @@ async def test_an_event_whose_run_or_step_id_cannot_be_encoded_is_refused(backen
         journal.append(ev("r", 3))
         async with asyncio.timeout(20):
             assert [e.data["i"] for e in await journal.read()] == [3]
+
+
+async def test_outputs_orjson_refuses_but_json_can_hold_are_stored_exactly(backend: Backend) -> None:
+    deep: Any = "leaf"
+    for _ in range(300):  # deeper than orjson's limit of 255 levels
+        deep = [deep]
+    values = [{2**64: "a big key", "v": (1, 2)}, deep]
+    async with open_journal(backend.url) as journal:
+        refs = [journal.put_blob(v) for v in values]
+        async with asyncio.timeout(20):
+            got = await journal.get_blobs(refs)
+    assert got[refs[0]] == {"18446744073709551616": "a big key", "v": [1, 2]}
+    assert got[refs[1]] == deep

@@ -16,10 +16,9 @@ from planweave.errors import EventNotRecorded
 
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 _EVENT_OPTS = orjson.OPT_NON_STR_KEYS
-# orjson refuses integers beyond 64 bits and reads them back as floats: such values take the stdlib json path,
-# and any document with a run of 19+ digits is decoded by the stdlib too (a digit run inside a string only costs
-# a slower, still exact, decode).
-_BIG_INT_ERROR = "Integer exceeds 64-bit range"
+# orjson refuses integers beyond 64 bits (values and keys) and reads them back as floats: a value orjson refuses
+# but that holds nothing JSON cannot carry takes the stdlib json path, and any document with a run of 19+ digits is
+# decoded by the stdlib too (a digit run inside a string only costs a slower, still exact, decode).
 _LONG_DIGITS = re.compile(rb"\d{19}")
 _LONG_DIGITS_STR = re.compile(r"\d{19}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -111,11 +110,9 @@ def encode_data(data: Any) -> bytes:
     """Serialise an event's data (raises TypeError, or Unrepresentable naming the place, if it cannot be stored)."""
     try:
         return orjson.dumps(data, default=_default, option=_EVENT_OPTS)
-    except TypeError as exc:
-        if str(exc) != _BIG_INT_ERROR:
-            _locate(data)  # raises Unrepresentable naming the place when it can
-            raise
-    return _stdlib_dumps(_plain(data, ""), sort=False)
+    except TypeError:
+        plain = _locate(data)  # raises Unrepresentable naming the place
+    return _stdlib_dumps(plain, sort=False)  # e.g. integers beyond 64 bits
 
 
 def encode_event(event: Event, url: str) -> bytes:
@@ -126,7 +123,7 @@ def encode_event(event: Event, url: str) -> bytes:
     for name, text in (("run id", event.run_id), ("step id", event.step)):
         if text is not None and not text.isascii() and _SURROGATE.search(text):
             raise EventNotRecorded(
-                f"event '{event.kind}' was not recorded in the journal {url}: its {name} {ascii(text)} holds a "
+                f"event '{event.kind}' was not recorded in the journal {url}: its {name} {text!a} holds a "
                 "lone surrogate: not valid UTF-8"
             )
     try:
@@ -146,11 +143,9 @@ def encode_event(event: Event, url: str) -> bytes:
 def _dump_output(value: Any, what: str = "output") -> bytes:
     try:
         data = orjson.dumps(value, option=_OPTS)
-    except TypeError as exc:
-        if str(exc) == _BIG_INT_ERROR:
-            return _stdlib_dumps(_output_plain(value, what), sort=True)
-        _output_plain(value, what)  # raises naming the place when it can
-        raise OutputNotSerialisable(f"{what} is not JSON-serialisable: {exc}") from None
+    except TypeError:
+        # Raises naming the place, unless orjson only refused integers beyond 64 bits: those the stdlib writes.
+        return _stdlib_dumps(_output_plain(value, what), sort=True)
     if b"null" in data:  # orjson writes NaN and ±Infinity as null: look for them only when there is a null
         _output_plain(value, what)
     return data
@@ -170,10 +165,10 @@ def _stdlib_dumps(plain: Any, *, sort: bool) -> bytes:
     return json.dumps(plain, sort_keys=sort, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
-def _locate(data: Any) -> None:
-    """Raise Unrepresentable for the first thing in ``data`` that cannot be stored (or return if none is found)."""
+def _locate(data: Any) -> Any:
+    """``data`` as plain JSON data; raises Unrepresentable for the first thing in it that cannot be stored."""
     try:
-        _plain(data, "")
+        return _plain(data, "")
     except RecursionError:
         raise Unrepresentable("", "is nested too deeply to be stored") from None
 
