@@ -37,9 +37,17 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
 from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, Redact, StepNotFound, find_step, step_detail
-from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, request_cancel
+from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, request_cancel, send_approval, send_input
 from planweave.engine.state import RunState
-from planweave.errors import EventNotRecorded, JournalError, PlanInvalid, PlanProblem, RunError, RunNotFound
+from planweave.errors import (
+    EventNotRecorded,
+    InputRejected,
+    JournalError,
+    PlanInvalid,
+    PlanProblem,
+    RunError,
+    RunNotFound,
+)
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
 from planweave.server.limits import LimitCaps, RunLimits, ServerModel, open_server_model, start_deadline
@@ -105,6 +113,31 @@ class CancelRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field("cancelled over HTTP", max_length=1000)
+
+
+class ApprovalReply(BaseModel):
+    """``POST /runs/{id}/steps/{step}/approval``: approve (the step runs) or reject (it fails, kind ``rejected``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    approve: bool
+    reason: str | None = Field(None, max_length=2000, description="Why (shown in the step's error when rejected).")
+
+
+class InputReply(BaseModel):
+    """``POST /runs/{id}/steps/{step}/input``: the value a ``human.input`` step waits for (any JSON value)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: Any = Field(..., description="Checked against the step's JSON schema; it becomes the step's output.")
+
+
+class ReplyAccepted(BaseModel):
+    """A person's reply was taken: ``applied`` to the running run, or ``recorded`` for when it resumes."""
+
+    run_id: str
+    step: str
+    outcome: str
 
 
 class RunAccepted(BaseModel):
@@ -331,10 +364,49 @@ async def get_step(
     shown as ``***``. 404 names an unknown run or step.
     """
     found = await _find(state, run_id)
-    find_step(found.state, step_id)  # 404 before any read of the journal
+    rec = find_step(found.state, step_id)  # 404 before any read of the journal
     failures = await state.engine.journal.read(run_id, kind="step_failed")
-    return step_detail(found.state, await _outputs(state, found), step_id, events=failures,
-                       limit=None if full else DEFAULT_OUTPUT_LIMIT, redact=state.redact)
+    detail = step_detail(found.state, await _outputs(state, found), step_id, events=failures,
+                         limit=None if full else DEFAULT_OUTPUT_LIMIT, redact=state.redact)
+    if rec.status in ("waiting_approval", "waiting_input"):
+        detail["prompt"] = rec.prompt
+        detail["input_schema"] = rec.input_schema
+    return detail
+
+
+_REPLY_ERRORS: dict[int | str, dict[str, Any]] = {404: _ERRORS[404], 409: _ERRORS[409], 422: _ERRORS[422]}
+
+
+@api.post("/runs/{run_id}/steps/{step_id}/approval", response_model=ReplyAccepted, responses=_REPLY_ERRORS)
+async def approve_step(state: State, run_id: str, step_id: str, body: ApprovalReply) -> ReplyAccepted:
+    """Approve or reject a step waiting for approval: at once if the run runs here, else through the journal
+    (applied by the process running it within a second, or when the run resumes). 409 if it is not waiting."""
+    found = await _find(state, run_id)
+    find_step(found.state, step_id)
+    if found.run is not None:
+        found.run.approve(step_id, body.approve, body.reason)
+        await state.engine.journal.flush()
+        return ReplyAccepted(run_id=run_id, step=step_id, outcome="applied")
+    outcome = await send_approval(state.engine.journal, run_id, step_id, approve=body.approve, reason=body.reason)
+    return ReplyAccepted(run_id=run_id, step=step_id, outcome=outcome)
+
+
+@api.post("/runs/{run_id}/steps/{step_id}/input", response_model=ReplyAccepted, responses=_REPLY_ERRORS)
+async def give_input(state: State, run_id: str, step_id: str, body: InputReply) -> ReplyAccepted | JSONResponse:
+    """Give the value a ``human.input`` step waits for; 422 with the reason if it fails the step's schema (the step
+    keeps waiting), 409 if the step is not waiting for a value."""
+    found = await _find(state, run_id)
+    find_step(found.state, step_id)
+    try:
+        if found.run is not None:
+            found.run.send(step_id, body.value)
+            await state.engine.journal.flush()
+            return ReplyAccepted(run_id=run_id, step=step_id, outcome="applied")
+        outcome = await send_input(state.engine.journal, run_id, step_id, body.value)
+    except InputRejected as exc:
+        report = ProblemReport(detail=str(exc), problems=[ProblemItem(step=step_id, field="value", message=str(exc))])
+        return JSONResponse(report.model_dump(), status_code=422)
+    return ReplyAccepted(run_id=run_id, step=step_id, outcome=outcome)
 
 
 @api.get("/runs/{run_id}/plan", response_model=dict[str, Any], responses={404: _ERRORS[404]})
