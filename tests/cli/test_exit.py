@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -90,7 +91,8 @@ def test_the_cli_exits_promptly_after_cancelling_100_blocking_sync_steps(tmp_pat
         {"id": f"s{i}", "tool": "block", "args": {"seconds": 60}} for i in range(100)
     ]})
     with subprocess.Popen(
-        cli_command("run", str(plan), "--journal", url, "--run-id", "r", "--tools", "exit_tools:toolbox", "--json"),
+        cli_command("run", str(plan), "--journal", url, "--run-id", "r", "--tools", "exit_tools:toolbox", "--json",
+                    "--concurrency", "100"),
         cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     ) as proc:
         try:
@@ -106,3 +108,17 @@ def test_the_cli_exits_promptly_after_cancelling_100_blocking_sync_steps(tmp_pat
     assert proc.returncode == 1, err
     assert json.loads(out)["status"] == "cancelled"
     assert exited - finished_at(url) < EXIT_WITHIN_S
+
+
+def test_a_process_isolated_step_stuck_in_sleep_is_killed_at_its_timeout(tmp_path: Path) -> None:
+    pidfile = tmp_path / "worker.pid"
+    code, out, err, exited = run_cli(tmp_path, {"steps": [
+        {"id": "stuck", "tool": "stuck", "isolation": "process", "timeout": 1,
+         "args": {"seconds": 60, "pidfile": str(pidfile)}},
+    ]})
+    assert code == 1, err
+    assert json.loads(out)["steps"]["stuck"]["status"] == "failed"
+    assert exited - finished_at(sqlite_url(tmp_path)) < EXIT_WITHIN_S
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the worker is gone (and reaped)

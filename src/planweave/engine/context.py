@@ -27,7 +27,8 @@ class StepContext(NamedTuple):
     Long-running tools call :meth:`heartbeat` (or :meth:`progress`) regularly: a step with ``heartbeat: S`` whose
     tool stays silent for S seconds is treated as hung. Tools that call a model report each call with
     :meth:`report_usage`; the run journals it and counts it against the run's tokens and cost. All three are safe
-    to call from a worker thread (sync tools) and do nothing outside a run.
+    to call from a worker thread (sync tools) and do nothing outside a run. ``isolation`` is the step's
+    ``isolation`` key (``thread``, ``process`` or None): how a sync Python tool is to run.
     """
 
     run_id: str
@@ -35,6 +36,7 @@ class StepContext(NamedTuple):
     attempt: int
     clock: Clock
     sink: StepSink | None = None
+    isolation: str | None = None
 
     def report_usage(self, usage: Mapping[str, Any]) -> None:
         """Journal one model call (``model``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``, ...)."""

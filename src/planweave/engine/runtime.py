@@ -264,7 +264,7 @@ class Run:
             if self._durable and sid not in self.state.idempotent:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
-            _current_step.set(StepContext(self.id, sid, attempt, self._clock, self))
+            _current_step.set(StepContext(self.id, sid, attempt, self._clock, self, step.isolation))
             if rec.fallback_active and step.fallback is not None:
                 tool = self._tools[step.fallback.tool]
                 args = render(plan.fallbacks[sid], self.outputs)

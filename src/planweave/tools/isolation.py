@@ -12,12 +12,19 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import multiprocessing
+import pickle
 import queue
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any, ParamSpec, TypeVar
+
+from planweave.errors import ToolError
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -126,3 +133,101 @@ async def run_in_thread(fn: Callable[..., T], /, **kwargs: Any) -> T:
     loop = asyncio.get_running_loop()
     call = functools.partial(contextvars.copy_context().run, fn, **kwargs)
     return await loop.run_in_executor(_tool_threads, call)
+
+
+# -- isolation: process ------------------------------------------------------------------------------------------
+STOP_GRACE_S = 0.5
+"""How long a worker process has to end after SIGTERM before it gets SIGKILL."""
+
+_Outcome = tuple[str, Any]  # ("ok", value) | ("raise", exception) | ("unsendable", description)
+
+
+async def run_in_process(fn: Callable[..., Any], kwargs: Mapping[str, Any], *, tool: str) -> Any:
+    """Call the sync ``fn(**kwargs)`` in a new worker process (multiprocessing ``spawn``); return its result.
+
+    The process is stopped (SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`) and reaped when the caller is
+    cancelled (a step timeout, a cancelled run, the engine closing); it never outlives the call. ``fn`` must be
+    importable by module and name in a fresh interpreter (a top-level function of an importable module) and its
+    arguments and result picklable: otherwise the call fails with a :class:`ToolError` saying so. An exception the
+    call raises is raised here. Tools in a process cannot report heartbeats or progress.
+    """
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    proc = context.Process(target=_child, args=(sender, fn, dict(kwargs)), name=f"planweave-{tool}", daemon=False)
+    try:
+        proc.start()
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        receiver.close()
+        where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        raise ToolError(
+            f"tool '{tool}' cannot run with isolation: process: its function {where} and arguments must be "
+            f"picklable, the function importable by module and name (a top-level function): {exc}",
+            kind="arguments", retryable=False) from None
+    finally:
+        sender.close()  # the child has its own end: its death is an end of file here
+    ended = False
+    try:
+        outcome = await run_in_thread(_receive, conn=receiver)
+        ended = True
+    finally:
+        await _stop(proc, ended)
+    return _result(outcome, proc, tool, fn)
+
+
+def _child(conn: Connection, fn: Callable[..., Any], kwargs: dict[str, Any]) -> None:
+    """The worker process: call ``fn``, send back what happened. Ctrl-C is the parent's business."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    outcome: _Outcome
+    try:
+        outcome = ("ok", fn(**kwargs))
+    except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the parent's step fails with them
+        outcome = ("raise", exc)
+    try:
+        conn.send(outcome)
+    except Exception as exc:  # an unpicklable result or exception
+        what = "result" if outcome[0] == "ok" else f"exception ({type(outcome[1]).__name__}: {outcome[1]})"
+        conn.send(("unsendable", f"its {what} cannot be pickled: {type(exc).__name__}: {exc}"))
+    conn.close()
+
+
+def _receive(conn: Connection) -> _Outcome | None:
+    """Wait for the worker's message (None if it died first); the connection is closed here, in its thread."""
+    try:
+        message: _Outcome = conn.recv()
+        return message
+    except (EOFError, OSError):
+        return None
+    finally:
+        conn.close()
+
+
+async def _stop(proc: BaseProcess, ended: bool) -> None:
+    """Make sure the worker is gone and reaped (a zombie still has its pid); ask it to stop if it is working."""
+    if not ended:
+        proc.terminate()
+    try:
+        await run_in_thread(_reap, proc=proc)
+    except asyncio.CancelledError:  # cancelled again while reaping: no more grace
+        proc.kill()
+        proc.join(STOP_GRACE_S)
+        raise
+
+
+def _reap(proc: BaseProcess) -> None:
+    proc.join(STOP_GRACE_S)
+    if proc.exitcode is None:
+        proc.kill()
+        proc.join()
+
+
+def _result(outcome: _Outcome | None, proc: BaseProcess, tool: str, fn: Callable[..., Any]) -> Any:
+    if outcome is None:
+        module = getattr(fn, "__module__", "?")
+        raise ToolError(f"the worker process of tool '{tool}' ended (exit code {proc.exitcode}) without a result "
+                        f"(did it crash, or fail to import {module}?)", kind="crashed")
+    status, value = outcome
+    if status == "ok":
+        return value
+    if status == "raise":
+        raise value
+    raise ToolError(f"tool '{tool}' ran in a worker process, but {value}", kind="output", retryable=False)

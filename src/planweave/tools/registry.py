@@ -9,8 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
+from planweave.engine.context import current_step_var
 from planweave.errors import ToolError, did_you_mean
-from planweave.tools.isolation import run_in_thread
+from planweave.tools.isolation import run_in_process, run_in_thread
 
 
 def _model_for(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel] | None, bool]:
@@ -121,15 +122,28 @@ class Tool:
         return bound
 
     async def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Call the tool: async functions are awaited, sync ones run in a daemon worker thread (see isolation)."""
+        """Call the tool: async functions are awaited, sync ones run in a daemon worker thread, or in a worker
+        process when the step says ``isolation: process`` (see :mod:`planweave.tools.isolation`)."""
         kwargs = self.bind(args)
+        isolation = _isolation()
         if self.is_async:
+            if isolation == "process":
+                raise ToolError(f"isolation: process runs synchronous Python functions only; tool '{self.name}' "
+                                "is async (it runs on the event loop)", kind="arguments", retryable=False)
             result = await self.fn(**kwargs)
+        elif isolation == "process":
+            result = await run_in_process(self.fn, kwargs, tool=self.name)
         else:
             result = await run_in_thread(self.fn, **kwargs)
         if isinstance(result, BaseModel):
             return result.model_dump(mode="json")
         return result
+
+
+def _isolation() -> str | None:
+    """The calling step's ``isolation`` (None outside a step)."""
+    step = current_step_var.get(None)
+    return step.isolation if step is not None else None
 
 
 ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
