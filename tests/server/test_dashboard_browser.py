@@ -181,3 +181,59 @@ async def test_clicking_a_step_shows_its_inputs_output_and_attempts(live: Live, 
                 assert errors == []
             finally:
                 await context.close()
+
+
+HUMAN_PLAN = {"steps": [
+    {"id": "build", "tool": "noop", "args": {"artifact": "app-1.2"}},
+    {"id": "deploy", "tool": "noop", "args": {"what": "${build.artifact}"}, "after": ["build"],
+     "approval": "Deploy app-1.2 to production?"},
+    {"id": "replicas", "tool": "human.input",
+     "args": {"prompt": "How many replicas?", "schema": {"type": "integer", "minimum": 1}}},
+    {"id": "scale", "tool": "noop", "args": {"n": "${replicas}", "deployed": "${deploy.what}"}},
+]}
+
+
+async def test_a_person_approves_a_step_and_gives_a_value_in_the_dashboard(live: Live, tmp_path: Path) -> None:
+    _require_browser()
+    from playwright.async_api import async_playwright, expect
+
+    async with live.client() as client:
+        created = await client.post("/runs", json={"plan": HUMAN_PLAN, "run_id": "human"})
+        assert created.status_code == 201, created.text
+        async with async_playwright() as pw:
+            context = await pw.chromium.launch_persistent_context(
+                str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1400, "height": 900})
+            try:
+                page = context.pages[0] if context.pages else await context.new_page()
+                errors: list[str] = []
+                page.on("pageerror", lambda exc: errors.append(str(exc)))
+                await page.goto(f"{live.url}#token={live.token}")
+                await page.goto(f"{live.url}#/runs/human")
+
+                approval = page.locator('.waiting-item[data-step="deploy"]')
+                value = page.locator('.waiting-item[data-step="replicas"]')
+                await expect(approval.locator(".prompt")).to_have_text("Deploy app-1.2 to production?",
+                                                                       timeout=10_000)
+                await expect(value.locator(".prompt")).to_have_text("How many replicas?")
+                await expect(value.locator(".schema")).to_contain_text('"minimum":1')
+                await expect(page.locator('#dag .node[data-step="deploy"]')).to_have_attribute(
+                    "data-status", "waiting_approval")
+
+                # A value the schema refuses is explained, and the step keeps waiting.
+                await value.locator("textarea").fill("0")
+                await value.locator("button.send").click()
+                await expect(value.locator(".error-text")).to_contain_text("0 is less than the minimum of 1")
+                await value.locator("textarea").fill("3")
+                await value.locator("button.send").click()
+                await expect(value).to_have_count(0, timeout=10_000)
+
+                await approval.locator("input.reason").fill("release window")
+                await approval.locator("button.approve").click()
+                await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=10_000)
+                await expect(page.locator("#waiting")).to_be_hidden()
+                assert errors == []
+            finally:
+                await context.close()
+    result = await live.wait("human")
+    assert result.outputs["scale"] == {"n": 3, "deployed": "app-1.2"}

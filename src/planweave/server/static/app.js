@@ -303,6 +303,9 @@
     $("dag").replaceChildren();
     $("gantt").replaceChildren();
     $("step-panel").hidden = true;
+    $("waiting").hidden = true;
+    $("waiting-list").replaceChildren();
+    delete $("waiting-list").dataset.key;
     renderRuns();
     refreshRun(current);
     current.stream = openStream(`/runs/${encodeURIComponent(runId)}/events`, 0, (kind, event) => {
@@ -420,6 +423,7 @@
     $("run-error").textContent = s.error ? `error: ${s.error}` : "";
     $("run-answer").hidden = !s.answer;
     $("run-answer").textContent = s.answer ? s.answer : "";
+    renderWaiting(current);
     $("cancel-run").hidden = s.status !== "running";
     // Resume continues interrupted runs; a failed run only has something left to do if some step's outcome is
     // unknown (it was running when the run was interrupted and is not idempotent): resuming retries those.
@@ -528,6 +532,69 @@
     }
     root.append(edges, nodes);
     container.replaceChildren(root);
+  }
+
+  // -- steps waiting for a person: approve / reject, or give a value ------------------------------------------------
+  const WAITING = ["waiting_approval", "waiting_input"];
+
+  function renderWaiting(current) {
+    const steps = Object.entries(current.summary.steps || {}).filter(([, step]) => WAITING.includes(step.status));
+    const list = $("waiting-list");
+    const key = steps.map(([id, step]) => `${id}:${step.status}`).join(",");
+    $("waiting").hidden = steps.length === 0;
+    if (list.dataset.key === key) return; // unchanged: keep what the person is typing
+    list.dataset.key = key;
+    list.replaceChildren(...steps.map(([id, step]) => (step.status === "waiting_approval"
+      ? approvalItem(current, id, step) : inputItem(current, id, step))));
+  }
+
+  async function reply(current, stepId, kind, body, out) {
+    out.textContent = "";
+    try {
+      await api(`/runs/${encodeURIComponent(current.id)}/steps/${encodeURIComponent(stepId)}/${kind}`,
+        { method: "POST", body: JSON.stringify(body) });
+    } catch (err) {
+      if (err instanceof Unauthorized) return false;
+      out.textContent = String(err.message);
+      return false;
+    }
+    current.refresh();
+    return true;
+  }
+
+  function approvalItem(current, stepId, step) {
+    const reason = el("input", { type: "text", class: "reason", placeholder: "reason (optional)", "aria-label": `reason for ${stepId}` });
+    const out = el("div", { class: "error-text", role: "alert" });
+    const send = (approve) => reply(current, stepId, "approval", { approve, reason: reason.value || null }, out);
+    return el("div", { class: "waiting-item", "data-step": stepId, "data-kind": "approval" },
+      el("div", { class: "meta", text: `step ${stepId} waits for an approval` }),
+      el("div", { class: "prompt", text: step.prompt || `Run step ${stepId}?` }),
+      el("div", { class: "controls" },
+        el("button", { type: "button", class: "approve", text: "Approve", onclick: () => send(true) }),
+        el("button", { type: "button", class: "reject", text: "Reject", onclick: () => send(false) }),
+        reason),
+      out);
+  }
+
+  function inputItem(current, stepId, step) {
+    const box = el("textarea", { class: "value", rows: "3", spellcheck: "false", placeholder: "a JSON value, e.g. 3 or \"yes\"", "aria-label": `value for ${stepId}` });
+    const out = el("div", { class: "error-text", role: "alert" });
+    const schema = el("div", { class: "meta schema" });
+    api(`/runs/${encodeURIComponent(current.id)}/steps/${encodeURIComponent(stepId)}`).then(({ body }) => {
+      if (body.input_schema) schema.textContent = `schema: ${JSON.stringify(body.input_schema)}`;
+    }).catch(() => {});
+    const send = () => {
+      let value;
+      try { value = JSON.parse(box.value); } catch (err) { out.textContent = `not valid JSON: ${err.message}`; return; }
+      reply(current, stepId, "input", { value }, out);
+    };
+    return el("div", { class: "waiting-item", "data-step": stepId, "data-kind": "input" },
+      el("div", { class: "meta", text: `step ${stepId} waits for a value` }),
+      el("div", { class: "prompt", text: step.prompt || `A value for ${stepId}` }),
+      schema,
+      el("div", { class: "controls" }, box,
+        el("button", { type: "button", class: "send", text: "Send", onclick: send })),
+      out);
   }
 
   // -- one step's panel: inputs, output, attempts, errors ---------------------------------------------------------
