@@ -168,7 +168,8 @@ def test_the_cli_refuses_nasty_plan_files_with_exit_2_and_no_traceback(tmp_path:
 
 def test_yaml_on_is_a_key_and_yes_is_text(tmp_path: Path) -> None:
     path = tmp_path / "on.yaml"
-    path.write_text("steps:\n  - {id: a, tool: noop, args: {answer: yes, ok: true}, retries: {max: 1, on: [timeout]}}\n")
+    path.write_text("steps:\n  - {id: a, tool: noop, args: {answer: yes, ok: true},\n"
+                    "     retries: {max: 1, on: [timeout]}}\n")
     step = load_plan_file(path).steps[0]
     assert step.retries.on == ("timeout",)
     assert step.args == {"answer": "yes", "ok": True}

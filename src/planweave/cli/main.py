@@ -40,6 +40,7 @@ from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
+from planweave.plan.defaults import check_seconds, with_default_timeout
 from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Tool, Toolbox, builtin_tools
@@ -721,6 +722,14 @@ McpOption = Annotated[
 ]
 
 
+def _step_timeout_flag(value: float | None) -> float | None:
+    """``--step-timeout`` checked: finite seconds above 0 (UsageError otherwise)."""
+    try:
+        return None if value is None else check_seconds(value, "--step-timeout")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 @app.command()
 def run(
     file: Annotated[Path | None, typer.Argument(help="The plan file (YAML or JSON); or use --goal.",
@@ -734,6 +743,10 @@ def run(
         list[str] | None,
         typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource; overrides the plan's (repeatable)."),
     ] = None,
+    step_timeout: Annotated[float | None, typer.Option(
+        "--step-timeout", metavar="S",
+        help="Seconds per attempt for steps without their own timeout; overrides the plan's defaults.timeout "
+             "(steps waiting on people are exempt).")] = None,
     virtual_clock: VirtualOption = False,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
@@ -770,6 +783,9 @@ def run(
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         if file is not None:
             spec = load_plan_file(file)
+            if step_timeout is not None:
+                # The built-in DEFAULT_STEP_TIMEOUT is not applied yet: see docs/plan-format.md, "Defaults".
+                spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
             capacities = {**spec.capacities, **flags}
             if not mcp:  # MCP tools are known only once connected: then the engine validates at start
                 # Check everything before the journal is opened: an invalid plan leaves no trace there.

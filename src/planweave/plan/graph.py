@@ -14,12 +14,14 @@ from pydantic import ValidationError
 from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.critical import critical_path, upward_ranks
-from planweave.plan.model import Claim, PlanSpec, Step
+from planweave.plan.defaults import step_with_defaults
+from planweave.plan.model import Claim, PlanSpec, Step, StepDefaults
 from planweave.plan.refs import Compiled, Interpolation, Ref, RefSyntaxError, compile_args
 
 _STEP_KEYS = tuple(Step.model_fields)
 _NO_ARGS: dict[str, Compiled] = {}  # shared by steps without arguments: read-only by contract
 _NO_DEFERRED: frozenset[str] = frozenset()
+_DEFAULTABLE = frozenset({"timeout", "heartbeat", "retries"})  # the keys a plan's `defaults` can fill
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,28 @@ class Plan:
         return prints
 
     def to_document(self) -> dict[str, Any]:
-        """The plan as a JSON-ready plan-file document."""
-        return self.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        """The plan as a JSON-ready plan-file document (as written: defaults are not folded into the steps).
+
+        An explicit ``timeout: null`` or ``heartbeat: null`` (no limit, against the plan's defaults) is kept, so the
+        document read back gives the same effective values.
+        """
+        document = self.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        for written, step in zip(document.get("steps", ()), self.spec.steps, strict=True):
+            for name, value in _explicit_defaults(step).items():
+                written.setdefault(name, value)
+        if self.spec.defaults.model_fields_set:
+            document["defaults"] = {**_explicit_defaults(self.spec.defaults), **document.get("defaults", {})}
+        return document
+
+
+def _explicit_defaults(model: Step | StepDefaults) -> dict[str, Any]:
+    """The defaultable keys a model sets on purpose, with their values (``exclude_defaults`` drops default values).
+
+    A step's ``timeout: null`` or ``retries: 0`` must survive the journaled document: read back without it, the
+    step would take the plan's defaults instead.
+    """
+    chosen = _DEFAULTABLE & model.model_fields_set
+    return model.model_dump(mode="json", include=set(chosen)) if chosen else {}
 
 
 def _problem_from_pydantic(step: str, err: Any) -> PlanProblem:
@@ -209,11 +231,15 @@ def validate_plan(
     """Check a plan spec and build the :class:`Plan`; raise :class:`PlanInvalid` listing every problem.
 
     ``tools`` None skips tool checks; ``capacities`` None skips claim checks (else every claimed resource must be
-    declared and no claim may exceed its capacity).
+    declared and no claim may exceed its capacity). The plan's ``defaults`` are applied to the steps of the
+    :class:`Plan` (see :mod:`planweave.plan.defaults`); ``spec`` stays as written.
     """
     problems: list[PlanProblem] = []
     steps: dict[str, Step] = {}
+    defaults = spec.defaults if spec.defaults.model_fields_set else None
     for step in spec.steps:
+        if defaults is not None:
+            step = step_with_defaults(step, defaults)
         if step.id in steps:
             problems.append(PlanProblem(step.id, "id", "duplicate step id"))
         else:
