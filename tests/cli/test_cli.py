@@ -443,6 +443,96 @@ def test_the_readme_crash_and_resume_demo_works_as_written(tmp_path: Path) -> No
     assert "succeeded" in resumed.stdout
 
 
+# -- people in the run: approve and send --------------------------------------------------------------------------
+HUMAN = {"name": "release", "steps": [
+    {"id": "build", "tool": "sleep", "args": {"seconds": 0.05, "result": {"artifact": "v1"}}},
+    {"id": "deploy", "tool": "noop", "args": {"what": "${build.artifact}"}, "approval": "Deploy v1?"},
+    {"id": "ask", "tool": "human.input", "args": {"prompt": "Replicas?", "schema": {"type": "integer"}},
+     "after": ["deploy"]},
+    {"id": "report", "tool": "noop", "args": {"replicas": "${ask}", "deployed": "${deploy.what}"}},
+]}
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cli_command(*args), capture_output=True, text=True, env=subprocess_env(), timeout=60,
+                          check=False)
+
+
+def read_until(proc: subprocess.Popen[str], needle: str) -> list[str]:
+    """Lines of ``proc``'s stdout up to the first one containing ``needle`` (the test's timeout bounds the wait)."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    while True:
+        line = proc.stdout.readline()
+        assert line, f"the run ended before printing {needle!r}: {seen}"
+        seen.append(line.rstrip("\n"))
+        if needle in line:
+            return seen
+
+
+def test_a_waiting_run_says_what_to_type_and_approve_and_send_answer_it(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "release.yaml", HUMAN)
+    url = sqlite_url(tmp_path)
+    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "h1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        lines = read_until(proc, "waiting for approval: deploy")
+        assert lines[-1].endswith(f"Deploy v1? — planweave approve h1 deploy --journal {url}")
+        listed = cli("runs", "--journal", url)
+        assert "waiting for approval: deploy" in listed.stdout
+        assert json.loads(cli("runs", "--journal", url, "--json").stdout)[0]["waiting"] == {
+            "deploy": "waiting_approval"}
+
+        typo = cli("approve", "h1", "deplo", "--journal", url)
+        assert typo.returncode == 2 and "did you mean 'deploy'" in typo.stderr
+        early = cli("send", "h1", "deploy", "--value", "3", "--journal", url)
+        assert early.returncode == 2 and "is not waiting for a value" in early.stderr
+        approved = cli("approve", "h1", "deploy", "--reason", "looks good", "--journal", url)
+        assert approved.returncode == 0, approved.stderr
+        assert "approved step 'deploy' of run h1" in approved.stdout
+
+        lines = read_until(proc, "waiting for input: ask")
+        assert lines[-1].endswith(f"Replicas? — planweave send h1 ask --value JSON --journal {url}")
+        not_json = cli("send", "h1", "ask", "--value", "three", "--journal", url)
+        assert not_json.returncode == 2 and "--value 'three' is not JSON" in not_json.stderr
+        refused = cli("send", "h1", "ask", "--value", '"three"', "--journal", url)
+        assert refused.returncode == 2 and "'three' is not of type 'integer'" in refused.stderr
+        sent = cli("send", "h1", "ask", "--value", "3", "--journal", url)
+        assert sent.returncode == 0, sent.stderr
+        assert "sent the value to step 'ask' of run h1" in sent.stdout
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out + err
+    report = json.loads(cli("show", "h1", "--journal", url, "--json").stdout)
+    assert report["outputs"]["report"] == {"replicas": 3, "deployed": "v1"}
+
+
+def test_a_rejection_given_while_no_process_runs_the_run_applies_on_resume(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "release.yaml", HUMAN)
+    url = sqlite_url(tmp_path)
+    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "h2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        read_until(proc, "waiting for approval: deploy")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    rejected = cli("approve", "h2", "deploy", "--reject", "--reason", "not today", "--journal", url)
+    assert rejected.returncode == 0, rejected.stderr
+    assert "rejected step 'deploy' of run h2" in rejected.stdout
+    assert f"planweave resume h2 --journal {url}" in rejected.stdout  # recorded: applied when the run resumes
+    resumed = cli("resume", "h2", "--journal", url, "--json")
+    assert resumed.returncode == 1
+    deploy = json.loads(cli("show", "h2", "--journal", url, "--step", "deploy", "--json").stdout)
+    assert (deploy["status"], deploy["error_kind"]) == ("failed", "rejected")
+    assert "not today" in deploy["error"]
+    ended = cli("approve", "h2", "deploy", "--journal", url)
+    assert ended.returncode == 2 and "already ended" in ended.stderr
+
+
 # -- views -----------------------------------------------------------------------------------------------------
 def test_live_view_draws_every_step_and_ends_on_the_final_state() -> None:
     screen = io.StringIO()

@@ -36,7 +36,16 @@ from planweave.cli import views
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
 from planweave.engine.events import Event
 from planweave.engine.report import StepNotFound, find_step, outputs_summary, step_detail
-from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult, process_alive, request_cancel
+from planweave.engine.runtime import (
+    DEFAULT_CONCURRENCY,
+    Engine,
+    Run,
+    RunResult,
+    process_alive,
+    request_cancel,
+    send_approval,
+    send_input,
+)
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
@@ -114,7 +123,7 @@ class JournaledRun:
         """The ``runs --json`` object: id, plan, status, times, error and step counts by state."""
         if self.state is None:
             return {"run_id": self.run_id, "plan": None, "status": self.status, "started_at": None,
-                    "finished_at": None, "makespan_s": None, "error": self.problem, "steps": {}}
+                    "finished_at": None, "makespan_s": None, "error": self.problem, "steps": {}, "waiting": {}}
         summary = self.state.summary()
         return {
             "run_id": self.run_id,
@@ -125,6 +134,7 @@ class JournaledRun:
             "makespan_s": summary["makespan_s"],
             "error": summary["error"],
             "steps": self.state.counts(),
+            "waiting": self.state.waiting_steps(),
         }
 
     def report(self) -> dict[str, Any]:
@@ -468,8 +478,9 @@ async def _follow(
                     if server is not None:
                         (console or Console(stderr=True)).print(f"watch it at {server.dashboard_url(run.id)}",
                                                                 markup=False)
-                    view = views.LiveRunView(console, clock, ticking=not session.virtual,
-                                             all_rows=session.all_rows) if console else None
+                    view = views.LiveRunView(console, clock, ticking=not session.virtual, all_rows=session.all_rows,
+                                             journal_flag=_journal_flag(session.journal_url),
+                                             flush=journal.flush) if console else None
                     with view.follow(run) if view is not None else nullcontext():
                         result = await run.wait()
                     signals.disarm()
@@ -1004,6 +1015,68 @@ def show(
         for esc in state.escalations:
             where = f" step '{esc['step']}'" if esc.get("step") else ""
             console.print(Text(f"  {esc.get('rung')}{where}: {esc.get('reason', '')}"[:400]))
+
+
+def _journal_flag(url: str) -> str:
+    """`` --journal URL`` for commands printed for people, or nothing for the default journal."""
+    return "" if url == default_journal_url() else f" --journal {url}"
+
+
+def _reply(url: str, run_id: str, give: Callable[[Journal], Awaitable[str]]) -> str:
+    """Open the journal at ``url`` and journal a person's answer with ``give``; how it will be applied."""
+    if _journal_file_missing(url):
+        raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+
+    async def go() -> str:
+        async with open_journal(url) as opened:
+            return await give(opened)
+
+    done = asyncio.run(go())
+    if done == "applied":
+        return "the process running it applies it within a second"
+    return f"no process runs it, so it is recorded and applies when the run resumes: planweave resume {run_id}" + \
+        _journal_flag(url)
+
+
+@app.command()
+def approve(
+    run_id: Annotated[str, typer.Argument(help="The run.", show_default=False)],
+    step: Annotated[str, typer.Argument(help="The step waiting for approval.", show_default=False)],
+    reject: Annotated[bool, typer.Option("--reject", help="Reject it: the step fails (kind rejected).")] = False,
+    reason: Annotated[str | None, typer.Option("--reason", metavar="TEXT", help="Why, for the journal.")] = None,
+    journal: JournalOption = None,
+) -> None:
+    """Approve (or ``--reject``) a step waiting for approval, from any process sharing the run's journal."""
+    with _clean_errors():
+        url = journal or default_journal_url()
+        how = _reply(url, run_id, lambda opened: send_approval(opened, run_id, step, approve=not reject,
+                                                               reason=reason))
+    typer.echo(f"{'rejected' if reject else 'approved'} step '{step}' of run {run_id}: {how}")
+
+
+def parse_value(text: str) -> Any:
+    """The JSON of ``--value``; raises UsageError saying how to quote a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--value {text!r} is not JSON ({exc.msg}); a string needs quotes, e.g. "
+                         f"--value '{json.dumps(text)}'") from None
+
+
+@app.command()
+def send(
+    run_id: Annotated[str, typer.Argument(help="The run.", show_default=False)],
+    step: Annotated[str, typer.Argument(help="The step waiting for input (human.input).", show_default=False)],
+    value: Annotated[str, typer.Option("--value", metavar="JSON", help="The value, as JSON (a string in quotes).",
+                                       show_default=False)],
+    journal: JournalOption = None,
+) -> None:
+    """Give a value to a step waiting for input; a value its schema refuses is not sent (exit 2), the step waits."""
+    with _clean_errors():
+        url = journal or default_journal_url()
+        given = parse_value(value)
+        how = _reply(url, run_id, lambda opened: send_input(opened, run_id, step, given))
+    typer.echo(f"sent the value to step '{step}' of run {run_id}: {how}")
 
 
 @app.command()

@@ -10,7 +10,7 @@ import asyncio
 import heapq
 import json
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +29,8 @@ STATUS_STYLE: Mapping[str, str] = {
     "pending": "dim",
     "ready": "cyan",
     "running": "bold yellow",
+    "waiting_approval": "bold cyan",
+    "waiting_input": "bold cyan",
     "succeeded": "green",
     "failed": "bold red",
     "cancelled": "magenta",
@@ -37,7 +39,8 @@ STATUS_STYLE: Mapping[str, str] = {
     "interrupted": "yellow",
 }
 # The order counts are listed in, most urgent first.
-STATUS_ORDER = ("running", "ready", "unknown", "failed", "cancelled", "skipped", "succeeded", "pending")
+STATUS_ORDER = ("waiting_approval", "waiting_input", "running", "ready",
+                "unknown", "failed", "cancelled", "skipped", "succeeded", "pending")
 
 # Timeline glyphs, distinct without colour so retries stay visible in logs and plain terminals.
 BAR_GLYPH: Mapping[str, str] = {
@@ -136,7 +139,8 @@ def _hidden_counts(state: RunState, chosen: set[str]) -> dict[str, int]:
     return {status: n for status, n in hidden.items() if n}
 
 
-_URGENCY: Mapping[str, int] = {"running": 0, "failed": 1, "unknown": 1, "ready": 2, "cancelled": 3,
+_URGENCY: Mapping[str, int] = {"waiting_approval": 0, "waiting_input": 0,
+                               "running": 0, "failed": 1, "unknown": 1, "ready": 2, "cancelled": 3,
                                "succeeded": 4, "skipped": 4, "pending": 5}
 
 
@@ -178,7 +182,7 @@ def summary_steps(state: RunState, now: float | None, top: int = 10) -> tuple[li
     for rec in state.records.values():  # one pass: a final view must stay cheap next to a 10,000-step run
         if rec.status in ("failed", "unknown"):
             failed.append(rec.id)
-        elif rec.status == "running":
+        elif rec.status in ("running", "waiting_approval", "waiting_input"):
             running.append(rec.id)
         elif rec.started_at is not None:
             end = rec.finished_at if rec.finished_at is not None else now
@@ -244,9 +248,27 @@ def run_header(state: RunState, now: float | None, status: str | None = None) ->
     return head
 
 
-def live_view(state: RunState, now: float | None, max_rows: int | None) -> RenderableType:
-    """What the live display of a running run shows: a header and the steps table."""
-    return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows))
+def waiting_line(state: RunState, step_id: str, journal_flag: str = "") -> Text:
+    """``waiting for approval: deploy · Deploy v1? — planweave approve RUN deploy``: what a person is asked, and the
+    command that answers it (``journal_flag`` is appended, e.g. `` --journal URL``)."""
+    rec = state.records[step_id]
+    prompt = rec.prompt if isinstance(rec.prompt, str) and rec.prompt else None
+    if rec.status == "waiting_approval":
+        what, command = "approval", f"planweave approve {state.run_id} {step_id}"
+    else:
+        what, command = "input", f"planweave send {state.run_id} {step_id} --value JSON"
+    line = Text(f"waiting for {what}: ", style=STATUS_STYLE.get(rec.status, ""))
+    line.append(step_id, style="bold")
+    if prompt:
+        line.append(f" · {prompt}")
+    line.append(f" — {command}{journal_flag}", style="dim")
+    return line
+
+
+def live_view(state: RunState, now: float | None, max_rows: int | None, journal_flag: str = "") -> RenderableType:
+    """What the live display of a running run shows: a header, the steps table and the steps waiting for people."""
+    waiting = [waiting_line(state, sid, journal_flag) for sid in state.waiting_steps()]
+    return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows), *waiting)
 
 
 SUMMARY_TOP = 10  # failed and slowest steps a final view shows by default
@@ -260,6 +282,7 @@ def final_view(state: RunState, now: float | None, *, all_rows: bool = False) ->
     return Group(run_header(state, now), table)
 
 
+_ASKING = frozenset({"approval_requested", "input_requested"})
 DRAW_SHARE = 0.025  # the most of the event loop's time the live view may spend drawing
 
 
@@ -276,8 +299,12 @@ class LiveRunView:
 
     def __init__(
         self, console: Console, clock: Clock, *, rate: float = 8.0, ticking: bool = True, all_rows: bool = False,
+        journal_flag: str = "", flush: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._console = console
+        self._journal_flag = journal_flag  # appended to the approve/send commands shown
+        self._flush = flush  # makes the journal durable: a question is printed only once it can be answered
+        self._asking: set[asyncio.Task[None]] = set()
         self._all_rows = all_rows
         self._clock = clock
         self._rate_interval = 1.0 / rate
@@ -308,7 +335,7 @@ class LiveRunView:
             try:
                 yield
             finally:
-                for handle in (self._redraw, self._tick):
+                for handle in (self._redraw, self._tick, *self._asking):
                     if handle is not None:
                         handle.cancel()
                 self._redraw = self._tick = None
@@ -318,7 +345,19 @@ class LiveRunView:
             self._console.line()  # off a terminal Live prints its last frame without ending the line
 
     def on_event(self, event: Event) -> None:
-        """Listener for the run's events: schedule a redraw, throttled to the rate."""
+        """Listener for the run's events: schedule a redraw, throttled to the rate.
+
+        Off a terminal, where no frame but the last is printed, a step starting to wait for a person is printed as
+        it happens: the person has to know what to type.
+        """
+        if not self._terminal and event.kind in _ASKING and self._state is not None and self._live is not None:
+            line = waiting_line(self._state, event.step or "", self._journal_flag)
+            if self._flush is None:
+                self._console.print(line, soft_wrap=True)
+            else:
+                task = asyncio.get_running_loop().create_task(self._ask(line, self._flush))
+                self._asking.add(task)
+                task.add_done_callback(self._asking.discard)
         if self._redraw is not None or self._live is None or not self._terminal:
             return  # off a terminal only the last frame is printed
         loop = asyncio.get_running_loop()
@@ -328,6 +367,11 @@ class LiveRunView:
         elif self._ticking:
             self._redraw = loop.call_later(wait, self._scheduled_draw)
         # else (virtual time): a later event or the final draw shows this one.
+
+    async def _ask(self, line: Text, flush: Callable[[], Awaitable[None]]) -> None:
+        await flush()
+        if self._live is not None:
+            self._console.print(line, soft_wrap=True)
 
     def _scheduled_draw(self) -> None:
         self._redraw = None
@@ -344,7 +388,7 @@ class LiveRunView:
         except RuntimeError:  # no loop to read a virtual clock from (the final draw after it stopped)
             now = None
         frame = (final_view(self._state, now, all_rows=self._all_rows) if final
-                 else live_view(self._state, now, self._max_rows))
+                 else live_view(self._state, now, self._max_rows, self._journal_flag))
         self._live.update(frame, refresh=True)
         self._last_draw = time.monotonic()
         self._interval = max(self._rate_interval, (self._last_draw - began) / DRAW_SHARE)
@@ -477,6 +521,11 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name != "steps")
     for row in rows:
+        steps: Text = (counts_text(row.get("steps") or {}) if row.get("steps")
+                       else Text(str(row.get("error") or ""), "red"))
+        for sid, status in (row.get("waiting") or {}).items():
+            what = "approval" if status == "waiting_approval" else "input"
+            steps.append(f" · waiting for {what}: {sid}", style=STATUS_STYLE.get(status, ""))
         started = row.get("started_at")
         finished = row.get("finished_at")
         duration = format_duration(finished - started) if started is not None and finished is not None else "-"
@@ -486,7 +535,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
             status_text(str(row["status"])),
             format_instant(started),
             duration,
-            counts_text(row.get("steps") or {}) if row.get("steps") else Text(str(row.get("error") or ""), "red"),
+            steps,
         )
     return table
 
