@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 SECRET = "sk-test-9f8e7d6c5b4a"
@@ -75,7 +78,7 @@ def test_secret_values_never_reach_the_journal_or_show(tmp_path: Path) -> None:
     assert "bad ***" in report["steps"]["fail"]["error"]
     shown = planweave("show", report["run_id"], "--journal", f"sqlite:///{db}", "--json", cwd=tmp_path)
     assert SECRET not in shown.stdout
-    raw = b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*"))
+    raw = journal_bytes(tmp_path)
     assert SECRET.encode() not in raw and b"key=***" in raw
 
 
@@ -136,3 +139,86 @@ def test_a_program_known_only_at_call_time_is_refused_naming_the_step(tmp_path: 
     assert done.returncode == 1
     assert report["steps"]["b"]["error"] == (
         "step 'b': program 'sh' is not on this run's executable allowlist (echo)")
+
+
+# -- a secret written literally in a plan: journaled and served as ***$NAME***, run with the value ---------------
+def hash_step(secret: str, extra: str = "") -> str:
+    """A step that writes the sha256 of the value it was given to used.txt (so the value itself shows nowhere)."""
+    return ("  - {id: use, tool: shell, args: {argv: [sh, -c, 'printf %s \"$1\" | sha256sum > used.txt', _, '"
+            + secret + "']}" + extra + "}\n")
+
+
+def used_hash(tmp_path: Path) -> str:
+    return (tmp_path / "used.txt").read_text().split()[0]
+
+
+def test_a_secret_in_a_plan_file_stays_out_of_the_journal_and_a_resume_needs_its_variable(tmp_path: Path) -> None:
+    p = plan(tmp_path, "steps:\n  - {id: gate, tool: shell, args: {argv: [sh, -c, 'test -f open || sleep 60']},"
+                       " idempotent: true}\n" + hash_step(SECRET, ", after: [gate]"))
+    db = tmp_path / "runs.db"
+    env = {"OPENAI_API_KEY": SECRET}
+    proc = subprocess.Popen([sys.executable, "-m", "planweave.cli.main", "run", p, "--journal", f"sqlite:///{db}",
+                             "--json"], cwd=tmp_path, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while b"step_started" not in journal_bytes(tmp_path) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        proc.kill()  # a crash while the gate waits
+        proc.communicate()
+    raw = journal_bytes(tmp_path)
+    assert SECRET.encode() not in raw and b"***$OPENAI_API_KEY***" in raw
+    run_id = json.loads(planweave("runs", "--journal", f"sqlite:///{db}", "--json", cwd=tmp_path).stdout)[0]["run_id"]
+    (tmp_path / "open").write_text("")
+    bare = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
+    refused = subprocess.run([sys.executable, "-m", "planweave.cli.main", "resume", run_id, "--journal",
+                              f"sqlite:///{db}"], cwd=tmp_path, env=bare, capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert refused.returncode != 0
+    assert "its plan held the value of $OPENAI_API_KEY" in refused.stderr
+    assert "set OPENAI_API_KEY in this environment to resume it" in refused.stderr
+    done = planweave("resume", run_id, "--journal", f"sqlite:///{db}", "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert used_hash(tmp_path) == hashlib.sha256(SECRET.encode()).hexdigest()  # the step got the real value
+    shown = planweave("show", run_id, "--journal", f"sqlite:///{db}", "--json", cwd=tmp_path)
+    raw = journal_bytes(tmp_path)
+    assert SECRET not in done.stdout + shown.stdout and SECRET.encode() not in raw
+
+
+def test_a_secret_in_a_posted_plan_is_not_stored_nor_served(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    token = "pw-test-token-0123456789"
+    code = ("import asyncio; from planweave.server import serve; "
+            f"asyncio.run(serve(port=0, journal='sqlite:///{db}'))")
+    env = {**os.environ, "OPENAI_API_KEY": SECRET, "PLANWEAVE_TOKEN": token}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().split(" serving ")[1].split(" ")[0]
+        steps = [{"id": "use", "tool": "shell", "args": {"argv": [
+            "sh", "-c", 'printf %s "$1" | sha256sum > used.txt', "_", SECRET]}, "description": f"with {SECRET}"},
+            {"id": "echo", "tool": "noop", "args": {"auth": f"Bearer {SECRET}"}}]
+        with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
+            created = client.post("/runs", json={"plan": {"name": f"deploy {SECRET}", "steps": steps}})
+            assert created.status_code == 201, created.text
+            run_id = created.json()["run_id"]
+            with client.stream("GET", f"/runs/{run_id}/events") as stream:
+                sse = "\n".join(stream.iter_lines())  # ends after run_finished
+            served = [client.get(path).text for path in
+                      (f"/runs/{run_id}", f"/runs/{run_id}/plan", "/runs", f"/runs/{run_id}/steps/echo")]
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert "run_finished" in sse and "***$OPENAI_API_KEY***" in sse
+    for text in (sse, *served):
+        assert SECRET not in text
+    assert used_hash(tmp_path) == hashlib.sha256(SECRET.encode()).hexdigest()
+    raw = journal_bytes(tmp_path)
+    assert SECRET.encode() not in raw
+
+
+def journal_bytes(directory: Path) -> bytes:
+    """Every byte of the SQLite journal files (main file, WAL, shared memory)."""
+    return b"".join(f.read_bytes() for f in directory.glob("runs.db*"))

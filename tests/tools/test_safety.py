@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from planweave.errors import ToolError
+from planweave import Engine, open_engine
+from planweave.engine.events import Event
+from planweave.errors import RunError, ToolError
+from planweave.journal.memory import MemoryJournal
+from planweave.tools.registry import Toolbox
 from planweave.tools.safety import (
     ExecutableNotAllowed,
     PathNotAllowed,
     SafetyError,
+    SecretRedactor,
     allowlisted_shell,
     check_argv,
     confine_path,
@@ -322,3 +330,104 @@ async def test_ordinary_git_commands_still_run(tmp_path: Path) -> None:
     status = await tool.invoke({"argv": ["git", "status", "--short"], "check": True})
     assert status["exit_code"] == 0
     assert tool.check_args({"argv": ["git", "grep", "-c", "x"]}, frozenset()) == []  # -c after grep: count
+
+
+# -- secrets written in a plan: journaled as placeholders, run with the real value (issue 8, #5) ----------------
+PLAN_SECRET = "sk-plan-literal-123456"
+
+
+def secret_plan() -> dict[str, Any]:
+    return {"name": "deploy", "steps": [
+        {"id": "call", "tool": "grab", "args": {"headers": {"Authorization": f"Bearer {PLAN_SECRET}"}, "n": 1},
+         "description": f"uses {PLAN_SECRET}"},
+        {"id": "later", "tool": "grab", "args": {"headers": {"x": "${call.seen}"}, "n": 2}},
+    ]}
+
+
+def grab_tools(seen: list[Any]) -> Toolbox:
+    box = Toolbox()
+
+    async def grab(headers: dict[str, str], n: int) -> dict[str, Any]:
+        seen.append(headers)  # recorded, asserted after the run
+        return {"seen": headers.get("Authorization", "")}
+
+    box.add(grab, name="grab")
+    return box
+
+
+async def test_a_secret_in_a_plan_is_journaled_as_a_placeholder_while_the_step_gets_the_value() -> None:
+    seen: list[Any] = []
+    secrets = SecretRedactor({"OPENAI_API_KEY": PLAN_SECRET, "HOME": "/home/x"})
+    journal = MemoryJournal()
+    async with Engine(journal, tools=grab_tools(seen), redact=secrets) as engine:
+        run = await engine.start(secret_plan())
+        result = await run.wait()
+        extra = await engine.start({"steps": []}, hold=True)
+        extra.extend([{"id": "added", "tool": "grab", "args": {"headers": {"k": PLAN_SECRET}, "n": 3}}])
+        extra.propose({"steps": [{"id": "added", "tool": "grab", "args": {"headers": {"k": PLAN_SECRET}, "n": 3}},
+                                 {"id": "more", "tool": "grab", "args": {"headers": {"k": PLAN_SECRET}, "n": 4}}]})
+        extra.release()
+        await extra.wait()
+    assert result.ok
+    assert seen[0] == {"Authorization": f"Bearer {PLAN_SECRET}"}  # the real value, in this process
+    assert {"k": PLAN_SECRET} in seen
+    events = await journal.read(None)
+    stored = json.dumps([e.data for e in events], default=lambda v: v.model_dump(mode="json"))
+    assert PLAN_SECRET not in stored
+    assert "Bearer ***$OPENAI_API_KEY***" in stored and "uses ***$OPENAI_API_KEY***" in stored
+    assert {e.kind for e in events} >= {"run_created", "steps_added", "plan_version"}
+
+
+def test_unseal_restores_the_value_from_this_environment_or_names_the_missing_variable() -> None:
+    sealer = SecretRedactor({"OPENAI_API_KEY": PLAN_SECRET})
+    event = Event("r1", "run_created", 0.0, None, {"plan": {"steps": [
+        {"id": "a", "tool": "noop", "args": {"k": f"x {PLAN_SECRET} y"}}]}})
+    sealed = sealer.seal(event)
+    assert sealed.data["plan"]["steps"][0]["args"] == {"k": "x ***$OPENAI_API_KEY*** y"}
+    assert SecretRedactor({"OPENAI_API_KEY": PLAN_SECRET}).unseal([sealed])[0].data == event.data
+    with pytest.raises(RunError) as err:
+        SecretRedactor({"OTHER_TOKEN": "zzzzzzzz"}).unseal([sealed])
+    assert str(err.value) == (
+        "run 'r1': its plan held the value of $OPENAI_API_KEY, which the journal keeps as ***$OPENAI_API_KEY***: "
+        "set OPENAI_API_KEY in this environment to resume it")
+    plain = Event("r1", "run_created", 0.0, None, {"plan": {"steps": [{"id": "a", "tool": "noop"}]}})
+    assert sealer.seal(plain) is plain  # nothing secret: the event is journaled as it is
+
+
+async def test_a_resumed_run_gets_the_secret_from_the_environment_of_the_resuming_process(tmp_path: Path) -> None:
+    seen: list[Any] = []
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    plan = {"steps": [{"id": "gate", "tool": "gate", "args": {}},
+                      {"id": "call", "tool": "grab", "args": {"headers": {"Authorization": PLAN_SECRET}, "n": 1},
+                       "after": ["gate"]}]}
+    started = asyncio.Event()
+    tools = grab_tools(seen)
+
+    first_process = [True]
+
+    async def gate() -> bool:
+        started.set()
+        if first_process[0]:
+            await asyncio.Event().wait()  # the first process dies (its engine closes) while the gate waits
+        return True
+
+    tools.add(gate, name="gate", idempotent=True)
+    async with open_engine(url, tools=tools, redact=SecretRedactor({"OPENAI_API_KEY": PLAN_SECRET})) as engine:
+        run = await engine.start(plan)
+        await started.wait()
+    assert seen == []
+    first_process[0] = False
+    async with open_engine(url, tools=tools, redact=SecretRedactor({})) as engine:
+        with pytest.raises(RunError, match=r"set OPENAI_API_KEY in this environment to resume it"):
+            await engine.resume(run.id)
+    async with open_engine(url, tools=tools, redact=SecretRedactor({"OPENAI_API_KEY": PLAN_SECRET})) as engine:
+        second = await (await engine.resume(run.id)).wait()
+    assert second.ok, second.error
+    assert seen == [{"Authorization": PLAN_SECRET}]
+    raw = journal_bytes(tmp_path)
+    assert PLAN_SECRET.encode() not in raw and b"***$OPENAI_API_KEY***" in raw
+
+
+def journal_bytes(directory: Path) -> bytes:
+    """Every byte of the SQLite journal files (main file, WAL, shared memory)."""
+    return b"".join(f.read_bytes() for f in directory.glob("runs.db*"))

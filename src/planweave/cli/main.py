@@ -54,7 +54,7 @@ from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Tool, Toolbox, builtin_tools
 from planweave.tools.isolation import ToolThreads
-from planweave.tools.safety import redact, secret_values
+from planweave.tools.safety import SecretRedactor, redact, secret_values
 
 if TYPE_CHECKING:
     from planweave.planning import PlanningLoop
@@ -467,10 +467,10 @@ async def _follow(
                 durable = journal.durable
                 limit = await limits(journal)
                 tools = await open_mcp(stack, session.mcp_flags, session.tools)
-                secrets = secret_values()
+                secrets = SecretRedactor()  # also keeps secrets written in the plan out of the journal
                 async with Engine(
                     journal, clock=clock, concurrency=limit.concurrency, capacities=limit.capacities,
-                    tools=tools, redact=functools.partial(redact, secrets=secrets) if secrets else None,
+                    tools=tools, redact=secrets,
                 ) as engine:
                     server = await _observe(engine, session, stack)
                     run = await begin(engine, stack)

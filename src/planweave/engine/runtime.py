@@ -46,6 +46,32 @@ from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
 from planweave.plan.refs import RefResolutionError, render
 
 EventListener = Callable[[Event], None]
+_PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
+
+
+@runtime_checkable
+class PlanSeal(Protocol):
+    """A ``redact`` that also keeps secrets out of the plans the journal keeps
+    (:class:`planweave.tools.safety.SecretRedactor`)."""
+
+    def __call__(self, value: Any) -> Any: ...
+
+    def seal(self, event: Event) -> Event:
+        """``event`` (``run_created``, ``plan_version`` or ``steps_added``) as it may be journaled."""
+        ...
+
+    def unseal(self, events: Sequence[Event]) -> list[Event]:
+        """Journaled events with the plans' secrets put back (raises RunError naming what is missing)."""
+        ...
+
+
+def _sealing(append: Callable[[Event], None], seal: PlanSeal) -> Callable[[Event], None]:
+    """``append``, sealing the plans of the events that carry one first (the run itself keeps the values)."""
+
+    def append_sealed(event: Event) -> None:
+        append(seal.seal(event) if event[1] in _PLAN_KINDS else event)
+
+    return append_sealed
 _new_event = tuple.__new__
 _current_task = asyncio.current_task
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
@@ -126,7 +152,7 @@ class Run:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._holds = 0
         self._now = self._clock.now
-        self._append = self._journal.append
+        self._append = self._journal.append if engine.seal is None else _sealing(self._journal.append, engine.seal)
         self._watchdogs: dict[str, tuple[asyncio.Timeout, float]] = {}
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
@@ -610,7 +636,8 @@ class Engine:
     ) -> None:
         """``concurrency`` bounds the steps running at once across runs (default 64; ``None``: unlimited).
 
-        ``redact`` (optional) rewrites what is journaled: step outputs and error texts (e.g. hiding secrets).
+        ``redact`` (optional) rewrites what is journaled: step outputs and error texts (e.g. hiding secrets); a
+        :class:`PlanSeal` also hides them in the journaled plans and puts them back when a run is resumed.
         ``max_output_bytes`` bounds a step's encoded output (default 16 MiB; ``None``: unlimited): a larger one
         fails the step with kind ``output`` and nothing is stored.
         """
@@ -623,6 +650,7 @@ class Engine:
         self.clock: Clock = clock or RealClock()
         self.tools = tools
         self.redact = redact
+        self.seal = redact if isinstance(redact, PlanSeal) else None
         self._scheduler: Scheduler[tuple[Run, StepRecord]] = Scheduler(concurrency, capacities, aging=aging)
         self._runs: dict[str, Run] = {}  # active runs only: finished ones are dropped, so a long-lived engine
         # does not keep every step record it ever ran (memory, and garbage-collector work)
@@ -831,6 +859,8 @@ class Engine:
         events = await self.journal.read(run_id)
         if not events:
             raise RunNotFound(f"no run '{run_id}' in the journal {self.journal.url}")
+        if self.seal is not None:
+            events = self.seal.unseal(events)
         catalog = self._catalog(tools)
         state = RunState.from_events(run_id, events)
         self._adopt_capacities(state.plan.spec)

@@ -64,7 +64,7 @@ from planweave.server.runs import (
 )
 from planweave.server.streams import ChangeFeed, StreamTiming, all_events, run_events
 from planweave.server.tokens import AccessToken, resolve_token
-from planweave.tools.safety import redact, secret_values
+from planweave.tools.safety import SecretRedactor, redact, secret_values
 
 __all__ = ["AppState", "create_app", "serve", "serving", "telemetry_from_env"]
 
@@ -722,7 +722,8 @@ async def serve(
     try:
         async with contextlib.AsyncExitStack() as stack:
             engine = await stack.enter_async_context(
-                open_engine(url, tools=tools, concurrency=concurrency or DEFAULT_CONCURRENCY, capacities=capacities))
+                open_engine(url, tools=tools, concurrency=concurrency or DEFAULT_CONCURRENCY, capacities=capacities,
+                            redact=SecretRedactor()))  # secrets stay out of outputs, errors and plans
             if provider is not None:
                 from planweave.server.telemetry import instrument
 

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import json
 import os
 import re
 import shutil
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from planweave.engine.context import current_step
-from planweave.errors import ToolError
+from planweave.engine.events import Event
+from planweave.errors import RunError, ToolError
 from planweave.tools.builtins import run_program, shell
 from planweave.tools.registry import Tool, Toolbox
 
@@ -31,6 +35,7 @@ __all__ = [
     "OptionRule",
     "PathNotAllowed",
     "SafetyError",
+    "SecretRedactor",
     "allowlisted_shell",
     "check_argv",
     "confine_path",
@@ -403,15 +408,93 @@ def redact(value: Any, secrets: Iterable[str] | Mapping[str, str] | None = None)
     return _redact(value, pattern)
 
 
-def _redact(value: Any, pattern: re.Pattern[str]) -> Any:
+def _redact(value: Any, pattern: re.Pattern[str], by: str | Callable[[re.Match[str]], str] = REDACTED) -> Any:
     if isinstance(value, str):
-        return pattern.sub(REDACTED, value)
+        return pattern.sub(by, value)
     if isinstance(value, Mapping):
-        return {(_redact(k, pattern) if isinstance(k, str) else k): _redact(v, pattern) for k, v in value.items()}
+        return {(_redact(k, pattern, by) if isinstance(k, str) else k): _redact(v, pattern, by)
+                for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact(v, pattern) for v in value]
+        return [_redact(v, pattern, by) for v in value]
     if isinstance(value, tuple):
-        return tuple(_redact(v, pattern) for v in value)
+        return tuple(_redact(v, pattern, by) for v in value)
+    return value
+
+
+PLACEHOLDER = re.compile(r"\*\*\*\$([A-Za-z_][A-Za-z0-9_]*)\*\*\*")
+"""How a secret literal is kept in a journaled plan: ``***$NAME***``, NAME the environment variable holding it."""
+
+
+class SecretRedactor:
+    """Hides the values of this process's secret environment variables (see :func:`secret_values`).
+
+    Called like :func:`redact`, it turns them into ``***`` (outputs, errors). :meth:`seal` turns them into
+    ``***$NAME***`` in the plans of ``run_created``, ``plan_version`` and ``steps_added`` before they are journaled
+    (the running plan keeps the value); :meth:`unseal` puts the values of the resuming process's environment back
+    when a run is resumed, so a resumed step gets what the live one got.
+    """
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        env = os.environ if environ is None else environ
+        names: dict[str, str] = {}
+        for name in sorted(env):
+            value = env[name]
+            if (SECRET_NAME.search(name) or name.upper() in SECRET_NAMES) and len(value) >= MIN_SECRET_LENGTH:
+                names.setdefault(value, name)
+        self._names = names  # secret value -> the (first) variable holding it
+        self._values = tuple(sorted(names, key=lambda v: (-len(v), v)))
+        self._environ = {name: value for value, name in names.items()}
+
+    def __bool__(self) -> bool:
+        return bool(self._names)
+
+    def __call__(self, value: Any) -> Any:
+        """``value`` with every secret replaced by ``***`` (see :func:`redact`)."""
+        return redact(value, self._values) if self._values else value
+
+    def seal(self, event: Event) -> Event:
+        """``event`` with the secrets in its plan (or steps) replaced by placeholders; the same event if none."""
+        key = "steps" if event.kind == "steps_added" else "plan"
+        pattern = _pattern(self._values)
+        raw = event.data.get(key)
+        if pattern is None or raw is None:
+            return event
+        document = _document(raw)
+        text = json.dumps(document)
+        if not pattern.search(text):
+            return event
+        sealed = _redact(document, pattern, lambda m: f"***${self._names[m.group(0)]}***")
+        return event._replace(data={**event.data, key: sealed})
+
+    def unseal(self, events: Sequence[Event]) -> list[Event]:
+        """``events`` with the placeholders of their plans replaced by this environment's values; raises
+        :class:`RunError` naming the variable when one is not set here."""
+        return [self._unseal(e) if e.kind in ("run_created", "plan_version", "steps_added") else e for e in events]
+
+    def _unseal(self, event: Event) -> Event:
+        key = "steps" if event.kind == "steps_added" else "plan"
+        raw = event.data.get(key)
+        if raw is None:
+            return event
+        document = _document(raw)
+        names = set(PLACEHOLDER.findall(json.dumps(document)))
+        if not names:
+            return event
+        for name in sorted(names):
+            if name not in self._environ:
+                raise RunError(
+                    f"run '{event.run_id}': its plan held the value of ${name}, which the journal keeps as "
+                    f"***${name}***: set {name} in this environment to resume it")
+        restored = _redact(document, PLACEHOLDER, lambda m: self._environ[m.group(1)])
+        return event._replace(data={**event.data, key: restored})
+
+
+def _document(value: Any) -> Any:
+    """A plan, a list of steps or a document, as the JSON document the journal stores."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    if isinstance(value, (list, tuple)):
+        return [_document(v) for v in value]
     return value
 
 
