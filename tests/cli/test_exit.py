@@ -113,7 +113,8 @@ def test_the_cli_exits_promptly_after_cancelling_100_blocking_sync_steps(tmp_pat
 def test_a_process_isolated_step_stuck_in_sleep_is_killed_at_its_timeout(tmp_path: Path) -> None:
     pidfile = tmp_path / "worker.pid"
     code, out, err, exited = run_cli(tmp_path, {"steps": [
-        {"id": "stuck", "tool": "stuck", "isolation": "process", "timeout": 1,
+        # 3 s: time for the spawned worker to start and write its pid, also on a loaded machine
+        {"id": "stuck", "tool": "stuck", "isolation": "process", "timeout": 3,
          "args": {"seconds": 60, "pidfile": str(pidfile)}},
     ]})
     assert code == 1, err
