@@ -158,6 +158,7 @@ class Run:
         self._loop_thread = threading.get_ident()
         self._ready = asyncio.Event()
         self._refused: EventNotRecorded | None = None  # the first event, refused by the journal
+        self._journal_lost: JournalError | None = None  # a write the journal lost (e.g. a full disk): run stopped
         self._inputs: dict[str, asyncio.Future[Any]] = {}  # human.input calls waiting for a value
         self._timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
 
@@ -246,8 +247,10 @@ class Run:
         except asyncio.CancelledError:
             if self._cancel_reason is None:  # the engine is closing: leave the run resumable, record nothing
                 if not self._result.done():
-                    self._result.set_exception(RunError(f"run '{self.id}' was interrupted; resume it to continue"))
+                    self._result.set_exception(RunError(self._interrupted()))
                     self._result.exception()  # mark retrieved: nobody may be waiting
+                if self._journal_lost is not None:
+                    self._engine._runs.pop(self.id, None)
                 raise
             task = asyncio.current_task()
             if task is not None:
@@ -311,6 +314,11 @@ class Run:
             if task is not None and task.cancelling():
                 raise  # the run is cancelled, the step was spliced out, or the engine is closing
             self._fail(rec, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
+        except JournalError as exc:
+            if isinstance(exc, EventNotRecorded):
+                self._fail(rec, step, attempt, exc)
+            else:
+                self._stop_unrecordable(exc)
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             # SystemExit and KeyboardInterrupt too: raised in a task they would escape the loop and end the process.
             # A real Ctrl-C never arrives here: the CLI turns SIGINT into a cancellation of its main task.
@@ -324,6 +332,23 @@ class Run:
             self._engine._release(claims)
             if not self.state.active and not self._holds:
                 self._done.set()
+
+    def _stop_unrecordable(self, exc: JournalError) -> None:
+        """The journal lost a write (a full disk, a lost connection): stop the run, resumable from what it holds.
+
+        Not a failure of the step whose write-ahead record failed: nothing more of the run can be recorded, and a
+        new process can continue it once the journal can be written again.
+        """
+        if self._journal_lost is None:
+            self._journal_lost = exc
+        if self._task is not None:
+            self._task.cancel()
+
+    def _interrupted(self) -> str:
+        if self._journal_lost is not None:
+            return (f"run '{self.id}' was interrupted: {self._journal_lost}; resume it once the journal can be "
+                    "written again")
+        return f"run '{self.id}' was interrupted; resume it to continue"
 
     def _check_done(self) -> None:
         if not self.state.active and not self._holds:
