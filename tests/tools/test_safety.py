@@ -390,6 +390,11 @@ def test_unseal_restores_the_value_from_this_environment_or_names_the_missing_va
     assert str(err.value) == (
         "run 'r1': its plan held the value of $OPENAI_API_KEY, which the journal keeps as ***$OPENAI_API_KEY***: "
         "set OPENAI_API_KEY in this environment to resume it")
+    quoted = 'pa"ss\\word\né-1'  # characters JSON escapes
+    odd = Event("r1", "run_created", 0.0, None,
+                {"plan": {"steps": [{"id": "a", "tool": "noop", "args": {"k": quoted}}]}})
+    assert SecretRedactor({"DB_PASSWORD": quoted}).seal(odd).data["plan"]["steps"][0]["args"] == {
+        "k": "***$DB_PASSWORD***"}
     plain = Event("r1", "run_created", 0.0, None, {"plan": {"steps": [{"id": "a", "tool": "noop"}]}})
     assert sealer.seal(plain) is plain  # nothing secret: the event is journaled as it is
 

