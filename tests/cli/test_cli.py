@@ -421,6 +421,17 @@ def test_the_run_id_comes_first_and_from_then_on_a_killed_run_resumes(tmp_path: 
     assert json.loads(resumed.stdout)["outputs"]["then"] == {"got": 1}
 
 
+def test_a_plain_run_does_not_import_the_server(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "one.yaml", {"steps": [{"id": "a", "tool": "noop"}]})
+    script = ("import sys\nfrom planweave.cli.main import app\n"
+              f"app(['run', {str(plan)!r}, '--journal', 'memory://', '--json'], standalone_mode=False)\n"
+              "print(sorted(m for m in ('fastapi', 'uvicorn', 'mcp', 'opentelemetry') if m in sys.modules))\n")
+    env = {k: v for k, v in subprocess_env().items() if not k.startswith("OTEL_")}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=60,
+                          check=True)
+    assert proc.stdout.splitlines()[-1] == "[]"  # start-up pays for none of them
+
+
 def test_the_readme_crash_and_resume_demo_works_as_written(tmp_path: Path) -> None:
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     block = readme.split("**Crash and resume.**", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
