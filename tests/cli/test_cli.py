@@ -647,7 +647,7 @@ def test_the_view_of_a_10k_step_run_costs_under_a_tenth_of_the_run(terminal: boo
 
 FAILING_VIRTUAL = {"steps": [
     {"id": "wait", "tool": "sleep", "args": {"seconds": 5}},
-    {"id": "bad", "tool": "sleep", "args": {"seconds": -1}, "after": ["wait"]},
+    {"id": "bad", "tool": "sleep", "args": {"seconds": "${wait.missing}"}},  # fails at run time: no such key
     {"id": "after_bad", "tool": "noop", "after": ["bad"]},
 ]}
 
