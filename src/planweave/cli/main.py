@@ -560,6 +560,8 @@ def _report_outcome(outcome: Outcome, session: Session) -> None:
     out.print(line)
     if outcome.error:
         out.print(Text("error: ", style="bold red") + Text(outcome.error))
+    if outcome.report.get("answer"):
+        out.print(Text("answer: ", style="bold green") + Text(str(outcome.report["answer"])))
     if outcome.status != "succeeded":
         out.print(f"details: planweave show {outcome.run_id}"
                   + (f" --journal {session.journal_url}" if session.journal_url != default_journal_url() else ""),
@@ -733,6 +735,49 @@ class AgentFlags:
             join_max_tokens=min(1024, self.plan_max_tokens)))
 
 
+DEFAULT_GOAL_MODEL = "gpt-4o-mini"
+
+
+@dataclass(frozen=True)
+class PlanModel:
+    """The model a plan file's ``llm`` steps call (``run plan.yaml --model M``), within an optional budget."""
+
+    model: str
+    base_url: str | None
+    budget_usd: float | None
+    budget_tokens: int | None
+
+    @staticmethod
+    def from_flags(
+        model: str | None, base_url: str | None, budget_usd: float | None, budget_tokens: int | None,
+        max_replans: int | None, plan_max_tokens: int | None,
+    ) -> PlanModel | None:
+        """The model of a plan-file run, or None without ``--model``; raises UsageError naming a flag that does not
+        apply to a plan file (it would be silently ignored otherwise)."""
+        for flag, value in (("--max-replans", max_replans), ("--plan-max-tokens", plan_max_tokens)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to --goal runs only: a plan file is not re-planned")
+        if model is None:
+            for flag, given in (("--base-url", base_url), ("--budget-usd", budget_usd),
+                                ("--budget-tokens", budget_tokens)):
+                if given is not None:
+                    raise UsageError(f"{flag} applies to the model that a plan file's llm steps call: give "
+                                     "--model NAME too")
+            return None
+        return PlanModel(model, base_url, budget_usd, budget_tokens)
+
+    async def toolbox(self, stack: AsyncExitStack, tools: Toolbox) -> Toolbox:
+        """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most the budget."""
+        from planweave.models import Budget, resolve_model
+        from planweave.tools.llm import llm_tool
+
+        client = await stack.enter_async_context(
+            resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
+        limited = self.budget_usd is not None or self.budget_tokens is not None
+        budget = Budget(usd=self.budget_usd, tokens=self.budget_tokens) if limited else None
+        return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
+
+
 McpOption = Annotated[
     list[str] | None,
     typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
@@ -771,16 +816,19 @@ def run(
     tools: ToolsOption = None,
     mcp: McpOption = None,
     goal: Annotated[str | None, typer.Option("--goal", help="Plan this goal with a model instead of a file.")] = None,
-    model: Annotated[str, typer.Option("--model", help="Model name for --goal ('local': the bundled local model).",
-                                       envvar="PLANWEAVE_MODEL")] = "gpt-4o-mini",
+    model: Annotated[str | None, typer.Option(
+        "--model", help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
+                        "the bundled local model).", envvar="PLANWEAVE_MODEL")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
     budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
     budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
-    max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans of a --goal run.")] = 5,
-    plan_max_tokens: Annotated[int, typer.Option("--plan-max-tokens", min=16,
-                                                 help="Most tokens the planner may write per call.")] = 2048,
+    max_replans: Annotated[int | None, typer.Option("--max-replans", min=0,
+                                                    help="Most re-plans of a --goal run (default 5).")] = None,
+    plan_max_tokens: Annotated[int | None, typer.Option(
+        "--plan-max-tokens", min=16, help="Most tokens the planner of a --goal run may write per call (default "
+                                          "2048).")] = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
     allow_env: AllowEnvOption = None,
@@ -801,18 +849,28 @@ def run(
                           tuple(mcp or ()), port if watch else None, all_rows=all_rows)
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         if file is not None:
+            plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
+                                              plan_max_tokens)
             spec = load_plan_file(file)
             if step_timeout is not None:
                 # The built-in DEFAULT_STEP_TIMEOUT is not applied yet: see docs/plan-format.md, "Defaults".
                 spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
             capacities = {**spec.capacities, **flags}
-            if not mcp:  # MCP tools are known only once connected: then the engine validates at start
+            if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
+                # engine validates at start.
                 # Check everything before the journal is opened: an invalid plan leaves no trace there.
                 validate_plan(spec, toolbox, capacities, source=str(file))
             limits = Limits(concurrency or spec.concurrency or DEFAULT_CONCURRENCY, capacities)
 
-            async def begin_file(engine: Engine, _stack: AsyncExitStack) -> Run:
-                return await engine.start(spec, run_id=run_id, source=str(file))
+            async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
+                base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+                tools = await plan_model.toolbox(stack, base) if plan_model is not None else None
+                started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file))
+                if deadline is not None:
+                    from planweave.engine.runtime import cancel_at_deadline
+
+                    cancel_at_deadline(engine, started, deadline)
+                return started
 
             begin = begin_file
         else:
@@ -820,7 +878,8 @@ def run(
             limits = Limits(concurrency or DEFAULT_CONCURRENCY, flags)
             goal_text = goal
 
-            agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, plan_max_tokens)
+            agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
+                               5 if max_replans is None else max_replans, plan_max_tokens or 2048)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
