@@ -134,7 +134,7 @@ def test_run_json_prints_one_summary_object_and_exits_zero(tmp_path: Path) -> No
 
 
 def test_failing_run_names_the_root_cause_skips_dependents_and_finishes_the_independent_branch(tmp_path: Path) -> None:
-    plan = write_plan(tmp_path / "broken.yaml", FAILING)
+    plan = write_plan(tmp_path / "broken.yaml", {**FAILING, "on_failure": "continue"})  # the default stops the run
     result = invoke("run", str(plan), "--journal", "memory://", "--json")
     assert result.exit_code == 1
     report = json.loads(result.stdout)
