@@ -199,11 +199,13 @@ def test_a_secret_in_a_posted_plan_is_not_stored_nor_served(tmp_path: Path) -> N
         url = proc.stdout.readline().split(" serving ")[1].split(" ")[0]
         steps = [{"id": "use", "tool": "shell", "args": {"argv": [
             "sh", "-c", 'printf %s "$1" | sha256sum > used.txt', "_", SECRET]}, "description": f"with {SECRET}"},
-            {"id": "echo", "tool": "noop", "args": {"auth": f"Bearer {SECRET}"}}]
+            {"id": "echo", "tool": "noop", "args": {"auth": f"Bearer {SECRET}"}},
+            {"id": "wait", "tool": "sleep", "args": {"seconds": 1.5}, "description": f"holds {SECRET}"}]
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
             created = client.post("/runs", json={"plan": {"name": f"deploy {SECRET}", "steps": steps}})
             assert created.status_code == 201, created.text
             run_id = created.json()["run_id"]
+            live = [client.get(path).text for path in (f"/runs/{run_id}", f"/runs/{run_id}/plan", "/runs")]
             with client.stream("GET", f"/runs/{run_id}/events") as stream:
                 sse = "\n".join(stream.iter_lines())  # ends after run_finished
             served = [client.get(path).text for path in
@@ -212,7 +214,8 @@ def test_a_secret_in_a_posted_plan_is_not_stored_nor_served(tmp_path: Path) -> N
         proc.kill()
         proc.communicate()
     assert "run_finished" in sse and "***$OPENAI_API_KEY***" in sse
-    for text in (sse, *served):
+    assert '"status":"running"' in live[0].replace(" ", "")  # looked at while the run was going
+    for text in (sse, *served, *live):
         assert SECRET not in text
     assert used_hash(tmp_path) == hashlib.sha256(SECRET.encode()).hexdigest()
     raw = journal_bytes(tmp_path)

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, TextIO, TypeVar, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
@@ -300,7 +300,15 @@ async def list_runs(state: State, response: Response) -> list[dict[str, Any]]:
     """
     position = await state.index.refresh()
     response.headers["X-Journal-Position"] = str(position)
-    return [state.index.overview(run) for run in state.index.runs()]
+    return _shown(state, [state.index.overview(run) for run in state.index.runs()])
+
+
+_Body = TypeVar("_Body")
+
+
+def _shown(state: AppState, body: _Body) -> _Body:
+    """``body`` with secrets as ``***``: a run going on here holds the plan as written, secrets included."""
+    return cast(_Body, state.redact(body)) if state.redact is not None else body  # redact keeps the shape
 
 
 async def _known(state: AppState, run_id: str) -> None:
@@ -349,7 +357,7 @@ async def get_run(
     ``outputs``: ``{step: output}`` of its succeeded steps (secrets shown as ``***``)."""
     found = await _find(state, run_id)
     values = await _outputs(state, found) if outputs else None
-    return run_report(found.state, found.status if found.run is None else None, values, state.redact)
+    return _shown(state, run_report(found.state, found.status if found.run is None else None, values, state.redact))
 
 
 @api.get("/runs/{run_id}/steps/{step_id}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
@@ -432,7 +440,7 @@ async def get_plan(
         if earlier is None:
             raise RunNotFound(f"run '{run_id}' has no plan version {version} (versions 1 to {plan.version})")
         plan = earlier
-    return plan_view(run_state, plan)
+    return _shown(state, plan_view(run_state, plan))
 
 
 @api.post("/runs/{run_id}/cancel", status_code=202, response_model=RunAccepted,
