@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from planweave import RunNotFound, VirtualClock, __version__, open_engine, run_virtual
 from planweave.cli.main import JournaledRun, app, read_run
-from planweave.cli.views import LiveRunView, format_duration
+from planweave.cli.views import LiveRunView, format_duration, live_view
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -643,6 +643,36 @@ def test_the_view_of_a_10k_step_run_costs_under_a_tenth_of_the_run(terminal: boo
     assert min(view_s / run_s for run_s, view_s in figures) < 0.1
     if not terminal:
         assert len(screen.getvalue().splitlines()) < 3 * 20  # three final frames of a dozen rows
+
+
+def test_the_live_frame_shows_a_waiting_step_and_the_command_that_answers_it() -> None:
+    screen = io.StringIO()
+    console = Console(file=screen, force_terminal=True, width=160, height=40, color_system=None)
+    plan = {"steps": [{"id": "deploy", "tool": "noop", "approval": "Ship it?"},
+                      {"id": "ask", "tool": "human.input", "args": {"prompt": "How many?"}, "after": ["deploy"]}]}
+
+    async def go() -> list[str]:
+        frames: list[str] = []
+        asked = asyncio.Queue[str]()
+        async with open_engine("memory://", clock=VirtualClock()) as engine:
+            run = await engine.start(plan, run_id="w1")
+            run.subscribe(lambda e: asked.put_nowait(e.step or "") if e.kind.endswith("_requested") else None)
+            for answer in ("deploy", "ask"):
+                if run.state.records[answer].status not in ("waiting_approval", "waiting_input"):
+                    await asked.get()
+                console.print(live_view(run.state, 0.0, 30, " --journal J"))
+                frames.append(screen.getvalue())
+                if answer == "deploy":
+                    run.approve("deploy")
+                else:
+                    run.send("ask", 2)
+            await run.wait()
+        return frames
+
+    approval, value = run_virtual(go())
+    assert "waiting for approval: deploy · Ship it? — planweave approve w1 deploy --journal J" in approval
+    assert "1 waiting for approval" in approval.splitlines()[0]  # the header counts it
+    assert "waiting for input: ask · How many? — planweave send w1 ask --value JSON --journal J" in value
 
 
 FAILING_VIRTUAL = {"steps": [

@@ -38,6 +38,7 @@ STATUS_STYLE: Mapping[str, str] = {
     "unknown": "bold magenta",
     "interrupted": "yellow",
 }
+_COUNT_LABEL: Mapping[str, str] = {"waiting_approval": "waiting for approval", "waiting_input": "waiting for input"}
 # The order counts are listed in, most urgent first.
 STATUS_ORDER = ("waiting_approval", "waiting_input", "running", "ready",
                 "unknown", "failed", "cancelled", "skipped", "succeeded", "pending")
@@ -103,7 +104,7 @@ def counts_text(counts: Mapping[str, int]) -> Text:
         if n:
             if out:
                 out.append(" · ", style="dim")
-            out.append(f"{n} {status}", style=STATUS_STYLE[status])
+            out.append(f"{n} {_COUNT_LABEL.get(status, status)}", style=STATUS_STYLE[status])
     return out
 
 
