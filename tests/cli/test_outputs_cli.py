@@ -121,3 +121,22 @@ def test_secrets_are_redacted_in_every_view(tmp_path: Path, monkeypatch: pytest.
         assert SECRET not in result.stdout
     assert json.loads(ran.stdout)["outputs"]["leak"] == {"key": "***", "note": "token=***"}
     assert json.loads(step.stdout)["args"] == {"again": "***"}
+
+
+def test_show_redacts_what_the_journal_holds_in_clear(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DEMO_API_KEY", raising=False)  # the run's process knew no secret: the journal has it in clear
+    url = sqlite_url(tmp_path)
+    plan = write_plan(tmp_path / "clear.yaml", {"steps": [
+        {"id": "leak", "tool": "noop", "args": {"key": SECRET}},
+        {"id": "fail", "tool": "shell", "args": {"argv": ["sh", "-c", f"echo {SECRET} >&2; exit 1"]}},
+    ], "on_failure": "continue"})
+    assert invoke("run", str(plan), "--journal", url, "--json", "--run-id", "c1").exit_code == 1
+    monkeypatch.setenv("DEMO_API_KEY", SECRET)  # the process showing it does
+    shown = invoke("show", "c1", "--journal", url, "--json")
+    text = invoke("show", "c1", "--journal", url)
+    step = invoke("show", "c1", "--journal", url, "--step", "fail", "--json")
+    for result in (shown, text, step):
+        assert SECRET not in result.stdout
+    report = json.loads(shown.stdout)
+    assert report["outputs"]["leak"] == {"key": "***"}
+    assert "***" in report["steps"]["fail"]["error"] and "***" in report["error"]

@@ -152,7 +152,9 @@ class JournaledRun:
             step["attempt_log"] = [
                 {"attempt": a, "started_at": s, "finished_at": f, "outcome": o} for a, s, f, o in rec.attempt_log
             ]
-        return report
+        hide = shown_redaction()
+        shown: dict[str, Any] = report if hide is None else hide(report)
+        return shown
 
 
 def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
@@ -196,6 +198,20 @@ async def read_run(url: str, run_id: str, *, outputs: bool = False) -> Journaled
             found = {sid: blobs[ref] for sid, ref in refs.items() if ref in blobs}
             run = dataclasses.replace(run, outputs=found, events=events)
     return run
+
+
+def _hide_secrets(state: RunState) -> None:
+    """Redact, in place, the texts ``show`` prints of a state folded only to be shown: errors, answer, escalations.
+
+    The journal holds them as the running process redacted them; this process may know more secrets.
+    """
+    hide = shown_redaction()
+    if hide is None:
+        return
+    for rec in state.records.values():
+        rec.error = hide(rec.error)
+    state.error, state.answer = hide(state.error), hide(state.answer)
+    state.escalations = hide(state.escalations)
 
 
 def shown_redaction() -> Callable[[Any], Any] | None:
@@ -509,7 +525,10 @@ async def _follow(
 def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
     report = dict(result.summary)
     report["root_cause"] = state.root_cause
-    report["outputs"] = outputs_summary(state, result.outputs, redact=shown_redaction())
+    hide = shown_redaction()
+    report["outputs"] = outputs_summary(state, result.outputs)
+    if hide is not None:
+        report = hide(report)
     return Outcome(result.run_id, result.status, result.error, report, state, durable)
 
 
@@ -1047,6 +1066,7 @@ def show(
         _print_json(found.report())
         return
     state = found.state
+    _hide_secrets(state)
     console = Console(highlight=False)
     console.print(views.run_header(state, found.horizon, found.status))
     times = Text(f"started {views.format_instant(state.created_at)}", style="dim")
