@@ -219,6 +219,7 @@ async def test_a_person_approves_a_step_and_gives_a_value_in_the_dashboard(live:
                 await expect(value.locator(".schema")).to_contain_text('"minimum":1')
                 await expect(page.locator('#dag .node[data-step="deploy"]')).to_have_attribute(
                     "data-status", "waiting_approval")
+                await expect(page.locator('tr[data-run="human"] .waiting-badge')).to_have_text("2 waiting")
 
                 # A value the schema refuses is explained, and the step keeps waiting.
                 await value.locator("textarea").fill("0")

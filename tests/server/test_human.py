@@ -37,11 +37,13 @@ async def test_an_approval_over_http_lets_the_step_run(live: Live) -> None:
         await client.post("/runs", json={"plan": APPROVAL_PLAN, "run_id": "a1"})
         waiting = await step_status(client, "a1", "deploy", "waiting_approval")
         detail = (await client.get("/runs/a1/steps/deploy")).json()
+        listed = (await client.get("/runs")).json()
         approved = await client.post("/runs/a1/steps/deploy/approval", json={"approve": True, "reason": "ok"})
         result = await asyncio.wait_for(live.wait("a1"), 10)
         again = await client.post("/runs/a1/steps/deploy/approval", json={"approve": True})
     assert waiting["steps"]["deploy"]["prompt"] == "Deploy app-1.2 to production?"
     assert detail["status"] == "waiting_approval" and detail["prompt"] == "Deploy app-1.2 to production?"
+    assert [run["waiting"] for run in listed] == [{"deploy": "waiting_approval"}]  # as `planweave runs --json`
     assert approved.status_code == 200, approved.text
     assert approved.json() == {"run_id": "a1", "step": "deploy", "outcome": "applied"}
     assert result.status == "succeeded"

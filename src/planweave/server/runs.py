@@ -139,11 +139,12 @@ class RunIndex:
         return run.state.status
 
     def overview(self, run: IndexedRun) -> dict[str, Any]:
-        """The ``GET /runs`` item (as ``planweave runs --json``): id, plan name, status, times, error, step counts."""
+        """The ``GET /runs`` item (as ``planweave runs --json``): id, plan name, status, times, error, step counts and
+        the steps waiting for a person (``{step: "waiting_approval" | "waiting_input"}``)."""
         status = self.status(run)
         if run.state is None:
             return {"run_id": run.run_id, "plan": None, "status": status, "started_at": None, "finished_at": None,
-                    "makespan_s": None, "error": run.problem, "steps": {}}
+                    "makespan_s": None, "error": run.problem, "steps": {}, "waiting": {}}
         summary = run.state.summary()
         return {
             "run_id": run.run_id,
@@ -154,6 +155,7 @@ class RunIndex:
             "makespan_s": summary["makespan_s"],
             "error": summary["error"],
             "steps": run.state.counts(),
+            "waiting": run.state.waiting_steps(),
             "tokens": summary.get("tokens"),
             "cost_usd": summary.get("cost_usd"),
         }

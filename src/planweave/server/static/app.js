@@ -252,7 +252,11 @@
     const rows = [...runs.values()].reverse().map((run) => {
       const row = el("tr", { class: "run-row", "data-run": run.run_id, onclick: () => navigate(run.run_id) },
         el("td", { class: "id", title: run.plan ? `${run.run_id} (${run.plan})` : run.run_id, text: run.run_id }),
-        el("td", {}, el("span", { class: `badge status-${run.status}`, text: run.status })),
+        el("td", {}, el("span", { class: `badge status-${run.status}`, text: run.status }),
+          Object.keys(run.waiting || {}).length
+            ? el("span", { class: "badge status-waiting_approval waiting-badge", title: Object.keys(run.waiting).join(", "),
+              text: `${Object.keys(run.waiting).length} waiting` })
+            : null),
         el("td", { class: "duration", text: formatDuration(runDuration(run)) }),
         el("td", { text: formatCost(run.cost_usd) }));
       if (view && view.id === run.run_id) row.classList.add("selected");
