@@ -6,7 +6,8 @@ model is still writing. Triggers — a step that failed for good, an observation
 rejection, the plan running out — start a re-plan while independent steps keep running; the proposal is spliced in
 by state matching (:meth:`Run.propose`) against the state when it arrives. Failures climb an explicit ladder, each
 rung journaled: retry and fallback (in the engine) → local repair of the failed step's downstream region → global
-re-plan → fail with a report.
+re-plan → (with ``ask_human``) a person's answer to a ``human.input`` question: retry, skip with a value, or abort →
+fail with a report.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from planweave.models.pricing import approx_prompt_tokens
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import parse_step
 from planweave.plan.model import PlanSpec
+from planweave.plan.refs import rename_refs
 from planweave.planning import prompts
 from planweave.planning.lines import LineParser
 
@@ -52,13 +54,17 @@ class PlanningOptions:
     stream_admission: bool = True  # admit each step as its line arrives (False: wait for the whole plan)
     local_repair: bool = True  # repair a failed step's region first (False: go straight to a global re-plan)
     model_capacity: int | None = 8  # `llm` steps claim one unit of resource "model:<name>" (None: no claim)
+    ask_human: bool = False  # the last rung: ask a person (human.input) what to do instead of failing the run
 
 
 @dataclass(frozen=True)
 class _Trigger:
-    kind: str  # failure | observation | verifier
+    kind: str  # failure | observation | verifier | human (a person answered; reason: the question step)
     step: str
     reason: str
+
+
+_DEFERRED = ("observation", "human")  # triggers that are not failures to repair together
 
 
 class PlanningLoop:
@@ -73,6 +79,9 @@ class PlanningLoop:
         budget: Budget | None = None,
         options: PlanningOptions = PlanningOptions(),
     ) -> None:
+        if options.ask_human and "human.input" not in tools:
+            raise ValueError("ask_human needs the 'human.input' tool in the catalog (planweave.builtin_tools() has "
+                             "it)")
         self.engine = engine
         self.client = client
         self.tools = tools
@@ -83,6 +92,7 @@ class PlanningLoop:
         self._replans = 0
         self._repaired: set[str] = set()
         self._planning = True  # the initial plan is still streaming in
+        self._questions: dict[str, str] = {}  # human.input step asking a person -> the failed step it is about
 
     # -- the whole loop -------------------------------------------------------------------------------------------
     async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
@@ -106,9 +116,14 @@ class PlanningLoop:
         run.subscribe(self._on_event(run))
         self._planning = False
         goal = run.plan.spec.goal
+        self._questions = {e["question"]: e["step"] for e in run.state.escalations
+                           if e.get("rung") == "human" and e.get("question") in run.state.records}
         for sid, rec in run.state.records.items():  # failures that were not repaired before the interruption
-            if rec.status == "failed":
+            if rec.status == "failed" and sid not in self._questions.values():
                 self._triggers.append(_Trigger("failure", sid, str(rec.error)))
+        for qid, sid in self._questions.items():  # answered, but not acted on before the interruption
+            if run.state.records[qid].status in ("succeeded", "failed") and _failed(run, sid):
+                self._triggers.append(_Trigger("human", sid, qid))
         self.engine.spawn(self._drive(run, goal, plan=False), name=f"planweave-planner-{run.id}")
         return run
 
@@ -170,6 +185,9 @@ class PlanningLoop:
             kind, sid = event.kind, event.step
             if sid is None:
                 pass
+            elif sid in self._questions:  # a person answered (or the question failed): act on it
+                if kind == "step_succeeded" or (kind == "step_failed" and event.data.get("final")):
+                    self._triggers.append(_Trigger("human", self._questions[sid], sid))
             elif kind == "step_failed" and event.data.get("final"):
                 self._triggers.append(_Trigger("failure", sid, str(event.data.get("error"))))
             elif kind == "step_succeeded" and sid in run.plan.steps:
@@ -197,13 +215,17 @@ class PlanningLoop:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if trigger.kind == "human":
+                if not self._act_on_answer(run, trigger):
+                    return  # the person chose to abort
+                continue
             if self.options.synchronous:
                 await self._until_idle(run)
             if trigger.kind == "observation" or not self.options.local_repair:
                 # Whole-plan re-planning needs the whole plan: wait until the planner has finished writing it.
                 await self._until_planned()
             if trigger.kind == "observation":
-                await self._replan(run, goal, f"{trigger.reason}", trigger="observation")
+                await self._replan(run, goal, f"{trigger.reason}", trigger="observation", final=True)
                 continue
             # Failures that happened meanwhile are repaired together: their regions may overlap or feed each other.
             batch = [trigger, *self._take_failures(run)]
@@ -214,10 +236,9 @@ class PlanningLoop:
                 await self._local_repair(run, goal, batch)
 
     def _take_failures(self, run: Run) -> list[_Trigger]:
-        taken = [t for t in self._triggers if t.kind != "observation"
-                 and (t.kind != "failure" or (run.state.records.get(t.step) is not None
-                      and run.state.records[t.step].status == "failed"))]
-        self._triggers = [t for t in self._triggers if t.kind == "observation"]
+        taken = [t for t in self._triggers if t.kind not in _DEFERRED
+                 and (t.kind != "failure" or _failed(run, t.step))]
+        self._triggers = [t for t in self._triggers if t.kind in _DEFERRED]
         return taken
 
     def _next_trigger(self, run: Run) -> _Trigger | None:
@@ -261,7 +282,8 @@ class PlanningLoop:
             run.record("escalation", {"rung": "fail", "reason": f"no answer and the re-plan limit "
                                                                 f"({self.options.max_replans}) is reached"})
             return True
-        await self._replan(run, goal, str(reason or "the plan ran out without an answer"), trigger="joiner")
+        await self._replan(run, goal, str(reason or "the plan ran out without an answer"), trigger="joiner",
+                           final=True)
         return False
 
     # -- planning -----------------------------------------------------------------------------------------------
@@ -368,12 +390,13 @@ class PlanningLoop:
         return False
 
     def _remaining(self, run: Run, exclude: set[str]) -> list[dict[str, Any]]:
-        """The steps still to do, as step objects, minus ``exclude``: waiting or running ones, and ones skipped
-        because of a failure (restating them revives them once the repair replaced what they wait for)."""
+        """The steps still to do, as step objects, minus ``exclude``: waiting or running ones (also those waiting for
+        a person), and ones skipped because of a failure (restating them revives them once the repair replaced what
+        they wait for)."""
         return [
             run.plan.steps[sid].model_dump(exclude_defaults=True)
             for sid, rec in run.state.records.items()
-            if rec.status in ("pending", "ready", "running", "skipped") and sid not in exclude
+            if rec.status in _REMAINING and sid not in exclude
         ]
 
     def _already_planned(self, run: Run, obj: dict[str, Any]) -> bool:
@@ -398,13 +421,15 @@ class PlanningLoop:
                     stack.append(child)
         return seen
 
-    def _spend_replan(self, run: Run, reason: str) -> bool:
+    def _spend_replan(self) -> bool:
+        """Count one re-plan; False when the limit is reached (the caller climbs to the last rung)."""
         if self._replans >= self.options.max_replans:
-            run.record("escalation", {"rung": "fail", "reason": f"re-plan limit ({self.options.max_replans}) reached: "
-                                                                f"{reason}"})
             return False
         self._replans += 1
         return True
+
+    def _limit_reached(self, reason: str) -> str:
+        return f"re-plan limit ({self.options.max_replans}) reached: {reason}"
 
     def _batch_region(self, run: Run, batch: list[_Trigger]) -> list[str]:
         """The failed steps of ``batch`` and everything downstream of them in the plan *now*."""
@@ -422,7 +447,8 @@ class PlanningLoop:
         """
         region = self._batch_region(run, batch)
         reason = "; ".join(f"{t.step}: {t.reason}" for t in batch)
-        if not self._spend_replan(run, reason):
+        if not self._spend_replan():
+            self._last_rung(run, batch, self._limit_reached(reason))
             return
         for trig in batch:
             run.record("escalation", {"rung": "local_repair", "reason": trig.reason, "region": region},
@@ -440,16 +466,76 @@ class PlanningLoop:
     async def _escalate_global(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
         for trig in batch:
             run.record("escalation", {"rung": "global_replan", "reason": trig.reason}, step=trig.step)
-        await self._replan(run, goal, "; ".join(f"{t.step}: {t.reason}" for t in batch), trigger="global_replan")
+        why = await self._replan(run, goal, "; ".join(f"{t.step}: {t.reason}" for t in batch),
+                                 trigger="global_replan")
+        if why is not None:
+            self._last_rung(run, batch, why)
 
-    async def _replan(self, run: Run, goal: str, reason: str, *, trigger: str) -> None:
-        if not self._spend_replan(run, reason):
+    async def _replan(self, run: Run, goal: str, reason: str, *, trigger: str, final: bool = False) -> str | None:
+        """Re-plan the whole remaining plan; None when a new version landed, else why not (the caller fails with it,
+        or, with ``final``, it is journaled as the ``fail`` rung here)."""
+        why: str | None = None
+        if not self._spend_replan():
+            why = self._limit_reached(reason)
+        else:
+            summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+            messages = [Message("system", prompts.planner_system(self.tools.values())),
+                        Message("user", prompts.replan_prompt(goal, summary, reason))]
+            if not await self._propose(run, "replan", messages, list, trigger=trigger):
+                why = f"no usable plan after: {reason}"
+        if why is not None and final:
+            run.record("escalation", {"rung": "fail", "reason": why})
+        return why
+
+    # -- the last rung: a person decides --------------------------------------------------------------------------
+    def _last_rung(self, run: Run, batch: list[_Trigger], why: str) -> None:
+        """The ladder is exhausted for ``batch``: ask a person about each failed step (``ask_human``), else fail."""
+        failed = [t.step for t in batch if t.kind == "failure" and _failed(run, t.step)]
+        if not (self.options.ask_human and failed):
+            run.record("escalation", {"rung": "fail", "reason": why})
             return
-        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
-        messages = [Message("system", prompts.planner_system(self.tools.values())),
-                    Message("user", prompts.replan_prompt(goal, summary, reason))]
-        if not await self._propose(run, "replan", messages, list, trigger=trigger):
-            run.record("escalation", {"rung": "fail", "reason": f"no usable plan after: {reason}"})
+        for sid in failed:
+            qid = _fresh_id(run, f"{sid}_ask")
+            self._questions[qid] = sid
+            run.record("escalation", {"rung": "human", "reason": why, "question": qid}, step=sid)
+            prompt = prompts.human_question(sid, str(run.state.records[sid].error), why)
+            run.extend([{"id": qid, "tool": "human.input",
+                         "args": {"prompt": _literal(prompt), "schema": prompts.HUMAN_SCHEMA}}], trigger="human")
+
+    def _act_on_answer(self, run: Run, trigger: _Trigger) -> bool:
+        """Apply a person's answer about a failed step: retry or skip it (a new plan version), or abort (False)."""
+        sid, qid = trigger.step, trigger.reason
+        answer = run.outputs.get(qid) if run.state.records[qid].status == "succeeded" else None
+        action = answer.get("action") if isinstance(answer, Mapping) else None
+        if action not in ("retry", "skip"):
+            why = "a person chose to abort" if action == "abort" else \
+                f"question '{qid}' got no answer: {run.state.records[qid].error}"
+            run.record("escalation", {"rung": "fail", "reason": f"step '{sid}': {why}"}, step=sid)
+            return False
+        if not _failed(run, sid):
+            return True  # a repair replaced the step meanwhile: the answer no longer applies
+        steps = self._retried(run, sid) if action == "retry" else self._skipped(run, sid, qid)
+        try:
+            run.propose({"steps": steps}, trigger=f"human_{action}", question=qid)
+        except (PlanInvalid, StaleProposal) as exc:  # stale: the state changed under the answer
+            run.record("escalation", {"rung": "fail", "reason": f"step '{sid}': the person's {action} could not "
+                                                                f"be applied: {exc}"}, step=sid)
+            return False
+        return True
+
+    def _retried(self, run: Run, sid: str) -> list[dict[str, Any]]:
+        """The remaining plan with failed step ``sid`` restated as it was: it runs again, its dependents after it."""
+        return [run.plan.steps[sid].model_dump(exclude_defaults=True), *self._remaining(run, {sid})]
+
+    def _skipped(self, run: Run, sid: str, qid: str) -> list[dict[str, Any]]:
+        """The remaining plan without failed step ``sid``: what referred to it refers to the answer's ``value``
+        (``${sid.x}`` becomes ``${qid.value.x}``) and waits for the question ``qid`` instead."""
+        steps = []
+        for obj in self._remaining(run, {sid}):
+            after = [qid if a == sid else a for a in obj.get("after", ())]
+            steps.append({**obj, "args": rename_refs(obj.get("args", {}), {sid: f"{qid}.value"}),
+                          **({"after": after} if after else {})})
+        return steps
 
     # -- one model call, budgeted and journaled --------------------------------------------------------------------
     async def _call(
@@ -494,6 +580,29 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+_REMAINING = ("pending", "ready", "running", "waiting_approval", "waiting_input", "skipped")
+
+
+def _failed(run: Run, sid: str) -> bool:
+    rec = run.state.records.get(sid)
+    return rec is not None and rec.status == "failed"
+
+
+def _fresh_id(run: Run, base: str) -> str:
+    """``base``, or ``base2``, ``base3``... : the first id no step of the plan has."""
+    taken, n = run.plan.steps, 2
+    if base not in taken:
+        return base
+    while f"{base}{n}" in taken:
+        n += 1
+    return f"{base}{n}"
+
+
+def _literal(text: str) -> str:
+    """``text`` as a template argument that means exactly itself (``${`` is written ``$${``)."""
+    return text.replace("${", "$${")
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -16,7 +16,11 @@ FORMAT = """Answer with the plan as JSON Lines: one step per line, each a JSON o
   only refer to steps that exist already or that you wrote on an earlier line.
 - Independent steps run in parallel: do not add `after` unless a step really needs another to finish first.
 - Optional keys: "retries": N, "timeout": seconds, "estimate": {"duration": seconds},
-  "observe": true (re-plan when its result arrives), "fallback": {"tool": ..., "args": {...}}."""
+  "observe": true (re-plan when its result arrives), "fallback": {"tool": ..., "args": {...}}.
+- Put "approval": "<why, shown to the approver>" on steps with irreversible effects (payments, deploys, deletes,
+  sending email): such a step waits until a person approves it.
+- When a value can only come from a person (a preference, a secret, a decision), ask for it with a step
+  {"tool": "human.input", "args": {"prompt": "...", "schema": <JSON schema of the value>}}; its output is the value."""
 
 
 def tool_catalog(tools: Iterable[ToolSpec]) -> str:
@@ -86,6 +90,24 @@ def repair_region_prompt(goal: str, summary: str, failed: Sequence[str], error: 
 def repair_lines_prompt(errors: Iterable[str], accepted: Iterable[str]) -> str:
     return ("Some lines of your plan were rejected:\n" + "\n".join(f"- {e}" for e in errors)
             + f"\nAccepted so far: {', '.join(accepted) or 'none'}. Write corrected lines for the rejected steps only.")
+
+
+HUMAN_ACTIONS = ("retry", "skip", "abort")
+HUMAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"action": {"enum": list(HUMAN_ACTIONS)}, "value": {}},
+    "required": ["action"],
+    "additionalProperties": False,
+    "if": {"properties": {"action": {"const": "skip"}}},
+    "then": {"required": ["action", "value"]},
+}
+
+
+def human_question(step: str, error: str, why: str) -> str:
+    """What a person is asked when step ``step`` failed for good and the planner could not repair it (``why``)."""
+    return (f"Step '{step}' failed for good: {error}\nThe planner could not repair it ({why}). What now? Send "
+            '{"action": "retry"} to run it again, {"action": "skip", "value": <its output>} to go on with that '
+            'value as its output, or {"action": "abort"} to end the run failed.')
 
 
 JOIN_SCHEMA = {
