@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from planweave import open_engine
 from planweave.server.app import create_app
 from planweave.server.limits import LimitCaps, open_server_model
-from planweave.server.live import LiveServer
+from planweave.server.live import LiveServer, ServerError
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.server.conftest import TOKEN, Live
 
@@ -158,3 +159,8 @@ async def test_planweave_serve_caps_apply_to_every_request(tmp_path: Path) -> No
     assert refused.status_code == 422
     assert "--max-deadline" in refused.json()["problems"][0]["message"]
     assert report["status"] == "cancelled" and report["error"] == "deadline of 0.3s reached"
+
+
+def test_a_deadline_cap_must_leave_some_time() -> None:
+    with pytest.raises(ServerError, match="--max-deadline must be above 0 seconds, got 0"):
+        LimitCaps(deadline=0)

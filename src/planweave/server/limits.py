@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.errors import PlanInvalid, PlanProblem
+from planweave.server.live import ServerError
 from planweave.tools.registry import Toolbox
 
 if TYPE_CHECKING:
@@ -55,12 +56,16 @@ def _or(value: T | None, default: T | None) -> T | None:
 
 @dataclass(frozen=True)
 class LimitCaps:
-    """Server-wide caps on :class:`RunLimits` (None: no cap on that limit)."""
+    """Server-wide caps on :class:`RunLimits` (None: no cap on that limit); a deadline cap must be above 0."""
 
     budget_usd: float | None = None
     budget_tokens: int | None = None
     deadline: float | None = None
     max_replans: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.deadline is not None and not self.deadline > 0:  # also NaN: every run would end at once
+            raise ServerError(f"{CAP_FLAGS['deadline']} must be above 0 seconds, got {self.deadline:g}")
 
     def bound(self, requested: RunLimits, source: str) -> RunLimits:
         """``requested`` with every missing limit set to its cap; raises PlanInvalid naming each exceeded cap."""
