@@ -24,7 +24,7 @@ from contextlib import AsyncExitStack, contextmanager, nullcontext, redirect_std
 from dataclasses import dataclass, field
 from enum import IntEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -736,6 +736,7 @@ class AgentFlags:
     deadline: float | None
     max_replans: int
     plan_max_tokens: int
+    ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox) -> PlanningLoop:
         """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``."""
@@ -751,7 +752,7 @@ class AgentFlags:
         catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
         return PlanningLoop(engine, client, catalog, budget=budget, options=PlanningOptions(
             deadline_s=self.deadline, max_replans=self.max_replans, plan_max_tokens=self.plan_max_tokens,
-            join_max_tokens=min(1024, self.plan_max_tokens)))
+            join_max_tokens=min(1024, self.plan_max_tokens), ask_human=self.ask_human))
 
 
 DEFAULT_GOAL_MODEL = "gpt-4o-mini"
@@ -797,6 +798,12 @@ class PlanModel:
         return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
 
 
+AskHumanOption = Annotated[
+    bool,
+    typer.Option("--ask-human", help="For a --goal run: when retries, fallbacks and re-plans cannot repair a failed "
+                                     "step, ask a person (a human.input step: retry, skip with a value, or abort) "
+                                     "instead of failing."),
+]
 McpOption = Annotated[
     list[str] | None,
     typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
@@ -848,6 +855,11 @@ def run(
     plan_max_tokens: Annotated[int | None, typer.Option(
         "--plan-max-tokens", min=16, help="Most tokens the planner of a --goal run may write per call (default "
                                           "2048).")] = None,
+    ask_human: AskHumanOption = False,
+    on_failure: Annotated[Literal["stop", "continue"] | None, typer.Option(
+        "--on-failure", help="A plan file's step failing for good: stop the run (cancel what runs, start nothing "
+                             "new) or continue the other branches (default: the plan's on_failure, else stop).",
+    )] = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
     allow_env: AllowEnvOption = None,
@@ -870,6 +882,9 @@ def run(
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
                                               plan_max_tokens)
+            if ask_human:
+                raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
+                                 "escalation ladder (use approval: or human.input steps in the plan)")
             spec = load_plan_file(file)
             if step_timeout is not None:
                 # The built-in DEFAULT_STEP_TIMEOUT is not applied yet: see docs/plan-format.md, "Defaults".
@@ -884,7 +899,8 @@ def run(
             async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
                 base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
                 tools = await plan_model.toolbox(stack, base) if plan_model is not None else None
-                started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file))
+                started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
+                                             on_failure=on_failure)
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
 
@@ -894,11 +910,15 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
+            if on_failure is not None:
+                raise UsageError("--on-failure applies to plan files: a --goal run lets the other branches run on "
+                                 "while its planner repairs a failure, and fails only once the escalation ladder "
+                                 "is exhausted (see --max-replans and --ask-human)")
             limits = Limits(concurrency or DEFAULT_CONCURRENCY, flags)
             goal_text = goal
 
             agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
-                               5 if max_replans is None else max_replans, plan_max_tokens or 2048)
+                               5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
@@ -940,6 +960,7 @@ def resume(
     budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
     max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans.")] = 5,
+    ask_human: AskHumanOption = False,
     all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
 ) -> None:
@@ -961,9 +982,13 @@ def resume(
             options = events[0].data.get("options") or {}
             return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
 
+        if ask_human and model is None:
+            raise UsageError("--ask-human applies to a --goal run resumed with its planner: give --model NAME too")
+
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             if model is not None:
-                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, 2048)
+                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, 2048,
+                                   ask_human)
                 loop = await agent.planning_loop(engine, stack, toolbox)
                 return await loop.resume(run_id, retry_unknown=retry_unknown)
             try:
