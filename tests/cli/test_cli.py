@@ -599,6 +599,19 @@ def test_final_view_with_all_shows_every_step(tmp_path: Path) -> None:
     assert sum(f"s{i:02d} " in summary.stdout for i in range(60)) <= 15
 
 
+def test_show_of_a_big_run_summarises_unless_all(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    plan = write_plan(tmp_path / "some.yaml", {"steps": [{"id": f"s{i:02d}", "tool": "noop"} for i in range(60)]})
+    assert invoke("run", str(plan), "--journal", url, "--run-id", "big").exit_code == 0
+    summary = invoke("show", "big", "--journal", url)
+    every = invoke("show", "big", "--journal", url, "--all")
+    rows = [sum(line.startswith(f"s{i:02d} ") for line in r.stdout.splitlines() for i in range(60))
+            for r in (summary, every)]
+    assert rows[0] <= 2 * 10  # table and timeline rows of the 10 slowest
+    assert rows[1] == 2 * 60  # a table row and a timeline row per step
+    assert "… 50 more: 50 succeeded (--all shows every step)" in summary.stdout
+
+
 class TimedView(LiveRunView):
     """The live view, timing itself: every event it handles and every frame it draws."""
 
