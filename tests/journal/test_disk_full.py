@@ -85,6 +85,7 @@ def test_a_full_disk_interrupts_the_run_and_resume_continues_it_once_space_retur
     first = _cli(tmp_path, "run", str(plan), "--journal", url, "--run-id", "full", *tools)
     assert first.returncode != 0
     assert "full" in first.stderr and "Traceback" not in first.stderr, first.stderr
+    assert "run 'full' was interrupted" in first.stderr and "resume it once the journal" in first.stderr
     assert _effects(tmp_path) == Counter({"e1": 1, "e2": 1})  # e3 never ran: its write-ahead record failed
 
     shown = _cli(tmp_path, "show", "full", "--journal", url, "--json")  # still full: reading works

@@ -47,7 +47,7 @@ from planweave.engine.runtime import (
     send_input,
 )
 from planweave.engine.state import RunState
-from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunNotFound
+from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunError, RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
 from planweave.plan.defaults import check_seconds, with_default_timeout
 from planweave.plan.graph import validate_plan
@@ -595,6 +595,9 @@ def _print_json(value: Any) -> None:
 def _plain_errors(exc: BaseException) -> list[PlanweaveError] | None:
     """The planweave errors inside ``exc`` (the engine's TaskGroup wraps them in groups), or None if others too."""
     if isinstance(exc, PlanweaveError):
+        # A journal that lost a write stops the run (RunError: how to resume it), then fails to close: say both.
+        if isinstance(exc, JournalError) and isinstance(exc.__context__, RunError):
+            return [exc.__context__, exc]
         return [exc]
     if isinstance(exc, BaseExceptionGroup):
         found: list[PlanweaveError] = []
