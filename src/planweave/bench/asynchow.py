@@ -170,7 +170,7 @@ def load_instances(directory: Path) -> list[Instance]:
 async def _makespans(instances: Sequence[Instance]) -> list[tuple[float, float]]:
     """Run all instances at once in one engine on the running virtual loop; return (makespan, engine bound) each."""
     specs = [parse_plan_document(plan_document(i.workload()), f"{i.file} #{i.index}") for i in instances]
-    async with open_engine("null://", clock=VirtualClock(), tools=builtin_tools()) as engine:
+    async with open_engine("null://", clock=VirtualClock(), tools=builtin_tools(), concurrency=None) as engine:
         runs = [
             await engine.start(spec, source=f"{i.file} #{i.index}")
             for spec, i in zip(specs, instances, strict=True)

@@ -134,7 +134,8 @@ class PlanweaveSystem:
     async def open(self) -> None:
         self.url = self._url()
         try:
-            self._engine = await self._stack.enter_async_context(open_engine(self.url, tools=builtin_tools()))
+            self._engine = await self._stack.enter_async_context(open_engine(
+                self.url, tools=builtin_tools(), concurrency=None))  # unlimited, like the peers it is compared with
         except PlanweaveError as exc:
             await self.close()
             raise SystemUnavailable(f"cannot open the journal: {exc}") from None

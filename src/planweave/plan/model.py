@@ -22,8 +22,9 @@ ErrorKind = str
 ``exit_code`` (shell), or the class name of the exception a tool raised (e.g. ``ConnectionError``)."""
 
 
-MAX_SECONDS = 1e9
-"""The largest duration a plan may state (about 31 years): larger values, Infinity and NaN are refused, so every
+MAX_SECONDS = 1e12
+"""The largest duration a plan may state (about 31,700 years, room for the longest AsyncHow plans): larger values,
+Infinity and NaN are refused, so every
 timer the engine arms is a finite, representable deadline."""
 
 MAX_COST = 1e9
