@@ -24,8 +24,7 @@ ErrorKind = str
 
 MAX_SECONDS = 1e12
 """The largest duration a plan may state (about 31,700 years, room for the longest AsyncHow plans): larger values,
-Infinity and NaN are refused, so every
-timer the engine arms is a finite, representable deadline."""
+Infinity and NaN are refused, so every timer the engine arms is a finite, representable deadline."""
 
 MAX_COST = 1e9
 """The largest cost estimate (USD) a plan may state."""
