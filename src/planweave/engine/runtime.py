@@ -684,6 +684,7 @@ class Engine:
         self._tg = self._tg_cm
         self._open = False
         self._control_task: asyncio.Task[None] | None = None
+        self._pump_soon = False  # a deferred admission is scheduled (see _release)
         self._loop_watch: LoopWatch | None = None
 
     @property
@@ -934,8 +935,16 @@ class Engine:
             scheduler.running -= 1  # Scheduler.release, inlined for the common claim-free step
         else:
             scheduler.release(claims)
-        if scheduler._heap:
-            self._pump()
+        if scheduler._heap and not self._pump_soon:
+            # One loop turn later, not now: steps that finish at the same instant (ties on a virtual clock, a burst
+            # of completions) all release their slots and queue their successors first, so the freed slots go by
+            # priority instead of to the successor of whichever step happened to finish first.
+            self._pump_soon = True
+            asyncio.get_running_loop().call_soon(self._deferred_pump)
+
+    def _deferred_pump(self) -> None:
+        self._pump_soon = False
+        self._pump()
 
 
 _log = logging.getLogger("planweave.engine")
