@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from planweave import InputRejected, RunError, Toolbox, builtin_tools, open_engine
+from planweave import Engine, InputRejected, RunError, Toolbox, builtin_tools, open_engine
 from planweave.engine.events import Event
 from planweave.engine.runtime import Run, RunResult
+from planweave.journal.memory import MemoryJournal
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
@@ -253,3 +254,25 @@ async def test_a_repair_elsewhere_keeps_a_step_that_waits_for_a_person() -> None
     assert seen == ["waiting_approval"]  # the repair's plan version kept it (it was cancelled as "left out")
     assert result.ok, result.error
     assert calls.count("Bern") == 1 and "Paris-Orly" in calls
+
+
+async def test_a_question_pending_at_an_interruption_is_asked_again_and_its_answer_applies_after_resume() -> None:
+    journal = MemoryJournal()
+    tools = weather([], {"Paris"})
+    options = PlanningOptions(max_replans=0, ask_human=True)
+    server = ScriptedLLM(script_for(PLAN))
+    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client:
+        async with Engine(journal, tools=tools) as engine:
+            run = await PlanningLoop(engine, client, tools, options=options).start(GOAL)
+            asked = asyncio.Event()
+            run.subscribe(lambda e: asked.set() if e.kind == "input_requested" else None)
+            await asyncio.wait_for(asked.wait(), 10)
+        async with Engine(journal, tools=tools) as engine:
+            resumed = await PlanningLoop(engine, client, tools, options=options).resume(run.id)
+            step = next(iter(resumed.state.waiting_steps()))  # asked again as the run resumed
+            resumed.send(step, {"action": "skip", "value": {"temp": 1}})
+            result = await asyncio.wait_for(resumed.wait(), 10)
+    assert step == "paris_ask"
+    assert result.ok, result.error
+    assert result.outputs["pick"] == {"p": 1, "r": 12}
+    assert rungs(result) == ["human"]  # not asked twice, not re-planned after the resume

@@ -22,7 +22,7 @@ from typing import Any
 from planweave.engine.events import Event
 from planweave.engine.runtime import Engine, Run, RunResult
 from planweave.engine.splice import StaleProposal
-from planweave.errors import PlanInvalid
+from planweave.errors import PlanInvalid, RunError
 from planweave.models import Budget, BudgetExceeded, Completion, CompletionRequest, Delta, Message, ModelClient
 from planweave.models.errors import ModelError
 from planweave.models.pricing import approx_prompt_tokens
@@ -128,6 +128,18 @@ class PlanningLoop:
         return run
 
     async def _drive(self, run: Run, goal: str, *, plan: bool = True) -> None:
+        """Drive the run until the loop is over, or until the run ends under it (the engine closed: an interruption,
+        which leaves the run resumable); the loop does not outlive its run."""
+        work = asyncio.create_task(self._drive_run(run, goal, plan=plan))
+        over = asyncio.create_task(_ended(run))
+        try:
+            await asyncio.wait({work, over}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work, over):
+                task.cancel()
+            await asyncio.gather(work, over, return_exceptions=True)
+
+    async def _drive_run(self, run: Run, goal: str, *, plan: bool) -> None:
         timeout = self.options.deadline_s
         try:
             async with asyncio.timeout(timeout):
@@ -580,6 +592,12 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+async def _ended(run: Run) -> None:
+    """Return once the run has ended, finished or interrupted."""
+    with contextlib.suppress(RunError):
+        await run.wait()
 
 
 _REMAINING = ("pending", "ready", "running", "waiting_approval", "waiting_input", "skipped")
