@@ -16,7 +16,7 @@ import pytest
 from planweave.engine.events import Event, EventKind
 from planweave.errors import EventNotRecorded, JournalError
 from planweave.journal import open_journal
-from planweave.journal.base import OutputNotSerialisable
+from planweave.journal.base import OutputNotSerialisable, canonical_output
 from planweave.journal.group_commit import GroupCommitJournal
 from planweave.journal.postgres import parse_url, redact
 from planweave.journal.sqlite import SQLiteJournal, path_of
@@ -587,3 +587,13 @@ async def test_outputs_orjson_refuses_but_json_can_hold_are_stored_exactly(backe
             got = await journal.get_blobs(refs)
     assert got[refs[0]] == {"18446744073709551616": "a big key", "v": [1, 2]}
     assert got[refs[1]] == deep
+
+
+async def test_an_encoded_output_is_stored_as_it_is(backend: Backend) -> None:
+    value = {"t": (1, 2), 3: 2**70}
+    blob = canonical_output(value, step="s")
+    async with open_journal(backend.url) as journal:
+        assert journal.put_blob(blob) == blob.ref == journal.put_blob(value)
+        async with asyncio.timeout(20):
+            assert await journal.get_blobs([blob.ref]) == {blob.ref: blob.value}
+    assert blob.value == {"t": [1, 2], "3": 2**70}

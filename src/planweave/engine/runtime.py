@@ -306,9 +306,10 @@ class Run:
             else:
                 output = await self._guarded(sid, step, tool, args)
             # The canonical form (what the journal stores and a resume reads) is the only form, live too.
-            output = canonical_output(output, step=sid, limit=self._engine.max_output_bytes).value
+            blob = canonical_output(output, step=sid, limit=self._engine.max_output_bytes)
+            output = blob.value
             redact = self._engine.redact
-            ref = self._journal.put_blob(output if redact is None else redact(output))
+            ref = self._journal.put_blob(blob if redact is None else redact(output))  # a blob is not encoded again
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():

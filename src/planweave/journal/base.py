@@ -22,7 +22,7 @@ _EVENT_OPTS = orjson.OPT_NON_STR_KEYS
 _LONG_DIGITS = re.compile(rb"\d{19}")
 _LONG_DIGITS_STR = re.compile(r"\d{19}")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_PLAIN = (str, int, float, bool, type(None))  # canonical as they are (NaN is refused before)
+_SCALARS = frozenset({str, int, bool, type(None)})  # canonical as they are, and never hold a NaN
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
@@ -52,8 +52,11 @@ def encode_blob(value: Any) -> tuple[str, bytes]:
 
     Canonical: keys sorted and turned into strings, tuples into lists, integers of any size kept exactly; NaN,
     ±Infinity, lone surrogates and types JSON has no form for are refused, naming the place inside the value.
+    An :class:`EncodedOutput` (from :func:`canonical_output`) is already encoded: its reference and bytes are used.
     """
-    data = _dump_output(value)
+    if type(value) is EncodedOutput:
+        return value.ref, value.data
+    data = _dump_output(value, None)
     return hashlib.sha256(data).hexdigest(), data
 
 
@@ -61,15 +64,15 @@ def canonical_output(value: Any, *, step: str, limit: int | None = None) -> Enco
     """Normalise a step's output once: what the journal stores and what every reader (live or resumed) sees.
 
     Raises OutputNotSerialisable naming ``step`` when the value cannot be stored exactly or its encoding is larger
-    than ``limit`` bytes.
+    than ``limit`` bytes. Pass the result to ``Journal.put_blob`` to store it without encoding it again.
     """
-    data = _dump_output(value, f"output of step '{step}'")
+    data = _dump_output(value, step)
     if limit is not None and len(data) > limit:
         raise OutputNotSerialisable(
             f"output of step '{step}' is {len(data):,} bytes encoded, more than the limit of {limit:,} bytes"
         )
     ref = hashlib.sha256(data).hexdigest()
-    if type(value) in _PLAIN:
+    if type(value) in _SCALARS:
         return EncodedOutput(ref, data, value)  # already canonical: skip the decode
     return EncodedOutput(ref, data, decode_blob(data))
 
@@ -140,18 +143,19 @@ def encode_event(event: Event, url: str) -> bytes:
         ) from None
 
 
-def _dump_output(value: Any, what: str = "output") -> bytes:
+def _dump_output(value: Any, step: str | None) -> bytes:
     try:
         data = orjson.dumps(value, option=_OPTS)
     except TypeError:
         # Raises naming the place, unless orjson only refused integers beyond 64 bits: those the stdlib writes.
-        return _stdlib_dumps(_output_plain(value, what), sort=True)
-    if b"null" in data:  # orjson writes NaN and ±Infinity as null: look for them only when there is a null
-        _output_plain(value, what)
+        return _stdlib_dumps(_output_plain(value, step), sort=True)
+    if value is not None and b"null" in data:  # orjson writes NaN and ±Infinity as null: look only then
+        _output_plain(value, step)
     return data
 
 
-def _output_plain(value: Any, what: str) -> Any:
+def _output_plain(value: Any, step: str | None) -> Any:
+    what = "output" if step is None else f"output of step '{step}'"
     try:
         return _plain(value, "")
     except Unrepresentable as exc:
@@ -241,7 +245,10 @@ class Journal(Protocol):
         ...
 
     def put_blob(self, value: Any) -> str:
-        """Buffer an output and return its content reference (raises OutputNotSerialisable)."""
+        """Buffer an output and return its content reference (raises OutputNotSerialisable).
+
+        An :class:`EncodedOutput` from :func:`canonical_output` is stored as it is, without encoding it again.
+        """
         ...
 
     async def flush(self) -> None:
