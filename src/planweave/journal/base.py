@@ -66,6 +66,8 @@ def canonical_output(value: Any, *, step: str, limit: int | None = None) -> Enco
     Raises OutputNotSerialisable naming ``step`` when the value cannot be stored exactly or its encoding is larger
     than ``limit`` bytes. Pass the result to ``Journal.put_blob`` to store it without encoding it again.
     """
+    if value is None:
+        return _NONE  # the output of most side-effect tools
     data = _dump_output(value, step)
     if limit is not None and len(data) > limit:
         raise OutputNotSerialisable(
@@ -75,6 +77,9 @@ def canonical_output(value: Any, *, step: str, limit: int | None = None) -> Enco
     if type(value) in _SCALARS:
         return EncodedOutput(ref, data, value)  # already canonical: skip the decode
     return EncodedOutput(ref, data, decode_blob(data))
+
+
+_NONE = EncodedOutput(hashlib.sha256(b"null").hexdigest(), b"null", None)
 
 
 def decode_blob(data: bytes | bytearray | memoryview | str) -> Any:

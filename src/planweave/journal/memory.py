@@ -25,8 +25,8 @@ class MemoryJournal:
         self._runs: dict[str, None] = {}
 
     def append(self, event: Event) -> None:
-        data = encode_event(event, self.url)
-        self._events.append((event._replace(pos=len(self._events) + 1, data={}), data))
+        # The event is kept as given (its pos is its index + 1, set on read): no copy on the engine's hot path.
+        self._events.append((event, encode_event(event, self.url)))
         self._runs.setdefault(event.run_id)
 
     def put_blob(self, value: Any) -> str:
@@ -38,7 +38,8 @@ class MemoryJournal:
         pass
 
     async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
-        return [e._replace(data=decode_blob(data)) for e, data in self._events[after:]
+        return [Event(e.run_id, e.kind, e.at, e.step, decode_blob(data), pos)
+                for pos, (e, data) in enumerate(self._events[after:], after + 1)
                 if (run_id is None or e.run_id == run_id) and (kind is None or e.kind == kind)]
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
