@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
+
+import httpx
 
 from planweave import builtin_tools
 from planweave.journal import open_journal
@@ -55,3 +58,34 @@ async def test_tool_text_with_lone_surrogates_does_not_poison_the_server(tmp_pat
     assert "no such file: f\ufffd" in shown.text
     async with open_journal(url) as journal:
         assert await journal.run_ids() == ["mangled", "ok"]
+
+
+INPUT_PLAN = {"steps": [
+    {"id": "ask", "tool": "human.input", "args": {"prompt": "Name?"}},
+    {"id": "use", "tool": "noop", "args": {"name": "${ask}"}},
+]}
+
+
+async def _until_waiting(client: httpx.AsyncClient, run_id: str, step: str) -> None:
+    for _ in range(400):
+        body = (await client.get(f"/runs/{run_id}", params={"outputs": False})).json()
+        if body.get("steps", {}).get(step, {}).get("status") == "waiting_input":
+            return
+        await asyncio.sleep(0.02)  # the run is in this process's engine, but the test is a client over HTTP
+    raise AssertionError(f"step {step} of {run_id} never waited for input")
+
+
+async def test_a_value_that_cannot_be_journaled_is_422_and_the_step_keeps_waiting(live: Live) -> None:
+    async with live.client() as client:
+        await client.post("/runs", json={"plan": INPUT_PLAN, "run_id": "asks"})
+        await _until_waiting(client, "asks", "ask")
+        bad = await client.post("/runs/asks/steps/ask/input", content=json.dumps({"value": ["ok", "\udfff"]}),
+                                headers={"Content-Type": "application/json"})
+        listed = await client.get("/runs")
+        good = await client.post("/runs/asks/steps/ask/input", json={"value": "Ada"})
+        result = await asyncio.wait_for(live.wait("asks"), 10)
+    assert bad.status_code == 422, bad.text
+    assert "surrogate" in bad.text, bad.text
+    assert listed.status_code == 200
+    assert good.status_code == 200, good.text
+    assert result.ok and result.outputs["use"] == {"name": "Ada"}
