@@ -687,6 +687,7 @@ class Engine:
         self._control_task: asyncio.Task[None] | None = None
         self._pump_soon = False  # a deferred admission is scheduled (see _release)
         self._loop_watch: LoopWatch | None = None
+        self._spawned: set[asyncio.Task[Any]] = set()  # Engine.spawn's tasks still going: cancelled at close
 
     @property
     def capacities(self) -> Mapping[str, int]:
@@ -766,6 +767,8 @@ class Engine:
         for run in list(self._runs.values()):
             if run._task is not None:
                 run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
+        for task in list(self._spawned):  # e.g. a planner waiting for its run: it must not keep the engine open
+            task.cancel()
         exc_type = exc_info[0]
         try:
             if exc_type is not None and not issubclass(exc_type, asyncio.CancelledError):
@@ -780,7 +783,10 @@ class Engine:
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` in the engine's task group (e.g. a planning loop): it is cancelled when the engine closes."""
         self._check_open()
-        return self._tg.create_task(coro, name=name)
+        task = self._tg.create_task(coro, name=name)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+        return task
 
     def subscribe(self, listener: EventListener) -> None:
         """Call ``listener`` with every event of every run started after this call."""

@@ -128,8 +128,9 @@ class PlanningLoop:
         return run
 
     async def _drive(self, run: Run, goal: str, *, plan: bool = True) -> None:
-        """Drive the run until the loop is over, or until the run ends under it (the engine closed: an interruption,
-        which leaves the run resumable); the loop does not outlive its run."""
+        """Drive the run until the loop is over, or until the run ends under it (cancelled by a person or another
+        process, a server's deadline, :meth:`Run.fail`): the loop does not outlive its run, and never calls the model
+        for a run that is over. (An engine closing cancels this task itself: see :meth:`Engine.spawn`.)"""
         work = asyncio.create_task(self._drive_run(run, goal, plan=plan))
         over = asyncio.create_task(_ended(run))
         try:
