@@ -219,7 +219,7 @@ def _fingerprint(step: Step, template: Compiled, deps: tuple[str, ...], prints: 
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def validate_plan(
+def validate_plan(  # noqa: C901 (one pass that collects every problem of a plan)
     spec: PlanSpec,
     tools: ToolCatalog | None = None,
     capacities: Mapping[str, int] | None = None,

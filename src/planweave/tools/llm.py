@@ -59,7 +59,7 @@ def tool_error(exc: ModelError | BudgetExceeded) -> ToolError:
     return ToolError(str(exc), kind=kind, retryable=retryable)
 
 
-def llm_tool(
+def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     client: ModelClient,
     budget: Budget | None = None,
     *,
