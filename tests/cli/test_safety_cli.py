@@ -141,7 +141,7 @@ def test_a_program_known_only_at_call_time_is_refused_naming_the_step(tmp_path: 
         "step 'b': program 'sh' is not on this run's executable allowlist (echo)")
 
 
-# -- a secret written literally in a plan: journaled and served as ***$NAME***, run with the value ---------------
+# -- a secret written literally in a plan: journaled and served as ***$NAME#NONCE***, run with the value ---------------
 def hash_step(secret: str, extra: str = "") -> str:
     """A step that writes the sha256 of the value it was given to used.txt (so the value itself shows nowhere)."""
     return ("  - {id: use, tool: shell, args: {argv: [sh, -c, 'printf %s \"$1\" | sha256sum > used.txt', _, '"
@@ -168,7 +168,7 @@ def test_a_secret_in_a_plan_file_stays_out_of_the_journal_and_a_resume_needs_its
         proc.kill()  # a crash while the gate waits
         proc.communicate()
     raw = journal_bytes(tmp_path)
-    assert SECRET.encode() not in raw and b"***$OPENAI_API_KEY***" in raw
+    assert SECRET.encode() not in raw and b"***$OPENAI_API_KEY#" in raw
     run_id = json.loads(planweave("runs", "--journal", f"sqlite:///{db}", "--json", cwd=tmp_path).stdout)[0]["run_id"]
     (tmp_path / "open").write_text("")
     bare = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
@@ -213,7 +213,7 @@ def test_a_secret_in_a_posted_plan_is_not_stored_nor_served(tmp_path: Path) -> N
     finally:
         proc.kill()
         proc.communicate()
-    assert "run_finished" in sse and "***$OPENAI_API_KEY***" in sse
+    assert "run_finished" in sse and "***$OPENAI_API_KEY#" in sse
     assert '"status":"running"' in live[0].replace(" ", "")  # looked at while the run was going
     for text in (sse, *served, *live):
         assert SECRET not in text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -374,7 +375,8 @@ async def test_a_secret_in_a_plan_is_journaled_as_a_placeholder_while_the_step_g
     events = await journal.read(None)
     stored = json.dumps([e.data for e in events], default=lambda v: v.model_dump(mode="json"))
     assert PLAN_SECRET not in stored
-    assert "Bearer ***$OPENAI_API_KEY***" in stored and "uses ***$OPENAI_API_KEY***" in stored
+    assert re.search(r"Bearer \*\*\*\$OPENAI_API_KEY#[0-9a-f]{16}\*\*\*", stored)
+    assert re.search(r"uses \*\*\*\$OPENAI_API_KEY#[0-9a-f]{16}\*\*\*", stored)
     assert {e.kind for e in events} >= {"run_created", "steps_added", "plan_version"}
 
 
@@ -383,18 +385,19 @@ def test_unseal_restores_the_value_from_this_environment_or_names_the_missing_va
     event = Event("r1", "run_created", 0.0, None, {"plan": {"steps": [
         {"id": "a", "tool": "noop", "args": {"k": f"x {PLAN_SECRET} y"}}]}})
     sealed = sealer.seal(event)
-    assert sealed.data["plan"]["steps"][0]["args"] == {"k": "x ***$OPENAI_API_KEY*** y"}
+    nonce = sealed.data["seal"]
+    assert sealed.data["plan"]["steps"][0]["args"] == {"k": f"x ***$OPENAI_API_KEY#{nonce}*** y"}
     assert SecretRedactor({"OPENAI_API_KEY": PLAN_SECRET}).unseal([sealed])[0].data == event.data
     with pytest.raises(RunError) as err:
         SecretRedactor({"OTHER_TOKEN": "zzzzzzzz"}).unseal([sealed])
     assert str(err.value) == (
-        "run 'r1': its plan held the value of $OPENAI_API_KEY, which the journal keeps as ***$OPENAI_API_KEY***: "
+        "run 'r1': its plan held the value of $OPENAI_API_KEY, which the journal keeps sealed: "
         "set OPENAI_API_KEY in this environment to resume it")
     quoted = 'pa"ss\\word\né-1'  # characters JSON escapes
     odd = Event("r1", "run_created", 0.0, None,
                 {"plan": {"steps": [{"id": "a", "tool": "noop", "args": {"k": quoted}}]}})
-    assert SecretRedactor({"DB_PASSWORD": quoted}).seal(odd).data["plan"]["steps"][0]["args"] == {
-        "k": "***$DB_PASSWORD***"}
+    odd_sealed = SecretRedactor({"DB_PASSWORD": quoted}).seal(odd)
+    assert odd_sealed.data["plan"]["steps"][0]["args"] == {"k": f"***$DB_PASSWORD#{odd_sealed.data['seal']}***"}
     plain = Event("r1", "run_created", 0.0, None, {"plan": {"steps": [{"id": "a", "tool": "noop"}]}})
     assert sealer.seal(plain) is plain  # nothing secret: the event is journaled as it is
 
@@ -430,7 +433,7 @@ async def test_a_resumed_run_gets_the_secret_from_the_environment_of_the_resumin
     assert second.ok, second.error
     assert seen == [{"Authorization": PLAN_SECRET}]
     raw = journal_bytes(tmp_path)
-    assert PLAN_SECRET.encode() not in raw and b"***$OPENAI_API_KEY***" in raw
+    assert PLAN_SECRET.encode() not in raw and b"***$OPENAI_API_KEY#" in raw
 
 
 def journal_bytes(directory: Path) -> bytes:

@@ -17,6 +17,7 @@ import shutil
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from secrets import token_hex
 from typing import Any
 
 import orjson
@@ -422,17 +423,24 @@ def _redact(value: Any, pattern: re.Pattern[str], by: str | Callable[[re.Match[s
     return value
 
 
-PLACEHOLDER = re.compile(r"\*\*\*\$([A-Za-z_][A-Za-z0-9_]*)\*\*\*")
-"""How a secret literal is kept in a journaled plan: ``***$NAME***``, NAME the environment variable holding it."""
+PLACEHOLDER = re.compile(r"\*\*\*\$([A-Za-z_][A-Za-z0-9_]*)#([0-9a-f]{16})\*\*\*")
+"""How a secret literal is kept in a journaled plan: ``***$NAME#NONCE***``, NAME the environment variable holding
+it, NONCE the random one of the event that sealed it (recorded in the event's ``seal``)."""
+SEAL_KEY = "seal"
+"""The key of a sealed event's data holding its nonce: only placeholders with that nonce are unsealed."""
 
 
 class SecretRedactor:
     """Hides the values of this process's secret environment variables (see :func:`secret_values`).
 
     Called like :func:`redact`, it turns them into ``***`` (outputs, errors). :meth:`seal` turns them into
-    ``***$NAME***`` in the plans of ``run_created``, ``plan_version`` and ``steps_added`` before they are journaled
-    (the running plan keeps the value); :meth:`unseal` puts the values of the resuming process's environment back
-    when a run is resumed, so a resumed step gets what the live one got.
+    ``***$NAME#NONCE***`` in the plans of ``run_created``, ``plan_version`` and ``steps_added`` before they are
+    journaled (the running plan keeps the value); :meth:`unseal` puts the values of the resuming process's
+    environment back when a run is resumed, so a resumed step gets what the live one got.
+
+    Only what was sealed is unsealed: each sealed event draws a random nonce, puts it in its placeholders and
+    records it under ``seal``. A placeholder written into a plan by its author or a model (``***$AWS_SECRET***``,
+    or one with a guessed nonce) stays the literal text it is, so a plan cannot ask a resume for a secret by name.
     """
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
@@ -454,7 +462,8 @@ class SecretRedactor:
         return redact(value, self._values) if self._values else value
 
     def seal(self, event: Event) -> Event:
-        """``event`` with the secrets in its plan (or steps) replaced by placeholders; the same event if none."""
+        """``event`` with the secrets in its plan (or steps) replaced by placeholders carrying a fresh nonce, which
+        the event's data records under ``seal``; the same event if it holds no secret."""
         key = "steps" if event.kind == "steps_added" else "plan"
         pattern = _pattern(self._values)
         raw = event.data.get(key)
@@ -463,29 +472,31 @@ class SecretRedactor:
         found = _pattern(tuple(json.dumps(v, ensure_ascii=False)[1:-1] for v in self._values))  # as JSON has it
         if found is None or not found.search(_text(raw)):  # the common case, kept cheap (~30 ms for 10,000 steps)
             return event
-        sealed = _redact(_document(raw), pattern, lambda m: f"***${self._names[m.group(0)]}***")
-        return event._replace(data={**event.data, key: sealed})
+        nonce = token_hex(8)
+        sealed = _redact(_document(raw), pattern, lambda m: f"***${self._names[m.group(0)]}#{nonce}***")
+        return event._replace(data={**event.data, key: sealed, SEAL_KEY: nonce})
 
     def unseal(self, events: Sequence[Event]) -> list[Event]:
-        """``events`` with the placeholders of their plans replaced by this environment's values; raises
-        :class:`RunError` naming the variable when one is not set here."""
+        """``events`` with the placeholders they sealed replaced by this environment's values (any other
+        placeholder text stays as it is); raises :class:`RunError` naming the variable when one is not set here."""
         return [self._unseal(e) if e.kind in ("run_created", "plan_version", "steps_added") else e for e in events]
 
     def _unseal(self, event: Event) -> Event:
         key = "steps" if event.kind == "steps_added" else "plan"
         raw = event.data.get(key)
-        if raw is None:
+        nonce = event.data.get(SEAL_KEY)
+        if raw is None or not isinstance(nonce, str):
             return event
-        names = set(PLACEHOLDER.findall(_text(raw)))
-        if not names:
-            return event
-        for name in sorted(names):
+        names = sorted({name for name, n in PLACEHOLDER.findall(_text(raw)) if n == nonce})
+        for name in names:
             if name not in self._environ:
                 raise RunError(
-                    f"run '{event.run_id}': its plan held the value of ${name}, which the journal keeps as "
-                    f"***${name}***: set {name} in this environment to resume it")
-        restored = _redact(_document(raw), PLACEHOLDER, lambda m: self._environ[m.group(1)])
-        return event._replace(data={**event.data, key: restored})
+                    f"run '{event.run_id}': its plan held the value of ${name}, which the journal keeps "
+                    f"sealed: set {name} in this environment to resume it")
+        ours = re.compile(r"\*\*\*\$([A-Za-z_][A-Za-z0-9_]*)#" + re.escape(nonce) + r"\*\*\*")
+        restored = _redact(_document(raw), ours, lambda m: self._environ[m.group(1)])
+        data = {k: v for k, v in event.data.items() if k != SEAL_KEY}
+        return event._replace(data={**data, key: restored})
 
 
 def _text(value: Any) -> str:
@@ -507,7 +518,7 @@ def _document(value: Any) -> Any:
 
 
 # -- file tools -----------------------------------------------------------------------------------------------------
-def file_tools(  # noqa: C901 (three tools defined inside, each simple)
+def file_tools(
     roots: Sequence[str | os.PathLike[str]],
     *,
     read_limit: int = READ_LIMIT,
