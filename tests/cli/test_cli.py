@@ -231,7 +231,7 @@ def test_tools_flag_adds_a_toolbox_to_the_builtins(tmp_path: Path, monkeypatch: 
 
 def test_virtual_clock_runs_a_three_year_step_in_well_under_a_second(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "long.yaml", {"steps": [
-        {"id": "wait", "tool": "sleep", "args": {"seconds": THREE_YEARS}},
+        {"id": "wait", "tool": "sleep", "args": {"seconds": THREE_YEARS}, "timeout": None},  # no limit, on purpose
         {"id": "after", "tool": "noop", "after": ["wait"]},
     ]})
     started = time.perf_counter()
@@ -242,6 +242,26 @@ def test_virtual_clock_runs_a_three_year_step_in_well_under_a_second(tmp_path: P
     assert report["status"] == "succeeded"
     assert report["makespan_s"] == pytest.approx(THREE_YEARS, abs=1.0)
     assert elapsed < 1.0
+
+
+def test_a_plan_file_step_without_a_timeout_gets_the_safe_default(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "hang.yaml", {"steps": [
+        {"id": "hang", "tool": "sleep", "args": {"seconds": 700}},
+        {"id": "unlimited", "tool": "sleep", "args": {"seconds": 700}, "timeout": None},
+    ], "on_failure": "continue"})
+    result = invoke("run", str(plan), "--journal", "memory://", "--virtual-clock", "--json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 1, result.output
+    assert report["steps"]["hang"]["status"] == "failed"
+    assert "timed out after 600s" in report["steps"]["hang"]["error"]
+    assert report["steps"]["unlimited"]["status"] == "succeeded"  # `timeout: null` keeps "no limit"
+    assert report["unbounded"] == ["unlimited"]
+
+
+def test_step_timeout_is_refused_for_a_goal_run() -> None:
+    result = invoke("run", "--goal", "say hi", "--step-timeout", "5", "--journal", "memory://")
+    assert result.exit_code == 2
+    assert "--step-timeout applies to plan files" in result.output
 
 
 def test_examples_run(tmp_path: Path) -> None:
@@ -419,6 +439,31 @@ def test_the_run_id_comes_first_and_from_then_on_a_killed_run_resumes(tmp_path: 
     resumed = invoke("resume", found.group(1), "--journal", url, "--json")
     assert resumed.exit_code == 0, resumed.output
     assert json.loads(resumed.stdout)["outputs"]["then"] == {"got": 1}
+
+
+def test_runs_and_show_mark_the_steps_that_may_wait_forever(tmp_path: Path) -> None:
+    plan = write_plan(tmp_path / "forever.yaml", {"steps": [
+        {"id": "bounded", "tool": "sleep", "args": {"seconds": 0.01}},
+        {"id": "forever", "tool": "sleep", "args": {"seconds": 1e6}, "timeout": None, "after": ["bounded"]},
+        {"id": "long", "tool": "sleep", "args": {"seconds": 1}, "timeout": 2 * 86400, "after": ["bounded"]},
+    ]})
+    url = sqlite_url(tmp_path)
+    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "u1"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        assert proc.stdout is not None
+        proc.stdout.readline()  # the run id: the run is journaled
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    listed = invoke("runs", "--journal", url)
+    assert "⚠ no timeout: forever, long" in listed.stdout
+    assert json.loads(invoke("runs", "--journal", url, "--json").stdout)[0]["unbounded"] == ["forever", "long"]
+    shown = invoke("show", "u1", "--journal", url, "--all")
+    marked = [line.split()[0] for line in shown.stdout.splitlines() if "⚠ no timeout" in line]
+    assert marked[:2] == ["forever", "long"]  # the rows of both steps, then the hint
+    assert "2 steps may wait forever (forever, long)" in shown.stdout
+    assert json.loads(invoke("show", "u1", "--journal", url, "--json").stdout)["unbounded"] == ["forever", "long"]
 
 
 def test_a_plain_run_does_not_import_the_server(tmp_path: Path) -> None:

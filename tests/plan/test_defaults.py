@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from planweave import RetryPolicy, parse_plan_document, validate_plan
-from planweave.plan.defaults import DEFAULT_STEP_TIMEOUT, check_seconds, may_wait_forever, with_default_timeout
+from planweave.plan.defaults import (
+    DEFAULT_STEP_TIMEOUT,
+    check_seconds,
+    may_wait_forever,
+    unbounded_steps,
+    with_default_timeout,
+)
 from planweave.plan.graph import Plan
 from tests.engine.conftest import run_plan
 
@@ -78,6 +84,7 @@ def test_the_python_api_adds_no_timeout() -> None:
 def test_steps_that_may_wait_forever() -> None:
     plan = effective({**DOC, "steps": [*DOC["steps"], {"id": "long", "tool": "noop", "timeout": 10**6}]})
     assert [sid for sid in plan.order if may_wait_forever(plan.steps[sid])] == ["forever", "ask", "approve", "long"]
+    assert unbounded_steps(plan.steps[sid] for sid in plan.order) == ["forever", "ask", "approve", "long"]
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("inf"), float("nan"), 1e308])

@@ -49,7 +49,7 @@ from planweave.engine.runtime import (
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunError, RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
-from planweave.plan.defaults import check_seconds, with_default_timeout
+from planweave.plan.defaults import check_seconds, unbounded_steps, with_default_timeout
 from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Tool, Toolbox, builtin_tools
@@ -135,6 +135,7 @@ class JournaledRun:
             "error": summary["error"],
             "steps": self.state.counts(),
             "waiting": self.state.waiting_steps(),
+            "unbounded": _unbounded(self.state),
         }
 
     def report(self) -> dict[str, Any]:
@@ -145,6 +146,7 @@ class JournaledRun:
         report["outputs"] = outputs_summary(self.state, self.outputs, redact=shown_redaction())
         report["plan"] = self.state.plan.spec.name or None
         report["root_cause"] = self.state.root_cause
+        report["unbounded"] = _unbounded(self.state)
         report["owner"] = dict(self.owner)
         for sid, step in report["steps"].items():
             rec = self.state.records[sid]
@@ -155,6 +157,11 @@ class JournaledRun:
         hide = shown_redaction()
         shown: dict[str, Any] = report if hide is None else hide(report)
         return shown
+
+
+def _unbounded(state: RunState) -> list[str]:
+    """The ``"unbounded"`` of the JSON reports: the plan's steps that may wait forever (no timeout, or over a day)."""
+    return unbounded_steps(state.plan.steps[sid] for sid in state.plan.order)
 
 
 def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
@@ -517,6 +524,8 @@ async def _follow(
     state = run.state if run is not None else None
     report: dict[str, Any] = state.summary() if state is not None else {"run_id": None, "steps": {}}
     report["status"] = "interrupted"
+    if state is not None:
+        report["unbounded"] = _unbounded(state)
     if run is not None and durable:
         report["resume"] = session.resume_command(run.id)
     return Outcome(run.id if run else None, "interrupted", None, report, state, durable)
@@ -525,6 +534,7 @@ async def _follow(
 def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
     report = dict(result.summary)
     report["root_cause"] = state.root_cause
+    report["unbounded"] = _unbounded(state)
     hide = shown_redaction()
     report["outputs"] = outputs_summary(state, result.outputs)
     if hide is not None:
@@ -839,7 +849,8 @@ def run(
     step_timeout: Annotated[float | None, typer.Option(
         "--step-timeout", metavar="S",
         help="Seconds per attempt for steps without their own timeout; overrides the plan's defaults.timeout "
-             "(steps waiting on people are exempt).")] = None,
+             "(default: the plan's, else 600; a step's own timeout: null means no limit; steps waiting on people "
+             "are exempt).")] = None,
     virtual_clock: VirtualOption = False,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
@@ -889,9 +900,7 @@ def run(
                 raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
                                  "escalation ladder (use approval: or human.input steps in the plan)")
             spec = load_plan_file(file)
-            if step_timeout is not None:
-                # The built-in DEFAULT_STEP_TIMEOUT is not applied yet: see docs/plan-format.md, "Defaults".
-                spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
+            spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
             capacities = {**spec.capacities, **flags}
             if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
                 # engine validates at start.
@@ -913,6 +922,9 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
+            if step_timeout is not None:
+                raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
+                                 "its planner, with their own timeouts")
             if on_failure is not None:
                 raise UsageError("--on-failure applies to plan files: a --goal run lets the other branches run on "
                                  "while its planner repairs a failure, and fails only once the escalation ladder "
@@ -967,7 +979,11 @@ def resume(
     all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
 ) -> None:
-    """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits."""
+    """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
+
+    The run keeps the values journaled when it started: its concurrency, capacities and step timeouts (the plan's
+    defaults.timeout, or the --step-timeout or built-in default it was run with) are not changed by a resume.
+    """
     with _clean_errors(json_output):
         url = journal or default_journal_url()
         if _journal_file_missing(url):
@@ -1118,6 +1134,9 @@ def show(
     shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
     console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,
                                     more_hint=views.ALL_HINT))
+    hint = views.unbounded_hint(state) if found.status in ("running", "interrupted") else None
+    if hint is not None:
+        console.print(hint)
     console.print()
     console.print(Text("timeline", style="bold"))
     console.print(views.timeline(state, console.width, found.horizon, shown), soft_wrap=True)

@@ -23,7 +23,8 @@ from rich.text import Text
 from planweave.clock import Clock
 from planweave.engine.events import Event
 from planweave.engine.runtime import Run
-from planweave.engine.state import RunState, StepRecord
+from planweave.engine.state import ACTIVE, RunState, StepRecord
+from planweave.plan.defaults import may_wait_forever
 
 STATUS_STYLE: Mapping[str, str] = {
     "pending": "dim",
@@ -55,6 +56,8 @@ RETRY_WAIT_GLYPH = "·"
 
 # A timestamp this large is seconds since the Unix epoch; smaller ones come from a virtual clock starting at 0.
 _EPOCH_THRESHOLD = 1e9
+UNBOUNDED_MARK = "⚠ no timeout"
+"""Beside a step that may still wait forever: it has no timeout, or one longer than a day."""
 _YEAR = 365 * 86400.0
 
 
@@ -194,6 +197,28 @@ def summary_steps(state: RunState, now: float | None, top: int = 10) -> tuple[li
     return shown, _hidden_counts(state, set(shown))
 
 
+def still_unbounded(state: RunState, sid: str) -> bool:
+    """Whether step ``sid`` has not finished and :func:`~planweave.plan.defaults.may_wait_forever` (a finished step
+    waits for nothing more, whatever its timeout was)."""
+    step = state.plan.steps.get(sid)
+    rec = state.records.get(sid)
+    return (step is not None and rec is not None and (rec.status in ACTIVE or rec.status == "pending")
+            and may_wait_forever(step))
+
+
+def unbounded_hint(state: RunState, shown: int = 5) -> Text | None:
+    """One line naming the unfinished steps that may wait forever, and what bounds them; None if there are none."""
+    ids = [sid for sid in state.plan.order if still_unbounded(state, sid)]
+    if not ids:
+        return None
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    line = Text(f"{UNBOUNDED_MARK}: {len(ids)} step{'s' if len(ids) > 1 else ''} may wait forever ", style="yellow")
+    line.append(f"({', '.join(ids[:shown])}{more})", style="bold yellow")
+    line.append(": no timeout, or one over a day; set the step's timeout (or the plan's defaults.timeout, or run "
+                "--step-timeout S)", style="dim")
+    return line
+
+
 def steps_table(
     state: RunState, now: float | None, *, max_rows: int | None = None, detailed: bool = False,
     top: int | None = None, more_hint: str = "",
@@ -216,7 +241,10 @@ def steps_table(
     origin = state.created_at
     for sid in shown:
         rec = state.records[sid]
-        cells: list[RenderableType] = [sid, status_text(rec.status), _attempt_text(state, rec)]
+        status = status_text(rec.status)
+        if still_unbounded(state, sid):
+            status.append(f" {UNBOUNDED_MARK}", style="yellow")
+        cells: list[RenderableType] = [sid, status, _attempt_text(state, rec)]
         if detailed:
             cells += [format_offset(rec.started_at, origin), format_offset(rec.finished_at, origin)]
         cells += [format_duration(step_elapsed(rec, now)), _error_text(rec)]
@@ -280,7 +308,8 @@ def final_view(state: RunState, now: float | None, *, all_rows: bool = False) ->
     """The last frame of a run's live display: header and counts, then the failed and slowest steps (or all)."""
     table = (steps_table(state, now) if all_rows
              else steps_table(state, now, top=SUMMARY_TOP, more_hint=ALL_HINT))
-    return Group(run_header(state, now), table)
+    hint = unbounded_hint(state)
+    return Group(run_header(state, now), table, *([hint] if hint is not None else []))
 
 
 _ASKING = frozenset({"approval_requested", "input_requested"})
@@ -527,6 +556,9 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
         for sid, status in (row.get("waiting") or {}).items():
             what = "approval" if status == "waiting_approval" else "input"
             steps.append(f" · waiting for {what}: {sid}", style=STATUS_STYLE.get(status, ""))
+        if row.get("unbounded") and row.get("status") in ("running", "interrupted"):
+            steps.append(f" · {UNBOUNDED_MARK}: {', '.join(row['unbounded'][:3])}"
+                         f"{' …' if len(row['unbounded']) > 3 else ''}", style="yellow")
         started = row.get("started_at")
         finished = row.get("finished_at")
         duration = format_duration(finished - started) if started is not None and finished is not None else "-"

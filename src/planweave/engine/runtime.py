@@ -866,7 +866,9 @@ class Engine:
         self._runs[run_id] = run
         try:
             await run._begin("run_created", {
-                "plan": validated.spec,  # journals encode it in append: one that cannot be stored is refused
+                # As a document, not the spec: a spec's dump drops a step's explicit `timeout: null` (no limit),
+                # and read back that step would take the plan's defaults.timeout. Journals check it in append.
+                "plan": validated.to_document(),
                 "version": validated.version,
                 "idempotent": idempotent,
                 "source": source,

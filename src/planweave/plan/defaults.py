@@ -12,6 +12,7 @@ take no default timeout or heartbeat: only their own ``timeout`` bounds their wa
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from planweave.plan.model import MAX_SECONDS, PlanSpec, Step, StepDefaults
 
@@ -48,6 +49,11 @@ def step_with_defaults(step: Step, defaults: StepDefaults) -> Step:
 def may_wait_forever(step: Step) -> bool:
     """Whether an attempt of ``step`` has no effective bound: no timeout, or one longer than a day."""
     return step.timeout is None or step.timeout > UNBOUNDED_AFTER
+
+
+def unbounded_steps(steps: Iterable[Step]) -> list[str]:
+    """The ids of ``steps`` (in the order given) that :func:`may_wait_forever`: what ``"unbounded"`` lists."""
+    return [step.id for step in steps if may_wait_forever(step)]
 
 
 def check_seconds(value: float, name: str) -> float:
