@@ -15,9 +15,12 @@ EVERYTHING = Path(os.environ.get("PLANWEAVE_MCP_CACHE", REPO / ".cache" / "mcp")
     "mcp-server-everything"
 
 
-async def planweave(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+async def planweave(*args: str, cwd: Path, env: dict[str, str] | None = None,
+                    inherit: bool = True) -> tuple[int, str, str]:
+    """Run the CLI in a real process; ``env`` adds to this process's environment (``inherit=False``: replaces it)."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "planweave.cli.main", *args, cwd=cwd, env={**os.environ, **(env or {})},
+        sys.executable, "-m", "planweave.cli.main", *args, cwd=cwd,
+        env={**(os.environ if inherit else {}), **(env or {})},
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 120)
@@ -61,7 +64,7 @@ async def test_run_goal_with_an_unreachable_model_fails_clearly(tmp_path: Path) 
     )
     assert code == 1
     report = json.loads(out)
-    assert report["status"] == "cancelled"
+    assert report["status"] == "failed"
     assert "127.0.0.1:9" in report["error"] and "sk-test" not in out + err
 
 

@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 
-from planweave import Engine, VirtualClock, run_virtual
+from planweave import Engine, RunError, VirtualClock, run_virtual
+from planweave.engine.runtime import RunResult
 from planweave.journal.memory import MemoryJournal
+from planweave.models.openai import OpenAIChatClient
+from planweave.planning import PlanningLoop, PlanningOptions
+from planweave.testing.scripted_llm import ScriptedLLM
+from tests.planning.test_ask_human import GOAL, PLAN, script_for, weather
 
 
 # -- 2. Engine.__aexit__ cancels what Engine.spawn started ---------------------------------------------------------
@@ -20,3 +25,36 @@ def test_closing_the_engine_cancels_the_tasks_it_spawned() -> None:
         return task.cancelled(), task.done()
 
     assert run_virtual(main()) == (True, True)
+
+
+# -- 3. an abort ends the run at once: other branches do not run on -------------------------------------------------
+def test_an_abort_stops_a_40_s_branch_at_once_and_the_run_cannot_be_resumed() -> None:
+    plan = [*PLAN, {"id": "slow", "tool": "sleep", "args": {"seconds": 40, "result": "late"}}]
+    tools = weather([], {"Paris"})
+    journal = MemoryJournal()
+
+    async def main() -> tuple[RunResult, str]:
+        async with ScriptedLLM(script_for(plan)) as base_url, \
+                OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client:
+            async with Engine(journal, clock=VirtualClock(), tools=tools) as engine:
+                options = PlanningOptions(max_replans=0, ask_human=True)
+                run = await PlanningLoop(engine, client, tools, options=options).start(GOAL)
+                asks: asyncio.Queue[str] = asyncio.Queue()
+                run.subscribe(lambda e: asks.put_nowait(e.step) if e.kind == "input_requested" and e.step else None)
+                async with asyncio.timeout(100):  # virtual seconds
+                    run.send(await asks.get(), {"action": "abort"})
+                    result = await run.wait()
+            async with Engine(journal, tools=tools) as engine:
+                try:
+                    await engine.resume(run.id)
+                except RunError as exc:
+                    return result, str(exc)
+        return result, "resumed"
+
+    result, resumed = run_virtual(main())
+    assert result.status == "failed"
+    assert result.error is not None and "a person chose to abort" in result.error and "paris" in result.error
+    assert result.summary["makespan_s"] < 40  # the sleeping branch did not run on
+    assert result.state.records["slow"].status == "cancelled" and "slow" not in result.outputs
+    assert [e["rung"] for e in result.state.escalations] == ["human", "fail"]
+    assert "nothing to resume" in resumed  # an abort is final

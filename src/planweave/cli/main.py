@@ -588,7 +588,11 @@ def _report_outcome(outcome: Outcome, session: Session) -> None:
         line.append_text(views.counts_text(outcome.state.counts()))
     out.print(line)
     if outcome.error:
-        out.print(Text("error: ", style="bold red") + Text(outcome.error))
+        # A run that failed before any step was planned (no model to plan with) has nothing else to show: its error
+        # is a command's error, on stderr.
+        nothing_ran = outcome.status == "failed" and outcome.state is not None and not outcome.state.records
+        (Console(stderr=True, highlight=False) if nothing_ran else out).print(
+            Text("error: ", style="bold red") + Text(outcome.error))
     if outcome.report.get("answer"):
         out.print(Text("answer: ", style="bold green") + Text(str(outcome.report["answer"])))
     if outcome.status != "succeeded":

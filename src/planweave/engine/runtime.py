@@ -185,6 +185,20 @@ class Run:
         self._engine._scheduler.discard(lambda item: item[0] is not self)
         self._task.cancel()
 
+    def fail(self, reason: str) -> None:
+        """End the run ``failed`` with error ``reason`` now: a decision (a person aborted, no model to plan with).
+
+        Like :meth:`cancel`, every in-flight step is cancelled promptly and nothing new starts (journaled as
+        ``run_cancelled`` with ``status: failed``). Unlike ``on_failure: stop``, the decision is final: the
+        cancelled steps are not resumable and :meth:`Engine.resume` refuses the run.
+        """
+        if self.finished or self._cancel_reason is not None or self._task is None:
+            return
+        self._cancel_reason = reason
+        self._emit("run_cancelled", None, {"reason": reason, "status": "failed"})
+        self._engine._scheduler.discard(lambda item: item[0] is not self)
+        self._task.cancel()
+
     def subscribe(self, listener: EventListener) -> None:
         """Call ``listener`` with every event this run emits from now on."""
         self._listeners.append(listener)
@@ -904,6 +918,9 @@ class Engine:
                       source=f"run '{run_id}'")
         if state.status in ("succeeded", "cancelled"):
             raise RunError(f"run '{run_id}' already ended: {state.status}; there is nothing to resume")
+        if state.failed_by is not None:
+            raise RunError(f"run '{run_id}' was ended failed on purpose ({state.failed_by}); there is nothing to "
+                           "resume")
         refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
         blobs = await self.journal.get_blobs(refs)
         run = Run(self, run_id, catalog, state)

@@ -122,6 +122,7 @@ class RunState:
         self.cost_usd = 0.0
         self.escalations: list[dict[str, Any]] = []
         self.answer: str | None = None
+        self.failed_by: str | None = None  # why the run was ended failed on purpose (Run.fail): final, no resume
         self.on_failure: OnFailure = "continue"  # what a final step failure does; set by run_created
         self.approvals: frozenset[str] = self._approval_steps(plan)
 
@@ -275,7 +276,10 @@ class RunState:
                     rec.finished_at = event.at
                     rec.error = reason
                     self._close_attempt(rec, event.at, "cancelled")
-            self.status = "cancelled"
+            if event.data.get("status") == "failed":  # Run.fail: a decision ended the run failed
+                self.status, self.failed_by = "failed", reason
+            else:
+                self.status = "cancelled"
             self.error = reason
             return NOTHING_READY
         if kind == "run_finished":
@@ -488,6 +492,8 @@ class RunState:
         """The status and error a run that has no active step ends with."""
         if self.status == "cancelled":
             return "cancelled", self.error
+        if self.failed_by is not None:
+            return "failed", self.failed_by
         failed = [r for r in self.records.values() if r.status == "failed"]
         if failed:
             root = self.records[self.root_cause] if self.root_cause else failed[0]

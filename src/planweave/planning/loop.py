@@ -24,7 +24,7 @@ from planweave.engine.runtime import Engine, Run, RunResult
 from planweave.engine.splice import StaleProposal
 from planweave.errors import PlanInvalid, RunError
 from planweave.models import Budget, BudgetExceeded, Completion, CompletionRequest, Delta, Message, ModelClient
-from planweave.models.errors import ModelError
+from planweave.models.errors import ModelError, ModelTimeout, ModelUnavailable, ProviderError
 from planweave.models.pricing import approx_prompt_tokens
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import parse_step
@@ -155,9 +155,10 @@ class PlanningLoop:
         except ModelError as exc:
             if run.finished:
                 return
-            run.record("escalation", {"rung": "fail", "reason": f"the model failed: {exc}"})
-            if not run.state.records:
-                run.cancel(f"no plan: the model failed: {exc}")
+            why = f"the model failed: {exc}{_model_hint(exc)}"
+            run.record("escalation", {"rung": "fail", "reason": why})
+            if not run.state.records:  # nothing planned, nothing to salvage: a failure, not a cancellation
+                run.fail(f"no plan: {why}")
         except Exception as exc:  # a bug here must end this run visibly, not take the engine down
             if not run.finished:
                 run.record("escalation", {"rung": "fail", "reason": f"internal error: {type(exc).__name__}: {exc}"})
@@ -516,14 +517,15 @@ class PlanningLoop:
                          "args": {"prompt": _literal(prompt), "schema": prompts.HUMAN_SCHEMA}}], trigger="human")
 
     def _act_on_answer(self, run: Run, trigger: _Trigger) -> bool:
-        """Apply a person's answer about a failed step: retry or skip it (a new plan version), or abort (False)."""
+        """Apply a person's answer about a failed step: retry or skip it (a new plan version), or abort (False: the
+        run is ended failed at once, see :meth:`_end_failed`)."""
         sid, qid = trigger.step, trigger.reason
         answer = run.outputs.get(qid) if run.state.records[qid].status == "succeeded" else None
         action = answer.get("action") if isinstance(answer, Mapping) else None
         if action not in ("retry", "skip"):
             why = "a person chose to abort" if action == "abort" else \
                 f"question '{qid}' got no answer: {run.state.records[qid].error}"
-            run.record("escalation", {"rung": "fail", "reason": f"step '{sid}': {why}"}, step=sid)
+            self._end_failed(run, sid, why)
             return False
         if not _failed(run, sid):
             return True  # a repair replaced the step meanwhile: the answer no longer applies
@@ -531,10 +533,20 @@ class PlanningLoop:
         try:
             run.propose({"steps": steps}, trigger=f"human_{action}", question=qid)
         except (PlanInvalid, StaleProposal) as exc:  # stale: the state changed under the answer
-            run.record("escalation", {"rung": "fail", "reason": f"step '{sid}': the person's {action} could not "
-                                                                f"be applied: {exc}"}, step=sid)
+            self._end_failed(run, sid, f"the person's {action} could not be applied: {exc}")
             return False
         return True
+
+    def _end_failed(self, run: Run, sid: str, why: str) -> None:
+        """The last rung decided for failed step ``sid``: journal the ``fail`` rung and end the run failed now.
+
+        Other branches are cancelled rather than left to run on (a person who aborts wants the run to stop), and
+        the decision is final: the run cannot be resumed (:meth:`Run.fail`).
+        """
+        run.record("escalation", {"rung": "fail", "reason": f"step '{sid}': {why}"}, step=sid)
+        rec = run.state.records.get(sid)
+        error = f": {rec.error}" if rec is not None and rec.error else ""
+        run.fail(f"step '{sid}' failed{error}; {why}")
 
     def _retried(self, run: Run, sid: str) -> list[dict[str, Any]]:
         """The remaining plan with failed step ``sid`` restated as it was: it runs again, its dependents after it."""
@@ -593,6 +605,17 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+def _model_hint(exc: ModelError) -> str:
+    """What to set or pass when the model cannot be used at all (appended to the error), or ``""``."""
+    if isinstance(exc, ProviderError) and exc.status in (401, 403):
+        return (f". The server at {exc.base_url} refused the API key: set OPENAI_API_KEY to a valid key, or pass "
+                "--base-url URL for a server that needs none")
+    if isinstance(exc, (ModelUnavailable, ModelTimeout)):
+        return (f". Nothing usable answers at {exc.base_url}: start the model server there, or pass --base-url URL "
+                "(or set OPENAI_BASE_URL) for another; a hosted API also needs OPENAI_API_KEY")
+    return ""
 
 
 async def _ended(run: Run) -> None:
