@@ -7,6 +7,7 @@ view of a running engine and ``planweave show`` of a journaled run draw the same
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import json
 import time
@@ -25,6 +26,7 @@ from planweave.engine.events import Event
 from planweave.engine.runtime import Run
 from planweave.engine.state import ACTIVE, RunState, StepRecord
 from planweave.plan.defaults import may_wait_forever
+from planweave.tools.safety import SecretRedactor
 
 STATUS_STYLE: Mapping[str, str] = {
     "pending": "dim",
@@ -258,12 +260,23 @@ def steps_table(
     return table
 
 
+@functools.cache
+def _secrets() -> SecretRedactor:
+    return SecretRedactor()
+
+
+def hide_secrets(text: str) -> str:
+    """``text`` with this process's secrets as ``***``: the live plan (its name, prompts) holds them as written."""
+    hide = _secrets()
+    return str(hide(text)) if hide else text
+
+
 def run_header(state: RunState, now: float | None, status: str | None = None) -> Text:
-    """``run ID · plan name · status · counts · elapsed``."""
+    """``run ID · plan name · status · counts · elapsed`` (secrets in the name hidden)."""
     head = Text()
     head.append(f"run {state.run_id}", style="bold")
     if state.plan.spec.name:
-        head.append(f" · {state.plan.spec.name}")
+        head.append(f" · {hide_secrets(state.plan.spec.name)}")
     if state.plan.version > 1:
         head.append(f" · plan v{state.plan.version}")
     shown = status or state.status
@@ -289,7 +302,7 @@ def waiting_line(state: RunState, step_id: str, journal_flag: str = "") -> Text:
     line = Text(f"waiting for {what}: ", style=STATUS_STYLE.get(rec.status, ""))
     line.append(step_id, style="bold")
     if prompt:
-        line.append(f" · {prompt}")
+        line.append(f" · {hide_secrets(prompt)}")
     line.append(f" — {command}{journal_flag}", style="dim")
     return line
 
