@@ -50,6 +50,10 @@ from planweave.errors import (
 )
 from planweave.journal import default_journal_url
 from planweave.plan.catalog import ToolCatalog
+from planweave.plan.defaults import with_default_timeout
+from planweave.plan.document import document_problems
+from planweave.plan.graph import parse_plan_document
+from planweave.plan.model import PlanSpec
 from planweave.server.limits import LimitCaps, RunLimits, ServerModel, open_server_model, start_deadline
 from planweave.server.live import LiveServer, ServerError
 from planweave.server.runs import (
@@ -234,6 +238,20 @@ LastEventId = Annotated[
 ]
 
 
+def _checked_plan(submission: RunSubmission) -> PlanSpec:
+    """The submitted plan with the plan file loader's document checks and the safe default step timeout.
+
+    Like a plan file run from the CLI, a step with no timeout of its own and no plan ``defaults.timeout`` gets
+    :data:`~planweave.plan.defaults.DEFAULT_STEP_TIMEOUT`; ``timeout: null`` keeps "no limit".
+    """
+    document = _plan_document(submission)
+    if isinstance(document, dict):
+        problems = document_problems(document)
+        if problems:
+            raise PlanInvalid(problems, HTTP_SOURCE)
+    return with_default_timeout(parse_plan_document(document, HTTP_SOURCE))
+
+
 def _plan_document(submission: RunSubmission) -> Any:
     if (submission.plan is None) == (submission.plan_yaml is None):
         raise PlanInvalid([PlanProblem("", "plan", "give exactly one of 'plan' (an object), 'plan_yaml' (text) or "
@@ -247,6 +265,10 @@ def _plan_document(submission: RunSubmission) -> Any:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         raise PlanInvalid([PlanProblem("", "plan_yaml", f"{where}{problem}")], HTTP_SOURCE) from None
+    except (ValueError, RecursionError) as exc:  # int('9' * 5000): more digits than Python reads
+        problem = ("a number has more than 4,300 digits (Python's limit for integers)" if "digits" in str(exc)
+                   else f"nested too deep or unreadable: {exc}")
+        raise PlanInvalid([PlanProblem("", "plan_yaml", problem)], HTTP_SOURCE) from None
 
 
 def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> None:
@@ -280,7 +302,7 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
         run = await state.model.start_goal(submission.goal, submission.run_id, limits)
     else:
         _check_plan_limits(submission, state.model)
-        document = _plan_document(submission)
+        document = _checked_plan(submission)
         if state.model is None:
             run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE)
         else:
