@@ -180,6 +180,24 @@ class PlanningLoop:
         resources: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
         return {**step, "resources": {**resources, self._model_resource: 1}}
 
+    def _summary(self, run: Run) -> str:
+        """The run's state as the model is told it, with the engine's secrets hidden: the live run holds them as
+        written (outputs, plan steps, errors)."""
+        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        hide = self.engine.redact
+        return summary if hide is None else str(hide(summary))
+
+    def _restored(self, run: Run, step: dict[str, Any]) -> dict[str, Any]:
+        """``step`` with the live plan's arguments when the model restated a step (same id and tool) with the
+        arguments it was shown (its secrets as ``***``); any other step as written: the model can keep a secret in
+        the step that had it, never move it to another step or tool."""
+        hide, sid = self.engine.redact, step.get("id")
+        live = run.plan.steps.get(sid) if hide is not None and isinstance(sid, str) else None
+        if hide is None or live is None or live.tool != step.get("tool"):
+            return step
+        args = live.model_dump(mode="json", include={"args"}).get("args", {})
+        return {**step, "args": args} if args != step.get("args") and hide(args) == step.get("args") else step
+
     async def _plan_and_react(self, run: Run, goal: str) -> None:
         """Write the initial plan while reacting to triggers: failures are repaired while the planner still writes."""
         try:
@@ -283,7 +301,7 @@ class PlanningLoop:
             return True
         if not self.options.join:
             return True
-        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        summary = self._summary(run)
         completion = await self._call(run, "join", [Message("user", prompts.join_prompt(goal, summary))],
                                       max_tokens=self.options.join_max_tokens, schema=prompts.JOIN_SCHEMA)
         decision = completion.parsed if isinstance(completion.parsed, Mapping) else _loads(completion.text)
@@ -382,7 +400,8 @@ class PlanningLoop:
                     return False
                 ids = {s.get("id") for s in steps}
                 # What to keep is read when the proposal arrives: steps streamed in meanwhile stay.
-                proposal = {"steps": [*[k for k in keep() if k["id"] not in ids], *map(self._claim_model, steps)]}
+                written = [self._claim_model(self._restored(run, s)) for s in steps]
+                proposal = {"steps": [*[k for k in keep() if k["id"] not in ids], *written]}
                 try:
                     run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
                                 model_started_at=started, model_finished_at=finished)
@@ -392,7 +411,7 @@ class PlanningLoop:
                     run.record("escalation", {"rung": "stale", "reason": str(exc)})
                     if stale_left < 0:
                         return False
-                    summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+                    summary = self._summary(run)
                     again = f"That plan is stale: {exc}. The state now:\n{summary}\nWrite the remaining plan again."
                     messages = [*messages, Message("assistant", completion.text), Message("user", again)]
                     continue
@@ -468,7 +487,7 @@ class PlanningLoop:
             run.record("escalation", {"rung": "local_repair", "reason": trig.reason, "region": region},
                        step=trig.step)
         self._repaired.update(region)
-        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        summary = self._summary(run)
         failed = [t.step for t in batch]
         messages = [Message("system", prompts.planner_system(self.tools.values())),
                     Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
@@ -492,7 +511,7 @@ class PlanningLoop:
         if not self._spend_replan():
             why = self._limit_reached(reason)
         else:
-            summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+            summary = self._summary(run)
             messages = [Message("system", prompts.planner_system(self.tools.values())),
                         Message("user", prompts.replan_prompt(goal, summary, reason))]
             if not await self._propose(run, "replan", messages, list, trigger=trigger):
