@@ -139,7 +139,7 @@ def rungs(result: RunResult) -> list[str]:
 async def test_without_ask_human_the_exhausted_ladder_fails_as_before() -> None:
     result, server, _ = await with_person(script_for(PLAN), weather([], {"Paris"}), PlanningOptions(max_replans=0),
                                           answer_with())
-    assert result.status == "failed" and rungs(result) == ["fail", "fail"]  # the repair's, then the joiner's
+    assert result.status == "failed" and rungs(result) == ["fail"]  # once: the plan running out adds none
     assert [purpose(r) for r in server.chat_requests] == ["plan"]
 
 

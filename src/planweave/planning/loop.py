@@ -93,6 +93,7 @@ class PlanningLoop:
         self._repaired: set[str] = set()
         self._planning = True  # the initial plan is still streaming in
         self._questions: dict[str, str] = {}  # human.input step asking a person -> the failed step it is about
+        self._given_up: set[str] = set()  # failed steps the ladder's fail rung was journaled for (once each)
 
     # -- the whole loop -------------------------------------------------------------------------------------------
     async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
@@ -118,8 +119,10 @@ class PlanningLoop:
         goal = run.plan.spec.goal
         self._questions = {e["question"]: e["step"] for e in run.state.escalations
                            if e.get("rung") == "human" and e.get("question") in run.state.records}
-        for sid, rec in run.state.records.items():  # failures that were not repaired before the interruption
-            if rec.status == "failed" and sid not in self._questions.values():
+        self._replans = _journaled_replans(run)
+        self._given_up = {s for e in run.state.escalations if e.get("rung") == "fail" for s in e.get("steps", ())}
+        for sid, rec in run.state.records.items():  # failures not repaired (nor given up) before the interruption
+            if rec.status == "failed" and sid not in self._questions.values() and sid not in self._given_up:
                 self._triggers.append(_Trigger("failure", sid, str(rec.error)))
         for qid, sid in self._questions.items():  # answered, but not acted on before the interruption
             if run.state.records[qid].status in ("succeeded", "failed") and _failed(run, sid):
@@ -295,9 +298,11 @@ class PlanningLoop:
 
     async def _exhausted(self, run: Run, goal: str) -> bool:
         """The plan ran out: answer, or re-plan. Returns True when the loop is over."""
-        failed = [r for r in run.state.records.values() if r.status == "failed"]
+        failed = [r.id for r in run.state.records.values() if r.status == "failed"]
         if failed and self._replans >= self.options.max_replans:
-            run.record("escalation", {"rung": "fail", "reason": f"re-plan limit ({self.options.max_replans}) reached"})
+            fresh = [sid for sid in failed if sid not in self._given_up]
+            if fresh:  # the ladder already journaled its fail rung for the others
+                self._record_fail(run, fresh, f"re-plan limit ({self.options.max_replans}) reached")
             return True
         if not self.options.join:
             return True
@@ -525,7 +530,7 @@ class PlanningLoop:
         """The ladder is exhausted for ``batch``: ask a person about each failed step (``ask_human``), else fail."""
         failed = [t.step for t in batch if t.kind == "failure" and _failed(run, t.step)]
         if not (self.options.ask_human and failed):
-            run.record("escalation", {"rung": "fail", "reason": why})
+            self._record_fail(run, failed, why)
             return
         for sid in failed:
             qid = _fresh_id(run, f"{sid}_ask")
@@ -534,6 +539,12 @@ class PlanningLoop:
             prompt = prompts.human_question(sid, str(run.state.records[sid].error), why)
             run.extend([{"id": qid, "tool": "human.input",
                          "args": {"prompt": _literal(prompt), "schema": prompts.HUMAN_SCHEMA}}], trigger="human")
+
+    def _record_fail(self, run: Run, failed: list[str], why: str) -> None:
+        """Journal the ladder's ``fail`` rung for the failed steps ``failed`` (named in ``steps``: counted once, also
+        by a resumed loop)."""
+        self._given_up.update(failed)
+        run.record("escalation", {"rung": "fail", "reason": why, "steps": failed})
 
     def _act_on_answer(self, run: Run, trigger: _Trigger) -> bool:
         """Apply a person's answer about a failed step: retry or skip it (a new plan version), or abort (False: the
@@ -609,6 +620,7 @@ class PlanningLoop:
             "purpose": purpose, "model": completion.model, "prompt_tokens": completion.prompt_tokens,
             "completion_tokens": completion.completion_tokens, "cost_usd": completion.cost_usd or 0.0,
             "usage_source": completion.usage_source, "started_at": started, "finished_at": self.engine.clock.now(),
+            "replans": self._replans,  # spent so far: a resumed loop continues the count (_journaled_replans)
         })
         return completion
 
@@ -624,6 +636,11 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+def _journaled_replans(run: Run) -> int:
+    """The re-plans a run's planning loop had spent when it last called the model (each call journals the count)."""
+    return max((int(c.get("replans", 0)) for c in run.state.model_calls), default=0)
 
 
 def _model_hint(exc: ModelError) -> str:
