@@ -566,6 +566,26 @@ def test_a_waiting_run_says_what_to_type_and_approve_and_send_answer_it(tmp_path
     assert report["outputs"]["report"] == {"replicas": 3, "deployed": "v1"}
 
 
+def test_a_first_step_that_asks_is_announced_too(tmp_path: Path) -> None:
+    # A step that starts waiting while the run starts (before the view follows it) must be announced as well.
+    plan = write_plan(tmp_path / "ask.yaml", {"steps": [
+        {"id": "ask", "tool": "human.input", "args": {"prompt": "Replicas?", "schema": {"type": "integer"}}}]})
+    url = sqlite_url(tmp_path)
+    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "h0"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        lines = read_until(proc, "waiting for input: ask")
+        assert lines[-1].endswith(f"Replicas? — planweave send h0 ask --value JSON --journal {url}")
+        assert cli("send", "h0", "ask", "--value", "2", "--journal", url).returncode == 0
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, out + err
+    assert sum("waiting for input: ask" in line for line in lines) + out.count("waiting for input: ask") == 1
+
+
 def test_a_rejection_given_while_no_process_runs_the_run_applies_on_resume(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "release.yaml", HUMAN)
     url = sqlite_url(tmp_path)

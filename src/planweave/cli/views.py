@@ -375,6 +375,9 @@ class LiveRunView:
         self._live = live
         with live:
             self._draw()
+            if not self._terminal:  # steps that began waiting before this call (e.g. a first step asking)
+                for sid in run.state.waiting_steps():
+                    self._say(waiting_line(run.state, sid, self._journal_flag))
             try:
                 yield
             finally:
@@ -394,13 +397,7 @@ class LiveRunView:
         it happens: the person has to know what to type.
         """
         if not self._terminal and event.kind in _ASKING and self._state is not None and self._live is not None:
-            line = waiting_line(self._state, event.step or "", self._journal_flag)
-            if self._flush is None:
-                self._console.print(line, soft_wrap=True)
-            else:
-                task = asyncio.get_running_loop().create_task(self._ask(line, self._flush))
-                self._asking.add(task)
-                task.add_done_callback(self._asking.discard)
+            self._say(waiting_line(self._state, event.step or "", self._journal_flag))
         if self._redraw is not None or self._live is None or not self._terminal:
             return  # off a terminal only the last frame is printed
         loop = asyncio.get_running_loop()
@@ -410,6 +407,15 @@ class LiveRunView:
         elif self._ticking:
             self._redraw = loop.call_later(wait, self._scheduled_draw)
         # else (virtual time): a later event or the final draw shows this one.
+
+    def _say(self, line: Text) -> None:
+        """Print what a person is asked, once the journal holds the question (so the printed command works)."""
+        if self._flush is None:
+            self._console.print(line, soft_wrap=True)
+        else:
+            task = asyncio.get_running_loop().create_task(self._ask(line, self._flush))
+            self._asking.add(task)
+            task.add_done_callback(self._asking.discard)
 
     async def _ask(self, line: Text, flush: Callable[[], Awaitable[None]]) -> None:
         await flush()
