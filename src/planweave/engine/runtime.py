@@ -842,6 +842,7 @@ class Engine:
         hold: bool = False,
         on_event: EventListener | None = None,
         on_failure: OnFailure | None = None,
+        limits: Mapping[str, Any] | None = None,
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
@@ -850,6 +851,8 @@ class Engine:
         (:meth:`Run.subscribe` after ``start`` returns misses those emitted while it started).
         ``on_failure`` (``stop`` or ``continue``) says what a step failing for good does; it defaults to the plan's
         ``on_failure``, else ``continue`` for a held run (a planner may repair the failure) and ``stop`` otherwise.
+        ``limits`` (JSON data: budget, deadline, model) is journaled in ``run_created`` as ``options.limits``, for the
+        edges that enforce them to apply them again on resume (:class:`planweave.server.limits.JournaledLimits`).
         """
         if on_failure not in (None, "stop", "continue"):
             raise ValueError(f"on_failure must be 'stop' or 'continue', got {on_failure!r}")
@@ -887,7 +890,8 @@ class Engine:
                 "idempotent": idempotent,
                 "source": source,
                 "on_failure": on_failure,
-                "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities)},
+                "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities),
+                            **({"limits": dict(limits)} if limits is not None else {})},
                 "owner": _owner(),
             })
         except EventNotRecorded as exc:

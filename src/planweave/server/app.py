@@ -54,7 +54,14 @@ from planweave.plan.defaults import with_default_timeout
 from planweave.plan.document import document_problems
 from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
-from planweave.server.limits import LimitCaps, RunLimits, ServerModel, open_server_model, start_deadline
+from planweave.server.limits import (
+    LimitCaps,
+    RunLimits,
+    ServerModel,
+    open_server_model,
+    resume_within_limits,
+    start_deadline,
+)
 from planweave.server.live import LiveServer, ServerError
 from planweave.server.runs import (
     HTTP_SOURCE,
@@ -304,7 +311,8 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
         _check_plan_limits(submission, state.model)
         document = _checked_plan(submission)
         if state.model is None:
-            run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE)
+            run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE,
+                                           limits=limits.journaled(state.engine.clock.now()))
         else:
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits)
         start_deadline(state.engine, run, limits)
@@ -498,7 +506,8 @@ async def resume_run(
         owner = found.owner
         raise RunError(f"run '{run_id}' is running in process {owner.get('pid')} on {owner.get('host')}: "
                        "cancel it there first, or wait for it to end")
-    run = await state.engine.resume(run_id, retry_unknown=body.retry_unknown if body is not None else False)
+    run = await resume_within_limits(state.engine, state.model, run_id,
+                                     retry_unknown=body.retry_unknown if body is not None else False)
     await state.engine.journal.flush()
     return RunAccepted(run_id=run.id, status="running")
 
@@ -556,7 +565,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     state: AppState = app.state.planweave
     if state.recover:
         try:
-            state.recovered = await recover_orphans(state.engine, state.index)
+            state.recovered = await recover_orphans(
+                state.engine, state.index, lambda run_id: resume_within_limits(state.engine, state.model, run_id))
         except Exception as exc:  # a damaged journal must not keep the API (and its diagnosis) from coming up
             log.error("could not look for interrupted runs to resume: %s", exc)
     state.ready.set()

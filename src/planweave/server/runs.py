@@ -11,7 +11,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,8 +229,11 @@ def plan_view(state: RunState, plan: Plan) -> dict[str, Any]:
     }
 
 
-async def recover_orphans(engine: Engine, index: RunIndex) -> list[str]:
+async def recover_orphans(engine: Engine, index: RunIndex,
+                          resume: Callable[[str], Awaitable[Run]] | None = None) -> list[str]:
     """Resume the HTTP-submitted runs left ``running`` by a process that is gone; return the ids resumed.
+
+    ``resume`` resumes one run (default :meth:`Engine.resume`; the server's applies the run's journaled limits).
 
     A run that cannot be resumed (its tools are missing here, its journal is damaged) is logged and skipped: one
     broken run must not keep the server from starting.
@@ -239,7 +242,7 @@ async def recover_orphans(engine: Engine, index: RunIndex) -> list[str]:
     resumed = []
     for run_id in index.orphans():
         try:
-            await engine.resume(run_id)
+            await (resume or engine.resume)(run_id)
         except PlanweaveError as exc:
             log.warning("could not resume run %s after a restart: %s", run_id, exc)
             continue
