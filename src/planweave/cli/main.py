@@ -48,6 +48,7 @@ from planweave.engine.runtime import (
 )
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunError, RunNotFound
+from planweave.extras import require
 from planweave.journal import Journal, default_journal_url, open_journal
 from planweave.plan.defaults import check_seconds, unbounded_steps, with_default_timeout
 from planweave.plan.graph import validate_plan
@@ -427,6 +428,7 @@ async def open_mcp(stack: AsyncExitStack, flags: Sequence[str], tools: Toolbox) 
     """Connect the ``--mcp NAME=SPEC`` servers (for the life of ``stack``) and add their tools to ``tools``."""
     if not flags:
         return tools
+    require("mcp", "MCP servers (--mcp)")
     from planweave.tools.mcp import MCPServer, connect_mcp  # the mcp SDK takes a second to import
 
     servers = [MCPServer.parse(flag) for flag in flags]
@@ -438,6 +440,8 @@ def _asks_for_telemetry() -> bool:
     uvicorn: ~0.4 s of start-up) is not even imported to ask."""
     if not any(name.startswith("OTEL_") for name in os.environ):
         return False
+    # Decision: set OTEL_* variables ask for tracing, which lives in planweave.server (fastapi) and needs the SDK.
+    require("telemetry", "tracing (asked for by the OTEL_* variables)")
     from planweave.server.app import telemetry_from_env
 
     return telemetry_from_env()
@@ -455,6 +459,7 @@ async def _observe(engine: Engine, session: Session, stack: AsyncExitStack) -> A
         stack.callback(provider.shutdown)  # after the engine closed: spans of interrupted runs are ended
         instrument(engine, provider)
     if session.watch_port is not None:
+        require("server", "--watch (the live server)")
         from planweave.server.app import serving
 
         return await stack.enter_async_context(serving(
@@ -1275,10 +1280,11 @@ def serve(
 
     The ``--max-*`` caps bound what any ``POST /runs`` may ask for; a request without a limit gets the cap.
     """
-    from planweave.server import serve as serve_forever
-    from planweave.server.limits import LimitCaps
-
     with _clean_errors():
+        require("server", "the server")
+        from planweave.server import serve as serve_forever
+        from planweave.server.limits import LimitCaps
+
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from planweave.errors import JournalError
+from planweave.extras import require
 from planweave.journal.base import Journal, NullJournal
 from planweave.journal.memory import MemoryJournal
 
@@ -33,6 +34,7 @@ async def open_journal(url: str | None = None) -> AsyncIterator[Journal]:
 
         journal = await SQLiteJournal.open(url)
     elif url.startswith(("postgresql://", "postgres://")):
+        require("postgres", "a postgresql:// journal")
         from planweave.journal.postgres import PostgresJournal
 
         journal = await PostgresJournal.open(url)

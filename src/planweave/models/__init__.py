@@ -17,8 +17,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import jsonschema
-
 from planweave.models.budget import Budget, Reservation
 from planweave.models.errors import (
     BudgetExceeded,
@@ -135,6 +133,8 @@ class ModelClient(Protocol):
 
 def check_schema(schema: Mapping[str, Any]) -> None:
     """Raise ValueError if ``schema`` is not a valid JSON schema (checked before a call is sent)."""
+    import jsonschema  # ~80 ms to import: only when a schema is checked
+
     try:
         plain = dict(schema)
         jsonschema.validators.validator_for(plain).check_schema(plain)
