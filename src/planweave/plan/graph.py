@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan.catalog import ToolCatalog
@@ -68,7 +69,12 @@ class Plan:
         An explicit ``timeout: null`` or ``heartbeat: null`` (no limit, against the plan's defaults) is kept, so the
         document read back gives the same effective values.
         """
-        document = self.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        try:
+            document = self.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        except PydanticSerializationError:
+            # A value no JSON holds (a PlanSpec built in Python skips the document checks of plan files): dumped as
+            # it is, so that the journal's encoder refuses it naming the path instead of this raising.
+            document = self.spec.model_dump(by_alias=True, exclude_defaults=True)
         for written, step in zip(document.get("steps", ()), self.spec.steps, strict=True):
             for name, value in _explicit_defaults(step).items():
                 written.setdefault(name, value)
