@@ -16,10 +16,15 @@ T = TypeVar("T")
 
 @dataclass
 class Recorder:
-    """Tools that record when each call started and ended (on the engine's clock)."""
+    """Tools that record when each call started and ended (on the engine's clock).
+
+    ``starts`` and ``successes`` keep every call, so a test can see work that ran twice; ``ends`` is the time of the
+    latest success, for tests that only need one figure per step.
+    """
 
     starts: dict[str, list[float]] = field(default_factory=dict)
     ends: dict[str, float] = field(default_factory=dict)
+    successes: dict[str, list[float]] = field(default_factory=dict)
     running: int = 0
     peak: int = 0
     calls: list[str] = field(default_factory=list)
@@ -42,6 +47,7 @@ class Recorder:
             finally:
                 rec.running -= 1
             rec.ends[name] = loop.time()
+            rec.successes.setdefault(name, []).append(rec.ends[name])
             return {"name": name} if result is None else result
 
         box.add(work, idempotent=True)

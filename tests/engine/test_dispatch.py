@@ -5,7 +5,7 @@ from __future__ import annotations
 from tests.engine.conftest import Recorder, run_plan
 
 
-def work(sid: str, seconds: float, **extra: object) -> dict:
+def work(sid: str, seconds: float, **extra: object) -> dict[str, object]:
     return {"id": sid, "tool": "work", "args": {"name": sid, "seconds": seconds}, **extra}
 
 
@@ -36,8 +36,9 @@ def test_longest_critical_path_goes_first(recorder: Recorder) -> None:
         work("long2", 5, after=["long"], estimate={"duration": 5}),
     ]}, recorder.toolbox(), concurrency=1)
     assert result.ok
-    assert recorder.calls[:2] == ["long", "long2"] or recorder.calls[0] == "long"
-    assert recorder.starts["long"] == [0.0]
+    # At t=1 'long2' (rank 5, ready at 1) still outranks 'short' (rank 1, waiting since 0): aging gives it 1 s.
+    assert recorder.calls == ["long", "long2", "short"]
+    assert recorder.starts == {"long": [0.0], "long2": [1.0], "short": [6.0]}
 
 
 def test_aging_lets_old_ready_steps_through(recorder: Recorder) -> None:
