@@ -75,7 +75,7 @@ def test_postgres_journal_without_the_extra_in_json_mode_prints_one_error_object
 def test_mcp_without_the_mcp_extra_names_it(tmp_path: Path) -> None:
     proc = planweave_without(("mcp",), "tools", "list", "--mcp", "files=npx some-server", cwd=tmp_path)
     assert_names_extra(proc, "mcp")
-    assert "MCP servers (--mcp) need" in proc.stderr
+    assert "--mcp (MCP servers) needs the 'mcp' extra" in proc.stderr
 
 
 def test_tracing_without_the_telemetry_extra_names_it(tmp_path: Path) -> None:

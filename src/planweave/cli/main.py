@@ -428,7 +428,7 @@ async def open_mcp(stack: AsyncExitStack, flags: Sequence[str], tools: Toolbox) 
     """Connect the ``--mcp NAME=SPEC`` servers (for the life of ``stack``) and add their tools to ``tools``."""
     if not flags:
         return tools
-    require("mcp", "MCP servers (--mcp)")
+    require("mcp", "--mcp (MCP servers)")
     from planweave.tools.mcp import MCPServer, connect_mcp  # the mcp SDK takes a second to import
 
     servers = [MCPServer.parse(flag) for flag in flags]
