@@ -35,6 +35,7 @@ from planweave import __version__
 from planweave.cli import views
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
 from planweave.engine.events import Event
+from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.report import StepNotFound, find_step, outputs_summary, step_detail
 from planweave.engine.runtime import (
     DEFAULT_CONCURRENCY,
@@ -58,6 +59,7 @@ from planweave.tools.isolation import ToolThreads
 from planweave.tools.safety import SecretRedactor, redact, secret_values
 
 if TYPE_CHECKING:
+    from planweave.models import Budget
     from planweave.planning import PlanningLoop
 
 T = TypeVar("T")
@@ -808,16 +810,48 @@ class PlanModel:
             return None
         return PlanModel(model, base_url, budget_usd, budget_tokens)
 
-    async def toolbox(self, stack: AsyncExitStack, tools: Toolbox) -> Toolbox:
-        """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most the budget."""
-        from planweave.models import Budget, resolve_model
+    async def toolbox(self, stack: AsyncExitStack, tools: Toolbox, budget: Budget | None) -> Toolbox:
+        """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most ``budget``."""
+        from planweave.models import resolve_model
         from planweave.tools.llm import llm_tool
 
         client = await stack.enter_async_context(
             resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
-        limited = self.budget_usd is not None or self.budget_tokens is not None
-        budget = Budget(usd=self.budget_usd, tokens=self.budget_tokens) if limited else None
         return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
+
+
+@dataclass(frozen=True)
+class ResumeLimits:
+    """The limits given to ``planweave resume`` without ``--model`` (None: keep the run's journaled ones)."""
+
+    base_url: str | None
+    budget_usd: float | None
+    budget_tokens: int | None
+    deadline: float | None  # a new deadline, counted from the resume
+
+    async def resume(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox, run_id: str,
+                     retry_unknown: bool) -> Run:
+        """Resume ``run_id`` within the limits it was started with (the ones given here replace them): its ``llm``
+        steps on the model it journaled, within what is left of its budget, and its deadline at the time it was
+        set for; raises UsageError naming a flag that does not apply to the run."""
+        recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
+            RunLimits(self.budget_usd, self.budget_tokens, self.deadline), engine.clock.now())
+        tools = None
+        if recorded.model is None:
+            self._check_without_model(run_id)
+        else:
+            base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+            tools = await PlanModel(recorded.model, self.base_url, None, None).toolbox(stack, base, recorded.budget())
+        run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
+        recorded.apply_deadline(engine, run)
+        return run
+
+    def _check_without_model(self, run_id: str) -> None:
+        for flag, given in (("--base-url", self.base_url), ("--budget-usd", self.budget_usd),
+                            ("--budget-tokens", self.budget_tokens)):
+            if given is not None:
+                raise UsageError(f"{flag} applies to the model a run calls, and run '{run_id}' was started without "
+                                 "one: give --model NAME too (a --goal run), or leave it out")
 
 
 AskHumanOption = Annotated[
@@ -919,9 +953,12 @@ def run(
 
             async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
                 base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-                tools = await plan_model.toolbox(stack, base) if plan_model is not None else None
+                run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
+                tools = (await plan_model.toolbox(stack, base, run_limits.budget()) if plan_model is not None
+                         else None)
                 started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
-                                             on_failure=on_failure)
+                                             on_failure=on_failure, limits=run_limits.journaled(
+                                                 engine.clock.now(), plan_model.model if plan_model else None))
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
 
@@ -983,7 +1020,8 @@ def resume(
     budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
     budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
     deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
-    max_replans: Annotated[int, typer.Option("--max-replans", min=0, help="Most re-plans.")] = 5,
+    max_replans: Annotated[int | None, typer.Option("--max-replans", min=0,
+                                                    help="Most re-plans of a --goal run (default 5).")] = None,
     ask_human: AskHumanOption = False,
     all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
@@ -1012,15 +1050,18 @@ def resume(
 
         if ask_human and model is None:
             raise UsageError("--ask-human applies to a --goal run resumed with its planner: give --model NAME too")
+        if max_replans is not None and model is None:
+            raise UsageError("--max-replans applies to a --goal run resumed with its planner: give --model NAME too")
+        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             if model is not None:
-                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline, max_replans, 2048,
-                                   ask_human)
+                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline,
+                                   5 if max_replans is None else max_replans, 2048, ask_human)
                 loop = await agent.planning_loop(engine, stack, toolbox)
                 return await loop.resume(run_id, retry_unknown=retry_unknown)
             try:
-                return await engine.resume(run_id, retry_unknown=retry_unknown)
+                return await given.resume(engine, stack, toolbox, run_id, retry_unknown)
             except PlanInvalid as exc:
                 if any("unknown tool 'llm'" in str(p) for p in exc.problems):
                     raise UsageError(f"{exc}\n(run '{run_id}' calls a model: resume it with --model NAME to "

@@ -852,7 +852,7 @@ class Engine:
         ``on_failure`` (``stop`` or ``continue``) says what a step failing for good does; it defaults to the plan's
         ``on_failure``, else ``continue`` for a held run (a planner may repair the failure) and ``stop`` otherwise.
         ``limits`` (JSON data: budget, deadline, model) is journaled in ``run_created`` as ``options.limits``, for the
-        edges that enforce them to apply them again on resume (:class:`planweave.server.limits.JournaledLimits`).
+        edges that enforce them to apply them again on resume (:class:`planweave.engine.limits.JournaledLimits`).
         """
         if on_failure not in (None, "stop", "continue"):
             raise ValueError(f"on_failure must be 'stop' or 'continue', got {on_failure!r}")
@@ -1048,8 +1048,10 @@ async def request_cancel(journal: Journal, run_id: str, reason: str = "cancelled
     return "cancelled"
 
 
-def cancel_at_deadline(engine: Engine, run: Run, seconds: float) -> asyncio.Task[None]:
-    """Cancel ``run`` with reason ``deadline of {seconds}s reached`` if it is still going ``seconds`` from now.
+def cancel_at_deadline(engine: Engine, run: Run, seconds: float, *,
+                       deadline: float | None = None) -> asyncio.Task[None]:
+    """Cancel ``run`` with reason ``deadline of {deadline}s reached`` if it is still going ``seconds`` from now
+    (``deadline``: the one the run was given, when a resume waits only for what is left of it; default ``seconds``).
 
     The wait runs in the engine's task group on the engine's clock; it ends with the run (or the engine). A run
     stopped by its deadline ends ``cancelled``, like one a user cancelled: what finished is kept, and ``resume``
@@ -1061,7 +1063,7 @@ def cancel_at_deadline(engine: Engine, run: Run, seconds: float) -> asyncio.Task
             async with asyncio.timeout(seconds):
                 await run.wait()
         except TimeoutError:
-            run.cancel(f"deadline of {seconds:g}s reached")
+            run.cancel(f"deadline of {seconds if deadline is None else deadline:g}s reached")
         except RunError:
             pass  # interrupted: the engine is closing, and the run stays resumable
 

@@ -4,20 +4,17 @@ A request to ``POST /runs`` may give ``budget_usd``, ``budget_tokens``, ``deadli
 ``planweave serve --max-budget-usd/--max-budget-tokens/--max-deadline/--max-replans`` set caps that no request can
 exceed: a request above a cap is refused (422 naming the cap), a request without a value gets the cap.
 
-A run's limits are journaled in its ``run_created`` (``options.limits``, see :meth:`RunLimits.journaled`), so a
-resume (``planweave resume``, a server's recovery, ``POST /runs/{id}/resume``) applies them again: the deadline
-stays the absolute time it was, and the budget is what is left after the run's journaled ``model_call`` usage.
+A run's limits are journaled in its ``run_created`` (:mod:`planweave.engine.limits`), so the server's recovery and
+``POST /runs/{id}/resume`` apply them again (:func:`resume_within_limits`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from planweave.engine.events import Event
+from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.errors import PlanInvalid, PlanProblem
 from planweave.server.live import ServerError
@@ -38,84 +35,6 @@ CAP_FLAGS = {
     "deadline": "--max-deadline",
     "max_replans": "--max-replans",
 }
-
-
-@dataclass(frozen=True)
-class RunLimits:
-    """What one run may spend and how long it may take (None: unlimited, or the planning loop's default)."""
-
-    budget_usd: float | None = None
-    budget_tokens: int | None = None
-    deadline: float | None = None
-    max_replans: int | None = None
-
-    def budget(self) -> Budget | None:
-        """A fresh :class:`~planweave.models.Budget` for the run's model calls, or None without a budget."""
-        if self.budget_usd is None and self.budget_tokens is None:
-            return None
-        from planweave.models import Budget
-
-        return Budget(usd=self.budget_usd, tokens=self.budget_tokens)
-
-    def journaled(self, now: float, model: str | None = None) -> dict[str, Any]:
-        """These limits as ``run_created`` keeps them (``options.limits``): the deadline also as the absolute time
-        ``deadline_at`` (``now`` on the engine's clock plus the deadline), and the model the run's ``llm`` calls."""
-        record: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(RunLimits)}
-        record["deadline_at"] = None if self.deadline is None else now + self.deadline
-        record["model"] = model
-        return record
-
-
-@dataclass(frozen=True)
-class JournaledLimits:
-    """The limits a run was started with, read back from its journal, and what it has spent of them since."""
-
-    limits: RunLimits
-    deadline_at: float | None = None  # the absolute end on the engine's clock (seconds since the epoch)
-    model: str | None = None  # the model its llm steps called
-    spent_usd: float = 0.0
-    spent_tokens: int = 0
-
-    @staticmethod
-    def from_events(events: Sequence[Event]) -> JournaledLimits:
-        """The limits of ``run_created`` (none for runs journaled without them) and the usage of every
-        ``model_call``."""
-        record: Mapping[str, Any] = {}
-        usd, tokens = 0.0, 0
-        for event in events:
-            if event.kind == "run_created":
-                record = (event.data.get("options") or {}).get("limits") or {}
-            elif event.kind == "model_call":
-                usd += float(event.data.get("cost_usd") or 0.0)
-                tokens += int(event.data.get("prompt_tokens") or 0) + int(event.data.get("completion_tokens") or 0)
-        limits = RunLimits(**{f.name: record.get(f.name) for f in fields(RunLimits)})
-        return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens)
-
-    def with_overrides(self, overrides: RunLimits, now: float) -> JournaledLimits:
-        """These limits with the ones given again at resume (a new deadline counts from ``now``)."""
-        limits = RunLimits(**{f.name: _or(getattr(overrides, f.name), getattr(self.limits, f.name))
-                              for f in fields(RunLimits)})
-        deadline_at = self.deadline_at if overrides.deadline is None else now + overrides.deadline
-        return replace(self, limits=limits, deadline_at=deadline_at)
-
-    def remaining_s(self, now: float) -> float | None:
-        """Seconds left until the deadline at ``now`` (0 once it passed), or None without a deadline."""
-        if self.deadline_at is None or not math.isfinite(self.deadline_at):
-            return None
-        return max(0.0, self.deadline_at - now)
-
-    def budget(self) -> Budget | None:
-        """A :class:`~planweave.models.Budget` of the run's limits with what the run spent already charged."""
-        budget = self.limits.budget()
-        if budget is not None and (self.spent_usd or self.spent_tokens):
-            budget.settle(budget.reserve(0.0, 0), self.spent_usd, self.spent_tokens)
-        return budget
-
-    def apply_deadline(self, engine: Engine, run: Run) -> None:
-        """Cancel ``run`` when the deadline it was started with passes (at once if it passed while it was down)."""
-        remaining = self.remaining_s(engine.clock.now())
-        if remaining is not None:
-            cancel_at_deadline(engine, run, remaining)
 
 
 def _or(value: T | None, default: T | None) -> T | None:
