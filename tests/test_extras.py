@@ -102,3 +102,14 @@ def test_starting_the_cli_imports_no_optional_or_heavy_library() -> None:
     lazy = {"fastapi", "uvicorn", "starlette", "psycopg", "mcp", "opentelemetry", "httpx", "httpcore",
             "jsonschema", "h11", "anyio"}
     assert loaded & lazy == set()
+
+
+@pytest.mark.parametrize(("module", "hidden", "extra"), [
+    ("planweave.server", "fastapi", "server"),
+    ("planweave.tools.mcp", "mcp", "mcp"),
+])
+def test_importing_an_optional_part_without_its_extra_names_it(module: str, hidden: str, extra: str) -> None:
+    code = (f"import sys\nsys.modules[{hidden!r}] = None\nfrom planweave.extras import MissingExtra\n"
+            f"try:\n    import {module}\nexcept MissingExtra as exc:\n    print(exc.extra)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout.strip()) == (0, extra), proc.stderr

@@ -6,10 +6,16 @@ the journal for the API; ``streams`` turns journaled events into SSE; ``tokens``
 :mod:`planweave.server.telemetry`, imported only when enabled (it needs the OpenTelemetry SDK).
 """
 
-from planweave.server.app import create_app, serve, serving, telemetry_from_env
-from planweave.server.live import LiveServer, ServerError
-from planweave.server.streams import StreamTiming
-from planweave.server.tokens import AccessToken, TokenError, resolve_token
+try:
+    from planweave.server.app import create_app, serve, serving, telemetry_from_env
+    from planweave.server.live import LiveServer, ServerError
+    from planweave.server.streams import StreamTiming
+    from planweave.server.tokens import AccessToken, TokenError, resolve_token
+except ModuleNotFoundError:  # FastAPI or uvicorn: name the extra that brings them
+    from planweave.extras import require
+
+    require("server", "planweave.server")
+    raise
 
 __all__ = [
     "AccessToken",

@@ -24,13 +24,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TextIO
 
-import anyio
 import jsonschema
-import mcp_types
-from mcp import Client, StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp.shared.message import SessionMessage
+
+try:
+    import anyio
+    import mcp_types
+    from mcp import Client, StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+    from mcp.shared.message import SessionMessage
+except ModuleNotFoundError:  # the MCP SDK: name the extra that brings it
+    from planweave.extras import require
+
+    require("mcp", "planweave.tools.mcp (MCP servers)")
+    raise
 
 from planweave.errors import PlanweaveError, ToolError, did_you_mean
 from planweave.tools.registry import Tool, Toolbox
