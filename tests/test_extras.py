@@ -80,10 +80,16 @@ def test_mcp_without_the_mcp_extra_names_it(tmp_path: Path) -> None:
 
 def test_tracing_without_the_telemetry_extra_names_it(tmp_path: Path) -> None:
     (tmp_path / "one.yaml").write_text(ONE_STEP)
-    code = ("import os, sys\nsys.modules['opentelemetry'] = None\nos.environ['OTEL_TRACES_EXPORTER'] = 'console'\n"
+    code = ("import os, sys\nsys.modules['opentelemetry.sdk'] = None\nos.environ['OTEL_TRACES_EXPORTER'] = 'console'\n"
             "sys.argv = ['planweave', 'run', 'one.yaml', '--journal', 'memory://']\n"
             "from planweave.cli.main import main\nmain()\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert_names_extra(proc, "telemetry")
+
+
+def test_serve_with_telemetry_without_the_telemetry_extra_names_it(tmp_path: Path) -> None:
+    proc = planweave_without(("opentelemetry.sdk",), "serve", "--port", "0", "--telemetry", "--journal", "memory://",
+                             cwd=tmp_path)
     assert_names_extra(proc, "telemetry")
 
 

@@ -17,12 +17,18 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
-from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+try:
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+    from opentelemetry.trace import Span, Status, StatusCode, Tracer
+except ModuleNotFoundError:  # the OpenTelemetry SDK: name the extra that brings it
+    from planweave.extras import require
+
+    require("telemetry", "tracing (--telemetry or the OTEL_* variables)")
+    raise
 
 from planweave import __version__
 from planweave.engine.context import current_step
