@@ -518,7 +518,7 @@ def _document(value: Any) -> Any:
 
 
 # -- file tools -----------------------------------------------------------------------------------------------------
-def file_tools(
+def file_tools(  # noqa: C901 (three tools defined inside, each simple)
     roots: Sequence[str | os.PathLike[str]],
     *,
     read_limit: int = READ_LIMIT,
