@@ -23,9 +23,12 @@ from types import FrameType
 from typing import Any, Protocol, runtime_checkable
 
 from planweave.clock import Clock, RealClock
+from planweave.engine import attempt as _attempt
+from planweave.engine.attempt import FALLBACK, Retry, Watchdogs
 from planweave.engine.context import StepContext
-from planweave.engine.context import current_step_var as _current_step
+from planweave.engine.dispatch import Dispatcher
 from planweave.engine.events import Event, EventKind
+from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
 from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
@@ -36,14 +39,12 @@ from planweave.errors import (
     JournalError,
     RunError,
     RunNotFound,
-    ToolError,
     did_you_mean,
 )
-from planweave.journal.base import Journal, OutputNotSerialisable, canonical_output, scrub
-from planweave.plan.catalog import ToolCatalog, ToolSpec
+from planweave.journal.base import Journal, scrub
+from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
-from planweave.plan.model import NEVER_RETRIED, Claim, PlanSpec, Step
-from planweave.plan.refs import RefResolutionError, render
+from planweave.plan.model import Claim, PlanSpec, Step
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
@@ -107,53 +108,55 @@ class RunResult:
         return self.state.summary()
 
 
-def _classify(exc: BaseException, step: Step) -> tuple[str, bool, str, tuple[str, ...]]:
-    """Return (kind, retryable, message, exception class names) for a failed attempt.
+@dataclass(frozen=True, slots=True)
+class RunHost:
+    """What a :class:`Run` needs of its engine, and nothing more (the engine builds one and hands it to each run).
 
-    A tool raising ``SystemExit`` (kind ``exit``) or ``KeyboardInterrupt`` (kind ``interrupted``) asked to stop:
-    its step fails, the process goes on, and only a retry policy naming the kind retries it.
+    ``dispatch`` queues and admits its steps within the engine-wide limits; ``executor`` performs their tool calls;
+    ``listeners`` are the engine's (a run copies them when it starts); ``start_task`` starts the run's own task in
+    the engine's task group and ``forget`` drops a run that ended from the engine's active runs.
     """
-    names = tuple(c.__name__ for c in type(exc).__mro__ if c not in (object, BaseException, Exception))
-    if isinstance(exc, SystemExit):
-        return "exit", True, f"the tool raised SystemExit({exc.code!r})", names
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted", True, "the tool raised KeyboardInterrupt", names
-    if isinstance(exc, TimeoutError):
-        limit = f" after {step.timeout:g}s" if step.timeout else ""
-        return "timeout", True, f"timed out{limit}", names
-    if isinstance(exc, ToolError):
-        return exc.kind, exc.retryable and exc.kind not in NEVER_RETRIED, str(exc), names
-    if isinstance(exc, OutputNotSerialisable):
-        return "output", False, str(exc), names
-    if isinstance(exc, RefResolutionError):
-        return "reference", False, str(exc), names
-    text = str(exc)
-    return type(exc).__name__, True, f"{type(exc).__name__}: {text}" if text else type(exc).__name__, names
+
+    clock: Clock
+    journal: Journal
+    executor: Executor
+    dispatch: Dispatcher
+    redact: Callable[[Any], Any] | None
+    seal: PlanSeal | None
+    max_output_bytes: int | None
+    listeners: Sequence[EventListener]
+    start_task: Callable[[Coroutine[Any, Any, None], str], asyncio.Task[None]]
+    forget: Callable[[str], None]
 
 
 class Run:
     """One execution of a plan inside an :class:`Engine`. Await :meth:`wait` for its result."""
 
-    def __init__(self, engine: Engine, run_id: str, tools: ToolCatalog, state: RunState) -> None:
+    def __init__(self, host: RunHost, run_id: str, tools: ToolCatalog, state: RunState, *, holds: int = 0) -> None:
+        """A run of ``state``'s plan with ``tools``; ``holds`` keeps it open until as many :meth:`release` calls."""
         self.id = run_id
         self.state = state
         self.outputs: dict[str, Any] = {}
-        self._engine = engine
-        self._journal = engine.journal
-        self._clock = engine.clock
+        self._host = host
+        self._journal = host.journal
+        self._clock = host.clock
+        self._executor = host.executor
         self._tools = tools
+        dispatch = host.dispatch
+        self._dispatch = dispatch
+        self._enqueue, self._give_back, self._pump = dispatch.enqueue, dispatch.release, dispatch.pump
         self._tg: asyncio.TaskGroup | None = None
         self._done = asyncio.Event()
         self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         self._task: asyncio.Task[None] | None = None
         self._cancel_reason: str | None = None
-        self._listeners: list[EventListener] = list(engine._listeners)
+        self._listeners: list[EventListener] = list(host.listeners)
         self._durable = self._journal.durable
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._holds = 0
+        self._holds = holds
         self._now = self._clock.now
-        self._append = self._journal.append if engine.seal is None else _sealing(self._journal.append, engine.seal)
-        self._watchdogs: dict[str, tuple[asyncio.Timeout, float]] = {}
+        self._append = self._journal.append if host.seal is None else _sealing(self._journal.append, host.seal)
+        self._watchdogs: Watchdogs = {}
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._ready = asyncio.Event()
@@ -182,7 +185,7 @@ class Run:
             return
         self._cancel_reason = reason
         self._emit("run_cancelled", None, {"reason": reason})
-        self._engine._scheduler.discard(lambda item: item[0] is not self)
+        self._dispatch.withdraw(self)
         self._task.cancel()
 
     def fail(self, reason: str) -> None:
@@ -196,7 +199,7 @@ class Run:
             return
         self._cancel_reason = reason
         self._emit("run_cancelled", None, {"reason": reason, "status": "failed"})
-        self._engine._scheduler.discard(lambda item: item[0] is not self)
+        self._dispatch.withdraw(self)
         self._task.cancel()
 
     def subscribe(self, listener: EventListener) -> None:
@@ -221,7 +224,7 @@ class Run:
             for listener in self._listeners:
                 listener(event)
         if ready:
-            enqueue = self._engine._enqueue
+            enqueue = self._enqueue
             approvals = self.state.approvals
             left = len(ready)
             for sid in ready:
@@ -232,9 +235,13 @@ class Run:
                 left -= 1
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
-    async def _begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
-        """Start the run's task; raises EventNotRecorded (the run never existed) if its first event is refused."""
-        self._task = self._engine._tg.create_task(self._main(kind, data), name=f"planweave-run-{self.id}")
+    # -- what the engine drives ---------------------------------------------------------------------------------
+    async def begin(self, kind: EventKind, data: Mapping[str, Any]) -> None:
+        """Start the run's task with its first event (``run_created`` or ``run_resumed``; the engine calls this).
+
+        Raises EventNotRecorded (the run never existed) if the journal refuses that event.
+        """
+        self._task = self._host.start_task(self._main(kind, data), f"planweave-run-{self.id}")
         await self._ready.wait()  # the run's TaskGroup exists: its plan can change and it can be cancelled
         if self._refused is not None:
             await asyncio.wait([self._task])
@@ -253,7 +260,7 @@ class Run:
                 finally:
                     self._ready.set()
                 self._rewait()
-                self._engine._pump()
+                self._pump()
                 self._check_done()
                 await self._done.wait()
                 for timer in self._timers.values():
@@ -264,7 +271,7 @@ class Run:
                     self._result.set_exception(RunError(self._interrupted()))
                     self._result.exception()  # mark retrieved: nobody may be waiting
                 if self._journal_lost is not None:
-                    self._engine._runs.pop(self.id, None)
+                    self._host.forget(self.id)
                 raise
             task = asyncio.current_task()
             if task is not None:
@@ -283,16 +290,34 @@ class Run:
             await self._journal.flush()
         except JournalError as exc:
             error = f"{error}; and the journal could not be written: {exc}" if error else str(exc)
-        self._engine._runs.pop(self.id, None)
+        self._host.forget(self.id)
         self._result.set_result(
             RunResult(self.id, status, error, self.outputs, self.state)
         )
 
-    def _launch(self, rec: StepRecord, claims: Claim | None) -> None:
+    def interrupt(self) -> None:
+        """Stop the run without deciding its outcome (the engine is closing): the journal keeps it resumable."""
+        if self._task is not None:
+            self._task.cancel()
+
+    def step_of(self, task: asyncio.Task[Any] | None) -> str | None:
+        """The step whose attempt ``task`` is, if it is one of this run's."""
+        for sid, attempt in list(self._tasks.items()):
+            if attempt is task:
+                return sid
+        return None
+
+    def warn_blocked(self, sid: str, data: Mapping[str, Any], since: float) -> None:
+        """Journal, once the loop turns again, that step ``sid``'s tool blocked it since ``since`` (any thread)."""
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            self._loop.call_soon_threadsafe(_journal_warning, self, sid, data, since)
+
+    def launch(self, rec: StepRecord, claims: Claim | None) -> None:
+        """Start an attempt of step ``rec``, admitted with ``claims`` (the dispatcher calls this)."""
         tg = self._tg
         sid = rec.id
         if tg is None or self.state.records.get(sid) is not rec or rec.status != "ready":
-            self._engine._release(claims)  # stale queue entry: cancelled, replaced by a new version, or a duplicate
+            self._give_back(claims)  # stale queue entry: cancelled, replaced by a new version, or a duplicate
             return
         attempt = rec.attempts + 1
         # Emitted now, so no second launch can see it ready. Event data is never mutated: shared dicts are safe.
@@ -300,6 +325,7 @@ class Run:
         self._tasks[sid] = tg.create_task(self._execute(rec, attempt, claims))
 
     async def _execute(self, rec: StepRecord, attempt: int, claims: Claim | None) -> None:
+        """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome."""
         plan = self.plan
         sid = rec.id
         step = plan.steps[sid]
@@ -307,23 +333,15 @@ class Run:
             if self._durable and sid not in self.state.idempotent:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
-            _current_step.set(StepContext(self.id, sid, attempt, self._clock, self, step.isolation))
-            if rec.fallback_active and step.fallback is not None:
-                tool = self._tools[step.fallback.tool]
-                args = render(plan.fallbacks[sid], self.outputs)
-            else:
-                tool = self._tools[step.tool]
-                # Without references the compiled template is the arguments themselves (with `$${` unescaped).
-                args = render(plan.templates[sid], self.outputs) if plan.refs[sid] else plan.templates[sid]
+            tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
+            call = ToolCall(tool, args, StepContext(self.id, sid, attempt, self._clock, self, step.isolation))
             if step.timeout is None and step.heartbeat is None:
-                output = await tool.invoke(args)
+                output = await self._executor.execute(call)
             else:
-                output = await self._guarded(sid, step, tool, args)
-            # The canonical form (what the journal stores and a resume reads) is the only form, live too.
-            blob = canonical_output(output, step=sid, limit=self._engine.max_output_bytes)
-            output = blob.value
-            redact = self._engine.redact
-            ref = self._journal.put_blob(blob if redact is None else redact(output))  # a blob is not encoded again
+                output = await _attempt.guarded(self._executor, call, step, self._watchdogs)
+            host = self._host
+            output, ref = _attempt.store_output(output, sid, self._journal, limit=host.max_output_bytes,
+                                                redact=host.redact)
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
@@ -344,7 +362,7 @@ class Run:
         finally:
             if self._tasks.get(sid) is _current_task():
                 del self._tasks[sid]
-            self._engine._release(claims)
+            self._give_back(claims)
             if not self.state.active and not self._holds:
                 self._done.set()
 
@@ -370,28 +388,28 @@ class Run:
             self._done.set()
 
     def _fail(self, rec: StepRecord, step: Step, attempt: int, exc: BaseException) -> None:
+        """Journal a failed attempt and carry out what :func:`~planweave.engine.attempt.decide` says follows."""
         sid = rec.id
-        kind, retryable, message, names = _classify(exc, step)
-        if self._engine.redact is not None:
-            message = self._engine.redact(message)
-        policy = step.retries
-        if retryable and attempt <= policy.max and policy.retries_on(kind, names):
-            delay = policy.delay(attempt, random.Random(f"{self.id}/{sid}/{attempt}").random())
-            self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
-                                            "retry_in": delay})
+        failure = _attempt.classify(exc, step)
+        message = failure.message if self._host.redact is None else self._host.redact(failure.message)
+        jitter = random.Random(f"{self.id}/{sid}/{attempt}").random()
+        decision = _attempt.decide(failure, step, attempt, fallback_active=rec.fallback_active, jitter=jitter)
+        if isinstance(decision, Retry):
+            self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": failure.kind,
+                                            "final": False, "retry_in": decision.delay})
             assert self._tg is not None
-            self._timers[sid] = self._tg.create_task(self._retry_after(rec, delay))
+            self._timers[sid] = self._tg.create_task(self._retry_after(rec, decision.delay))
         else:
-            self._give_up(rec, step, attempt, kind, message)
+            self._give_up(rec, step, attempt, failure.kind, message)
 
     def _give_up(self, rec: StepRecord, step: Step, attempt: int, kind: str, message: str) -> None:
         """The step failed without a retry left: run its fallback if it has one, else fail it for good."""
         sid = rec.id
-        if step.fallback is not None and not rec.fallback_active:
+        if _attempt.settle(step, fallback_active=rec.fallback_active) == FALLBACK and step.fallback is not None:
             self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": False,
                                             "retry_in": 0.0, "fallback": True})
             self._emit("escalation", sid, {"rung": "fallback", "reason": message, "tool": step.fallback.tool})
-            self._engine._enqueue(self, sid, self._clock.now())
+            self._enqueue(self, sid, self._clock.now())
             return
         self._emit("step_failed", sid, {"attempt": attempt, "error": message, "kind": kind, "final": True})
         if self.state.on_failure == "stop":
@@ -403,7 +421,7 @@ class Run:
         The cancellations are journaled as ``resumable``, so a later resume runs those steps again.
         """
         reason = f"the run stopped: step '{root}' failed and nothing can repair it"
-        self._engine._scheduler.discard(lambda item: item[0] is not self)
+        self._dispatch.withdraw(self)
         for rec in list(self.state.records.values()):
             if rec.status in ACTIVE:
                 self._emit("step_cancelled", rec.id, {"reason": reason, "resumable": True})
@@ -413,24 +431,6 @@ class Run:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-
-    async def _guarded(self, sid: str, step: Step, tool: ToolSpec, args: Mapping[str, Any]) -> Any:
-        """Call a tool under the step's timeout and heartbeat idle timer (both with asyncio.timeout)."""
-        async with asyncio.timeout(step.timeout) as overall:
-            if step.heartbeat is None:
-                return await tool.invoke(args)
-            idle = asyncio.timeout(step.heartbeat)
-            try:
-                async with idle:
-                    self._watchdogs[sid] = (idle, step.heartbeat)
-                    return await tool.invoke(args)
-            except TimeoutError:
-                if idle.expired() and not overall.expired():
-                    raise ToolError(f"no heartbeat for {step.heartbeat:g}s: the tool is treated as hung",
-                                    kind="timeout") from None
-                raise
-            finally:
-                self._watchdogs.pop(sid, None)
 
     # -- what tools report (StepSink; callable from worker threads) ---------------------------------------------
     def _in_loop(self, fn: Callable[..., None], *args: Any) -> None:
@@ -449,9 +449,7 @@ class Run:
         self._in_loop(self._progress, step_id, fraction, message)
 
     def _beat(self, step_id: str) -> None:
-        watch = self._watchdogs.get(step_id)
-        if watch is not None and not watch[0].expired():
-            watch[0].reschedule(self._loop.time() + watch[1])
+        _attempt.beat(self._watchdogs, step_id, self._loop.time())
 
     def _progress(self, step_id: str, fraction: float | None, message: str) -> None:
         self._beat(step_id)
@@ -469,8 +467,8 @@ class Run:
         await asyncio.sleep(delay)
         self._timers.pop(rec.id, None)
         if self.state.records.get(rec.id) is rec and rec.status == "ready":
-            self._engine._enqueue(self, rec.id, self._clock.now())
-            self._engine._pump()
+            self._enqueue(self, rec.id, self._clock.now())
+            self._pump()
 
     # -- people in the run ------------------------------------------------------------------------------------
     def approve(self, step: str, approve: bool = True, reason: str | None = None) -> None:
@@ -485,13 +483,13 @@ class Run:
             timer.cancel()
         self._emit("approval_given", step, {"approve": approve, "reason": reason})
         if approve:
-            self._engine._pump()
+            self._pump()
             return
         message = f"rejected: {reason}" if reason else "rejected"
-        if self._engine.redact is not None:
-            message = self._engine.redact(message)
+        if self._host.redact is not None:
+            message = self._host.redact(message)
         self._give_up(rec, self.plan.steps[step], rec.attempts, "rejected", message)
-        self._engine._pump()
+        self._pump()
         self._check_done()
 
     def send(self, step: str, value: Any) -> None:
@@ -547,7 +545,7 @@ class Run:
         self._timers.pop(rec.id, None)
         if self.state.records.get(rec.id) is rec and rec.status == "waiting_approval":
             self._give_up(rec, self.plan.steps[rec.id], rec.attempts, "timeout", f"no approval within {timeout:g}s")
-            self._engine._pump()
+            self._pump()
             self._check_done()
 
     def _rewait(self) -> None:
@@ -616,11 +614,11 @@ class Run:
         version = self.plan.version if version is None else version
         if parsed:
             spec = self.plan.spec.model_copy(update={"steps": (*self.plan.spec.steps, *parsed)})
-            self._engine._adopt_capacities(spec)
-            validate_plan(spec, self._tools, self._engine.capacities, source=f"run '{self.id}'")
+            self._dispatch.adopt(spec)
+            validate_plan(spec, self._tools, self._dispatch.capacities, source=f"run '{self.id}'")
         self._emit("steps_added", None, {"steps": parsed, "version": version,
                                          "idempotent": self._idempotent_ids(parsed), **meta})
-        self._engine._pump()
+        self._pump()
         return [s.id for s in parsed]
 
     def propose(self, proposal: PlanSpec | Mapping[str, Any], *, trigger: str = "replan", seen: int | None = None,
@@ -639,9 +637,9 @@ class Run:
                 f"(limit {max_staleness})", [])
         spec = proposal if isinstance(proposal, PlanSpec) else parse_plan_document(proposal, "proposal")
         merged, renames = merge_proposal(spec, self.plan, self.state.records, source="proposal")
-        self._engine._adopt_capacities(merged)
+        self._dispatch.adopt(merged)
         version = self.plan.version + 1
-        new_plan = validate_plan(merged, self._tools, self._engine.capacities, version=version,
+        new_plan = validate_plan(merged, self._tools, self._dispatch.capacities, version=version,
                                  parent=self.plan.version, source="proposal")
         diff = splice_diff(self.state.records, self.plan, new_plan)
         # Take the tasks to cancel before the new version is applied: applying it may start a replacement step
@@ -654,7 +652,7 @@ class Run:
         })
         for task in doomed:
             task.cancel()
-        self._engine._pump()
+        self._pump()
         self._check_done()
         return diff
 
@@ -673,6 +671,7 @@ class Engine:
         aging: float = 1.0,
         redact: Callable[[Any], Any] | None = None,
         max_output_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES,
+        executor: Executor | None = None,
     ) -> None:
         """``concurrency`` bounds the steps running at once across runs (default 64; ``None``: unlimited).
 
@@ -680,6 +679,8 @@ class Engine:
         :class:`PlanSeal` also hides them in the journaled plans and puts them back when a run is resumed.
         ``max_output_bytes`` bounds a step's encoded output (default 16 MiB; ``None``: unlimited): a larger one
         fails the step with kind ``output`` and nothing is stored.
+        ``executor`` performs the steps' tool calls (default :class:`~planweave.engine.executor.InProcessExecutor`:
+        in this loop); one with an ``aclose`` is closed with the engine.
         """
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -691,7 +692,8 @@ class Engine:
         self.tools = tools
         self.redact = redact
         self.seal = redact if isinstance(redact, PlanSeal) else None
-        self._scheduler: Scheduler[tuple[Run, StepRecord]] = Scheduler(concurrency, capacities, aging=aging)
+        self.executor: Executor = executor or InProcessExecutor()
+        self._dispatch = Dispatcher(Scheduler(concurrency, capacities, aging=aging))
         self._runs: dict[str, Run] = {}  # active runs only: finished ones are dropped, so a long-lived engine
         # does not keep every step record it ever ran (memory, and garbage-collector work)
         self._listeners: list[EventListener] = []
@@ -699,17 +701,24 @@ class Engine:
         self._tg = self._tg_cm
         self._open = False
         self._control_task: asyncio.Task[None] | None = None
-        self._pump_soon = False  # a deferred admission is scheduled (see _release)
         self._loop_watch: LoopWatch | None = None
         self._spawned: set[asyncio.Task[Any]] = set()  # Engine.spawn's tasks still going: cancelled at close
+        self._host = RunHost(self.clock, journal, self.executor, self._dispatch, redact, self.seal, max_output_bytes,
+                             self._listeners, self._start_run_task, self._forget)
 
     @property
     def capacities(self) -> Mapping[str, int]:
-        return self._scheduler.capacities
+        return self._dispatch.capacities
 
     @property
     def concurrency(self) -> int | None:
-        return self._scheduler.concurrency
+        return self._dispatch.scheduler.concurrency
+
+    def _forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    def _start_run_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        return self._tg.create_task(coro, name=name)
 
     async def __aenter__(self) -> Engine:
         await self._tg_cm.__aenter__()
@@ -756,20 +765,19 @@ class Engine:
         _log.warning("step '%s' (tool '%s') of run '%s' has blocked the event loop for %.1fs (in %s): an async "
                      "tool must not block (a sync function runs in a worker thread), and its timeout cannot fire "
                      "while it does", sid, tool, run.id, blocked_s, at)
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            run._loop.call_soon_threadsafe(_journal_warning, run, sid, {"tool": tool, "where": at}, since)
+        run.warn_blocked(sid, {"tool": tool, "where": at}, since)
 
     def _blocking_step(self, task: asyncio.Task[object] | None, frame: FrameType | None) -> tuple[Run, str] | None:
         """The (run, step) whose tool call ``frame`` is inside, if ``task`` is a step attempt of this engine."""
         callee = None
         while frame is not None and frame.f_code is not _EXECUTE_CODE:
             callee, frame = frame, frame.f_back
-        if frame is None or callee is None or callee.f_code.co_name not in ("invoke", "_guarded"):
+        if frame is None or callee is None or callee.f_code.co_name not in ("execute", "guarded"):
             return None  # not inside a tool call: the engine's own work (or none of ours) blocked the loop
         for run in list(self._runs.values()):
-            for sid, attempt in list(run._tasks.items()):
-                if attempt is task:
-                    return run, sid
+            sid = run.step_of(task)
+            if sid is not None:
+                return run, sid
         return None
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -779,8 +787,7 @@ class Engine:
         if self._control_task is not None:
             self._control_task.cancel()
         for run in list(self._runs.values()):
-            if run._task is not None:
-                run._task.cancel()  # interrupt, not cancel: the journal keeps the run resumable
+            run.interrupt()  # not cancel: the journal keeps the run resumable
         for task in list(self._spawned):  # e.g. a planner waiting for its run: it must not keep the engine open
             task.cancel()
         exc_type = exc_info[0]
@@ -793,6 +800,8 @@ class Engine:
         finally:
             if isinstance(self.tools, _Closable):  # e.g. a Toolbox: its http.* connection pool
                 await self.tools.aclose()
+            if isinstance(self.executor, _Closable):  # e.g. a ThreadExecutor's worker thread
+                await self.executor.aclose()
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` in the engine's task group (e.g. a planning loop): it is cancelled when the engine closes."""
@@ -822,11 +831,6 @@ class Engine:
 
             self.tools = builtin_tools()
         return self.tools
-
-    def _adopt_capacities(self, spec: PlanSpec) -> None:
-        for name, amount in spec.capacities.items():
-            self._scheduler.capacities.setdefault(name, amount)
-            self._scheduler.in_use.setdefault(name, 0)
 
     def _check_open(self) -> None:
         if not self._open:
@@ -864,8 +868,8 @@ class Engine:
             spec = plan
         else:
             spec = parse_plan_document(plan, source)
-        self._adopt_capacities(spec)
-        validated = validate_plan(spec, catalog, self._scheduler.capacities, source=source)
+        self._dispatch.adopt(spec)
+        validated = validate_plan(spec, catalog, self.capacities, source=source)
         if run_id is None:
             run_id = uuid.uuid4().hex[:12]
         elif run_id in self._runs or await self.journal.read(run_id):
@@ -876,13 +880,12 @@ class Engine:
         ]
         state = RunState(run_id, validated, idempotent)
         on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")
-        run = Run(self, run_id, catalog, state)
-        run._holds = int(hold)
+        run = Run(self._host, run_id, catalog, state, holds=int(hold))
         if on_event is not None:
             run.subscribe(on_event)
         self._runs[run_id] = run
         try:
-            await run._begin("run_created", {
+            await run.begin("run_created", {
                 # As a document, not the spec: a spec's dump drops a step's explicit `timeout: null` (no limit),
                 # and read back that step would take the plan's defaults.timeout. Journals check it in append.
                 "plan": validated.to_document(),
@@ -916,9 +919,9 @@ class Engine:
             events = self.seal.unseal(events)
         catalog = self._catalog(tools)
         state = RunState.from_events(run_id, events)
-        self._adopt_capacities(state.plan.spec)
+        self._dispatch.adopt(state.plan.spec)
         # The tools of this process must still fit the plan (a resumed run may be given other --tools).
-        validate_plan(state.plan.spec, catalog, self._scheduler.capacities, version=state.plan.version,
+        validate_plan(state.plan.spec, catalog, self.capacities, version=state.plan.version,
                       source=f"run '{run_id}'")
         if state.status in ("succeeded", "cancelled"):
             raise RunError(f"run '{run_id}' already ended: {state.status}; there is nothing to resume")
@@ -927,7 +930,7 @@ class Engine:
                            "resume")
         refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
         blobs = await self.journal.get_blobs(refs)
-        run = Run(self, run_id, catalog, state)
+        run = Run(self._host, run_id, catalog, state, holds=int(hold))
         if on_event is not None:
             run.subscribe(on_event)
         for rec in state.records.values():
@@ -935,46 +938,9 @@ class Engine:
                 if rec.output_ref not in blobs:
                     raise JournalError(f"run '{run_id}': the output of step '{rec.id}' is missing from the journal")
                 run.outputs[rec.id] = blobs[rec.output_ref]
-        run._holds = int(hold)
         self._runs[run_id] = run
-        await run._begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
+        await run.begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
         return run
-
-    # -- scheduling ----------------------------------------------------------------------------------------------
-    def _enqueue(self, run: Run, sid: str, now: float, batch: int = 1) -> None:
-        """Queue a ready step, or start it at once when nothing limits it; ``batch`` counts it and the steps the
-        same event made ready after it: the fast path is taken only when all of them fit, so priorities hold."""
-        plan = run.state.plan
-        claim = plan.claims[sid]
-        scheduler = self._scheduler
-        limit = scheduler.concurrency
-        if claim is None and not scheduler._heap and (limit is None or scheduler.running + batch <= limit):
-            # Nothing limits it and nothing waits before it: no queue to order, start it now.
-            scheduler.running += 1
-            run._launch(run.state.records[sid], None)
-            return
-        scheduler.push((run, run.state.records[sid]), rank=plan.rank[sid], ready_at=now, claim=claim)
-
-    def _pump(self) -> None:
-        for (run, rec), claims in self._scheduler.admit():
-            run._launch(rec, claims)
-
-    def _release(self, claims: Claim | None) -> None:
-        scheduler = self._scheduler
-        if claims is None:
-            scheduler.running -= 1  # Scheduler.release, inlined for the common claim-free step
-        else:
-            scheduler.release(claims)
-        if scheduler._heap and not self._pump_soon:
-            # One loop turn later, not now: steps that finish at the same instant (ties on a virtual clock, a burst
-            # of completions) all release their slots and queue their successors first, so the freed slots go by
-            # priority instead of to the successor of whichever step happened to finish first.
-            self._pump_soon = True
-            asyncio.get_running_loop().call_soon(self._deferred_pump)
-
-    def _deferred_pump(self) -> None:
-        self._pump_soon = False
-        self._pump()
 
 
 _log = logging.getLogger("planweave.engine")

@@ -51,6 +51,31 @@ class Scheduler(Generic[T]):
     def __len__(self) -> int:
         return len(self._heap)
 
+    @property
+    def has_waiting(self) -> bool:
+        """Whether any item is queued (admitted items are not: they hold a slot until released)."""
+        return bool(self._heap)
+
+    def try_start_now(self, claim: Claim | None, batch: int = 1) -> bool:
+        """Take a slot for an item without queueing it, if nothing can order it: True means it holds one now.
+
+        The fast path for a claim-free item when nothing waits: queueing it would only pop it again at once.
+        ``batch`` counts it and the items made ready together after it; it starts now only if all of them would
+        get a slot, so that otherwise they all queue and start by priority.
+        """
+        limit = self.concurrency
+        if claim is None and not self._heap and (limit is None or self.running + batch <= limit):
+            self.running += 1
+            return True
+        return False
+
+    def adopt(self, capacities: Mapping[str, int]) -> None:
+        """Add capacities not known yet (a plan brings its own); a known one keeps its amount."""
+        for name, amount in capacities.items():
+            if name not in self.capacities:
+                self.capacities[name] = amount
+                self.in_use[name] = 0
+
     def push(self, item: T, *, rank: float, ready_at: float, claim: Claim | None = None) -> None:
         """Queue an item that is ready; ``claim`` None means it needs only a concurrency slot."""
         for name, amount in claim.amounts.items() if claim else ():
