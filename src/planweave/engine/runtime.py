@@ -585,7 +585,13 @@ class Run:
             self.release()
 
     def release(self) -> None:
-        """Give back one hold (from :meth:`hold` or ``Engine.start(..., hold=True)``)."""
+        """Give back one hold (from :meth:`hold`, or ``Engine.start``/``Engine.resume`` with ``hold=True``).
+
+        Raises :class:`RunError` if the run holds none: a hold is not journaled, so a run resumed without
+        ``hold=True`` has none, and counting below zero would keep it open for ever.
+        """
+        if self._holds <= 0:
+            raise RunError(f"run '{self.id}' holds nothing to release (a resumed run holds only with hold=True)")
         self._holds -= 1
         self._check_done()
 
