@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Mutation testing of the pure core (mutmut), on a throwaway copy of the repository, one module at a time.
+#
+#   scripts/mutation.sh                      # every module below, in turn
+#   scripts/mutation.sh src/planweave/engine/scheduler.py
+#
+# mutmut rewrites the code it mutates, so it never runs on this work tree: the committed HEAD (or MUTATION_REV, to
+# compare the tests of two commits) is exported to
+# $MUTATION_DIR (default /tmp/planweave-mutation), which keeps its own venv between runs. Only the fast core tests
+# run (tests/engine, tests/plan). Bounded: MUTATION_CHILDREN workers (default 2) under `nice`, and each module is
+# stopped after MUTATION_MODULE_SECONDS (default 600). Scores go to $MUTATION_DIR/scores.txt, survivors are listed
+# by `cd $MUTATION_DIR && .venv/bin/mutmut results` and shown by `.venv/bin/mutmut show NAME`.
+# See docs/testing.md for the latest scores.
+set -euo pipefail
+
+repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+dir=${MUTATION_DIR:-/tmp/planweave-mutation}
+rev=${MUTATION_REV:-HEAD}
+children=${MUTATION_CHILDREN:-2}
+budget=${MUTATION_MODULE_SECONDS:-600}
+modules=("$@")
+if [ ${#modules[@]} -eq 0 ]; then
+  modules=(
+    src/planweave/engine/scheduler.py
+    src/planweave/engine/state.py
+    src/planweave/engine/splice.py
+    src/planweave/plan/refs.py
+    src/planweave/plan/graph.py
+    src/planweave/plan/critical.py
+    src/planweave/plan/defaults.py
+    src/planweave/plan/document.py
+    src/planweave/plan/model.py
+  )
+fi
+
+mkdir -p "$dir"
+rm -rf "$dir/src" "$dir/tests" "$dir/mutants"
+git -C "$repo" archive --format=tar "$rev" | tar -x -C "$dir"
+if [ ! -x "$dir/.venv/bin/mutmut" ]; then
+  python3 -m venv "$dir/.venv"
+  "$dir/.venv/bin/pip" install -q -e "$dir[dev]" "mutmut==3.8.1"
+fi
+
+cd "$dir"
+for module in "${modules[@]}"; do
+  rm -rf mutants
+  # pyproject.toml has no [tool.mutmut] section, so mutmut reads this file.
+  cat > setup.cfg <<EOF
+[mutmut]
+source_paths=src
+only_mutate=$module
+also_copy=
+    examples
+    docs
+pytest_add_cli_args_test_selection=
+    tests/engine
+    tests/plan
+pytest_add_cli_args=
+    -p
+    no:cacheprovider
+    -q
+EOF
+  echo "== $module"
+  status=0
+  timeout "$budget" nice -n 10 .venv/bin/mutmut run --max-children "$children" > "mutmut-$(basename "$module" .py).log" 2>&1 \
+    || status=$?
+  [ "$status" -eq 124 ] && echo "   stopped after ${budget}s: the score counts the mutants checked so far"
+  # Every mutant with its status (killed, survived, timeout, not checked...).
+  .venv/bin/mutmut results --all true > "results-$(basename "$module" .py).txt"
+  python3 - "$module" "results-$(basename "$module" .py).txt" <<'EOF' | sed "s/^/$rev /" | tee -a scores.txt
+import collections, sys
+counts = collections.Counter(line.rsplit(":", 1)[1].strip() for line in open(sys.argv[2]) if ":" in line)
+checked = counts["killed"] + counts["survived"] + counts["timeout"] + counts["segfault"]
+score = (checked - counts["survived"]) / checked if checked else 0.0
+print(f"{sys.argv[1]}: {score:.0%} killed of {checked} checked; {dict(counts)}")
+EOF
+done
