@@ -83,3 +83,17 @@ def test_what_tools_print_goes_to_stderr_never_into_the_json(tmp_path: Path) -> 
     assert doc["outputs"]["shell"]["stdout"].strip() == "from shell"
     for line in ("print says hello", "fd 1 says hello", "child says hello"):
         assert line in stderr
+
+
+@pytest.mark.parametrize(("args", "reason"), [
+    (("--bogus",), "No such option: --bogus"),
+    (("--concurrency", "abc"), "Invalid value for '--concurrency'"),
+])
+def test_a_command_line_typer_refuses_is_one_error_object_too(
+        tmp_path: Path, args: tuple[str, ...], reason: str) -> None:
+    plan = write_plan(tmp_path / "p.yaml", {"steps": [{"id": "a", "tool": "noop"}]})
+    code, value, err = run_cli("run", str(plan), "--journal", sqlite_url(tmp_path), "--json", *args)
+    assert code == 2
+    assert value["status"] == "error"
+    assert reason in value["error"]
+    assert reason in err  # the usual usage message still goes to stderr

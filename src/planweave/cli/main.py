@@ -608,7 +608,11 @@ def _report_outcome(outcome: Outcome, session: Session) -> None:
                   markup=False, style="dim")
 
 
+_JSON_PRINTED: list[bool] = []  # not empty once a --json command printed its object (main() checks it)
+
+
 def _print_json(value: Any) -> None:
+    _JSON_PRINTED.append(True)
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
     sys.stdout.flush()
 
@@ -1428,10 +1432,43 @@ def main() -> None:
 
     Also when tools left threads running: by then the journal is closed and the output written.
     """
+    # With --json, stdout holds one JSON object whatever happens: also when the command line itself is refused
+    # (an unknown option, a value of the wrong type), which Typer reports on stderr before any command runs.
+    stderr = _StderrTail(sys.stderr) if "--json" in sys.argv[1:] else None
+    if stderr is not None:
+        sys.stderr = stderr
     try:
         app(prog_name="planweave")
     except SystemExit as exc:
+        if stderr is not None and not _JSON_PRINTED and exc.code not in (0, None):
+            _print_json({"status": "error", "error": stderr.message() or f"exit code {exc.code}"})
         _exit(exc.code)
+
+
+class _StderrTail:
+    """A stderr that also keeps the last few KiB written to it: the text of an error Typer printed."""
+
+    _KEEP = 4096
+    _FRAME = str.maketrans("", "", "╭╮╰╯─│")
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._tail = ""
+
+    def write(self, text: str) -> int:
+        self._tail = (self._tail + text)[-self._KEEP:]
+        return int(self._stream.write(text))
+
+    def message(self) -> str:
+        """The error as one line: the usage error's panel without its frame, or the last thing printed."""
+        lines = [" ".join(line.translate(self._FRAME).split()) for line in self._tail.splitlines()]
+        lines = [line for line in lines if line]
+        if "Error" in lines:
+            lines = lines[lines.index("Error") + 1:]
+        return " ".join(lines)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _exit(code: str | int | None) -> NoReturn:
