@@ -13,14 +13,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from planweave.engine.state import StepRecord
 from planweave.errors import PlanError, PlanInvalid, PlanProblem
 from planweave.plan.graph import Plan, validate_plan
 from planweave.plan.model import PlanSpec, Step
 from planweave.plan.refs import compile_args, rename_refs
 
 _DEAD = ("failed", "cancelled", "skipped")
+
+
+class StatusRecord(Protocol):
+    """What splicing reads of a step's record: its status (``engine.state.StepRecord`` is one).
+
+    A protocol rather than an import of ``engine.state``, which folds plan versions with :func:`splice_diff`: the
+    dependency runs one way, state -> splice.
+    """
+
+    @property
+    def status(self) -> str: ...
 
 
 class StaleProposal(PlanError):
@@ -50,7 +61,7 @@ def _same(old: Plan, new: Plan, sid: str) -> bool:
     return sid in old.steps and old.fingerprints[sid] == new.fingerprints[sid]
 
 
-def splice_diff(records: Mapping[str, StepRecord], old: Plan, new: Plan) -> SpliceDiff:
+def splice_diff(records: Mapping[str, StatusRecord], old: Plan, new: Plan) -> SpliceDiff:
     """Classify every step of ``old`` and ``new`` given the current step ``records`` of the old version."""
     added, kept, adopted, unchanged, cancelled, dropped = [], [], [], [], [], []
     for sid in new.order:
@@ -86,7 +97,7 @@ def _referenced(step: Step) -> set[str]:
 def merge_proposal(  # noqa: C901 (matching by fingerprint, every case commented)
     proposal: PlanSpec,
     old: Plan,
-    records: Mapping[str, StepRecord],
+    records: Mapping[str, StatusRecord],
     *,
     source: str = "proposal",
 ) -> tuple[PlanSpec, dict[str, str]]:

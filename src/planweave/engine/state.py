@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from planweave.engine.events import Event
+from planweave.engine.splice import splice_diff
 from planweave.errors import JournalError
 from planweave.plan.graph import Plan
 from planweave.plan.model import StepStatus
@@ -355,8 +356,6 @@ class RunState:
 
     # -- plan versions ----------------------------------------------------------------------------------------------
     def _plan_version(self, event: Event) -> Sequence[str]:
-        from planweave.engine.splice import splice_diff  # splice builds on this module
-
         new_plan = self._plan_from(event.data["plan"], int(event.data["version"]), event.data.get("parent"))
         diff = splice_diff(self.records, self.plan, new_plan)
         self.versions.append({

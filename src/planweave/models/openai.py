@@ -38,7 +38,7 @@ import httpx
 import jsonschema
 import orjson
 
-from planweave.models import (
+from planweave.models.base import (
     Chunk,
     Completion,
     CompletionRequest,

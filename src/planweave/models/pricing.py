@@ -19,7 +19,7 @@ import orjson
 import yaml
 
 if TYPE_CHECKING:
-    from planweave.models import CompletionRequest
+    from planweave.models.base import CompletionRequest
 
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text with BPE tokenizers
 MESSAGE_OVERHEAD_TOKENS = 4  # role markers and separators a chat template adds per message

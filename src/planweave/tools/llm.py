@@ -14,23 +14,26 @@ from typing import Any
 
 from planweave.engine.context import current_step
 from planweave.errors import ToolError
-from planweave.models import Completion, CompletionRequest, Delta, ModelClient, check_schema
-from planweave.models.budget import Budget, Reservation
-from planweave.models.errors import (
+from planweave.models import (
+    CHARS_PER_TOKEN,
+    DEFAULT_MAX_TOKENS,
+    Budget,
     BudgetExceeded,
+    Completion,
+    CompletionRequest,
+    Delta,
     LocalModelUnavailable,
     MalformedOutput,
+    ModelClient,
     ModelError,
     ModelTimeout,
     ModelUnavailable,
+    PriceTable,
     ProviderError,
     RateLimited,
-)
-from planweave.models.pricing import (
-    CHARS_PER_TOKEN,
-    DEFAULT_MAX_TOKENS,
-    PriceTable,
+    Reservation,
     approx_prompt_tokens,
+    check_schema,
     worst_case,
 )
 from planweave.tools.registry import Tool

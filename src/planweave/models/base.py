@@ -1,0 +1,124 @@
+"""The model interface's data types and protocol: requests, completions, stream chunks and :class:`ModelClient`.
+
+A leaf of the models package: it imports no other models module, so the clients (``openai``, ``local``) build on it
+and the package's ``__init__`` re-exports it without an import cycle. Import these names from
+:mod:`planweave.models`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Role = Literal["system", "user", "assistant"]
+UsageSource = Literal["server", "estimated"]
+StructuredMode = Literal["json_schema", "json_object", "prompt"]
+"""How structured output was asked for: ``response_format`` json_schema, json_object with a schema, or only the
+prompt (the reply is then checked client-side)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One chat message."""
+
+    role: Role
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    """What to ask a model: messages, limits and, with ``schema``, a JSON schema the reply must match.
+
+    ``model`` None means the client's default model. ``max_tokens`` None means the server's default (a budget cannot
+    bound such a call, so the ``llm`` tool always sets it).
+    """
+
+    messages: tuple[Message, ...]
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    schema: Mapping[str, Any] | None = field(default=None, hash=False)
+    schema_name: str = "result"
+    stop: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, prompt: str, *, system: str | None = None, **options: Any) -> CompletionRequest:
+        """A request of one user message, after an optional system message."""
+        messages = (Message("system", system),) if system else ()
+        return cls(messages=(*messages, Message("user", prompt)), **options)
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of streamed reply text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """A finished model call: the reply, its parsed JSON (when a schema was asked for), usage and cost.
+
+    ``usage_source`` says whether the token counts came from the server or were estimated (four characters per
+    token) because it sent none. ``cost_usd`` is None when the price table has no price for ``model``.
+    """
+
+    text: str
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    usage_source: UsageSource
+    cost_usd: float | None
+    finish_reason: str | None = None
+    parsed: Any = None
+    structured_mode: StructuredMode | None = None
+    first_token_s: float | None = None
+    duration_s: float = 0.0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+Chunk = Delta | Completion
+"""An item of :meth:`ModelClient.stream`: text deltas, then exactly one :class:`Completion` last."""
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """What the planner and the ``llm`` tool need from a model: a default model name, a call, a streamed call.
+
+    Errors are :class:`ModelError` subclasses (never a transport library's exceptions); :class:`MalformedOutput`
+    when a schema was given and the reply does not match it; ValueError, before anything is sent, when the schema
+    itself is not a valid JSON schema.
+    """
+
+    @property
+    def model(self) -> str:
+        """The model used when a request names none."""
+        ...
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        """Run the request and return the whole completion."""
+        ...
+
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
+        """Run the request, yielding :class:`Delta` items as text arrives and then one :class:`Completion`.
+
+        Close the generator when leaving early (``contextlib.aclosing``) so the connection and the model's
+        concurrency slot are released at once.
+        """
+        ...
+
+
+def check_schema(schema: Mapping[str, Any]) -> None:
+    """Raise ValueError if ``schema`` is not a valid JSON schema (checked before a call is sent)."""
+    import jsonschema  # ~80 ms to import: only when a schema is checked
+
+    try:
+        plain = dict(schema)
+        jsonschema.validators.validator_for(plain).check_schema(plain)
+    except jsonschema.SchemaError as exc:
+        path = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+        raise ValueError(f"not a valid JSON schema at {path}: {exc.message}") from None
