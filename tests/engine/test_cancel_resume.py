@@ -11,7 +11,7 @@ from planweave import Engine, RunError, VirtualClock, builtin_tools, run_virtual
 from planweave.engine.state import RunState
 from planweave.journal.memory import MemoryJournal
 from planweave.plan.graph import parse_plan_document, validate_plan
-from tests.engine.conftest import Recorder
+from tests.engine.conftest import JournalAt, Recorder
 
 CHAIN = {"steps": [
     {"id": "a", "tool": "work", "args": {"name": "a", "seconds": 1}},
@@ -21,11 +21,10 @@ CHAIN = {"steps": [
 ]}
 
 
-def test_cancel_stops_in_flight_steps_promptly_and_is_journaled(recorder: Recorder) -> None:
-    journal = MemoryJournal()
-
+def test_cancel_stops_in_flight_steps_promptly_and_is_journaled(recorder: Recorder, journal_at: JournalAt) -> None:
     async def go() -> Any:
-        async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(),
+                                                          tools=recorder.toolbox()) as engine:
             run = await engine.start(CHAIN)
             await asyncio.sleep(2)  # a done, b and c running
             run.cancel("enough")
@@ -39,23 +38,23 @@ def test_cancel_stops_in_flight_steps_promptly_and_is_journaled(recorder: Record
     assert steps["a"]["status"] == "succeeded"
     assert steps["b"]["status"] == steps["c"]["status"] == steps["d"]["status"] == "cancelled"
     assert "b" not in recorder.ends and "d" not in recorder.starts
-    kinds = [e.kind for e in run_virtual(journal.read())]
+    kinds = [e.kind for e in journal_at.events()]
     assert kinds[-2:] == ["run_cancelled", "run_finished"]
 
 
-def test_fold_of_the_journal_equals_the_live_state(recorder: Recorder) -> None:
-    journal = MemoryJournal()
+def test_fold_of_the_journal_equals_the_live_state(recorder: Recorder, journal_at: JournalAt) -> None:
     doc = {"steps": [*CHAIN["steps"], {"id": "f", "tool": "work", "args": {"name": "f", "fail_times": 1},
                                        "retries": {"max": 1, "backoff": 1}}]}
 
     async def go() -> Any:
-        async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(),
+                                                          tools=recorder.toolbox()) as engine:
             run = await engine.start(doc)
             await run.wait()
             return run
 
     run = run_virtual(go())
-    events = run_virtual(journal.read(run.id))
+    events = journal_at.events(run.id)
     plan = validate_plan(parse_plan_document(doc))
     replay = RunState(run.id, plan, events[0].data["idempotent"])
     for e in events:
@@ -63,12 +62,11 @@ def test_fold_of_the_journal_equals_the_live_state(recorder: Recorder) -> None:
     assert replay.summary() == run.state.summary()
 
 
-def test_interrupted_run_resumes_without_redoing_finished_steps(recorder: Recorder) -> None:
-    journal = MemoryJournal()
+def test_interrupted_run_resumes_without_redoing_finished_steps(recorder: Recorder, journal_at: JournalAt) -> None:
     tools = recorder.toolbox()
 
     async def interrupted() -> str:
-        async with Engine(journal, clock=VirtualClock(), tools=tools) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(), tools=tools) as engine:
             run = await engine.start(CHAIN)
             await asyncio.sleep(2)
             return run.id  # leaving the engine interrupts the run: nothing recorded as finished
@@ -77,7 +75,7 @@ def test_interrupted_run_resumes_without_redoing_finished_steps(recorder: Record
     assert recorder.calls == ["a", "b", "c"]
 
     async def resume(retry_unknown: bool) -> Any:
-        async with Engine(journal, clock=VirtualClock(), tools=tools) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(), tools=tools) as engine:
             run = await engine.resume(run_id, retry_unknown=retry_unknown)
             return await run.wait()
 
@@ -94,11 +92,9 @@ def test_interrupted_run_resumes_without_redoing_finished_steps(recorder: Record
     assert second.outputs["a"] == {"name": "a"}  # reused from the journal, not recomputed
 
 
-def test_resume_of_a_finished_run_is_refused() -> None:
-    journal = MemoryJournal()
-
+def test_resume_of_a_finished_run_is_refused(journal_at: JournalAt) -> None:
     async def go() -> None:
-        async with Engine(journal, clock=VirtualClock()) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock()) as engine:
             run = await engine.start({"steps": [{"id": "a", "tool": "noop"}]})
             await run.wait()
             with pytest.raises(RunError, match="already ended: succeeded"):

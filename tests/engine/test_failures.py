@@ -7,24 +7,24 @@ import threading
 from typing import Any
 
 from planweave import RetryPolicy, Toolbox, ToolError, builtin_tools
-from tests.engine.conftest import Recorder, run_plan
+from tests.engine.conftest import JournalAt, Recorder, run_plan
 
 
-def test_retries_until_success_with_exponential_backoff(recorder: Recorder) -> None:
+def test_retries_until_success_with_exponential_backoff(recorder: Recorder, journal_at: JournalAt) -> None:
     result = run_plan({"steps": [{
         "id": "flaky", "tool": "work", "args": {"name": "flaky", "seconds": 1, "fail_times": 3},
         "retries": {"max": 3, "backoff": 2, "factor": 2, "jitter": 0},
-    }]}, recorder.toolbox())
+    }]}, recorder.toolbox(), journal=journal_at)
     assert result.ok
     assert result.summary["steps"]["flaky"]["attempts"] == 4
     # attempt k ends at start+1; waits are 2, 4, 8 seconds
     assert recorder.starts["flaky"] == [0.0, 3.0, 8.0, 17.0]
 
 
-def test_retries_exhausted_fail_with_the_last_error(recorder: Recorder) -> None:
+def test_retries_exhausted_fail_with_the_last_error(recorder: Recorder, journal_at: JournalAt) -> None:
     result = run_plan({"steps": [{
         "id": "flaky", "tool": "work", "args": {"name": "flaky", "fail_times": 9}, "retries": {"max": 2, "backoff": 0},
-    }]}, recorder.toolbox())
+    }]}, recorder.toolbox(), journal=journal_at)
     assert result.status == "failed"
     assert result.summary["steps"]["flaky"]["attempts"] == 3
     assert result.summary["steps"]["flaky"]["error"] == "ConnectionError: flaky flaked"
@@ -53,12 +53,12 @@ def test_only_listed_error_kinds_are_retried(recorder: Recorder) -> None:
     assert result.ok and result.summary["steps"]["f"]["attempts"] == 2
 
 
-def test_timeout_fails_a_hanging_tool_and_is_retried(recorder: Recorder) -> None:
+def test_timeout_fails_a_hanging_tool_and_is_retried(recorder: Recorder, journal_at: JournalAt) -> None:
     result = run_plan({"steps": [
         {"id": "hang", "tool": "sleep", "args": {"seconds": 10**9}, "timeout": 5, "retries": {"max": 1, "backoff": 1,
                                                                                               "jitter": 0}},
         {"id": "after", "tool": "noop", "after": ["hang"]},
-    ]}, recorder.toolbox())
+    ]}, recorder.toolbox(), journal=journal_at)
     assert result.status == "failed"
     hang = result.summary["steps"]["hang"]
     assert hang["attempts"] == 2 and hang["error"] == "timed out after 5s"
@@ -66,7 +66,7 @@ def test_timeout_fails_a_hanging_tool_and_is_retried(recorder: Recorder) -> None
     assert result.summary["steps"]["after"]["status"] == "skipped"
 
 
-def test_raising_tools_never_crash_the_run() -> None:
+def test_raising_tools_never_crash_the_run(journal_at: JournalAt) -> None:
     box = builtin_tools()
 
     async def raises_base() -> None:
@@ -89,7 +89,7 @@ def test_raising_tools_never_crash_the_run() -> None:
         {"id": "c", "tool": "raises_cancelled"},
         {"id": "d", "tool": "sync_raises"},
         {"id": "ok", "tool": "noop"},
-    ], "on_failure": "continue"}, box)
+    ], "on_failure": "continue"}, box, journal=journal_at)
     steps = result.summary["steps"]
     assert steps["a"]["error"] == "KeyError: 'missing'" and steps["a"]["attempts"] == 3
     assert steps["b"]["error"] == "quota exhausted" and steps["b"]["attempts"] == 1
@@ -98,7 +98,7 @@ def test_raising_tools_never_crash_the_run() -> None:
     assert steps["ok"]["status"] == "succeeded"
 
 
-def test_unserialisable_output_fails_the_step_not_the_run() -> None:
+def test_unserialisable_output_fails_the_step_not_the_run(journal_at: JournalAt) -> None:
     box = builtin_tools()
 
     async def weird() -> Any:
@@ -106,18 +106,18 @@ def test_unserialisable_output_fails_the_step_not_the_run() -> None:
 
     box.add(weird)
     result = run_plan({"steps": [{"id": "w", "tool": "weird", "retries": 3}, {"id": "n", "tool": "noop"}],
-                       "on_failure": "continue"}, box)
+                       "on_failure": "continue"}, box, journal=journal_at)
     steps = result.summary["steps"]
     assert steps["w"]["status"] == "failed" and steps["w"]["attempts"] == 1
     assert "not JSON-serialisable" in steps["w"]["error"]
     assert steps["n"]["status"] == "succeeded"
 
 
-def test_bad_reference_at_run_time_fails_clearly() -> None:
+def test_bad_reference_at_run_time_fails_clearly(journal_at: JournalAt) -> None:
     result = run_plan({"steps": [
         {"id": "a", "tool": "noop", "args": {"items": []}},
         {"id": "b", "tool": "noop", "args": {"x": "${a.items[0]}"}, "retries": 3},
-    ]})
+    ]}, journal=journal_at)
     b = result.summary["steps"]["b"]
     assert b["status"] == "failed" and b["attempts"] == 1
     assert b["error"] == "${a.items[0]}: a.items has no index 0 (a list of 0)"

@@ -8,7 +8,7 @@ from typing import Any
 from planweave import Engine, RunResult, VirtualClock, run_virtual
 from planweave.engine.state import RunState
 from planweave.journal.memory import MemoryJournal
-from tests.engine.conftest import Recorder
+from tests.engine.conftest import JournalAt, Recorder
 
 # The only sink needs 'bad', which fails at t=1; 'long' is a 40 s branch whose work nobody will use.
 DOOMED = {"steps": [
@@ -19,17 +19,18 @@ DOOMED = {"steps": [
 ]}
 
 
-def run(doc: dict[str, Any], recorder: Recorder, journal: MemoryJournal | None = None, **start: Any) -> RunResult:
+def run(doc: dict[str, Any], recorder: Recorder, journal: JournalAt | None = None, **start: Any) -> RunResult:
     async def go() -> RunResult:
-        async with Engine(journal or MemoryJournal(), clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+        async with (journal or JournalAt("memory://", MemoryJournal())).open() as opened, Engine(
+            opened, clock=VirtualClock(), tools=recorder.toolbox()
+        ) as engine:
             return await (await engine.start(doc, **start)).wait()
 
     return run_virtual(go())
 
 
-def test_a_doomed_run_stops_right_after_the_failure(recorder: Recorder) -> None:
-    journal = MemoryJournal()
-    result = run(DOOMED, recorder, journal)
+def test_a_doomed_run_stops_right_after_the_failure(recorder: Recorder, journal_at: JournalAt) -> None:
+    result = run(DOOMED, recorder, journal_at)
     assert result.status == "failed"
     assert result.error is not None and result.error.startswith("step 'bad' failed: ConnectionError: bad flaked")
     assert result.state.finished_at == 1.0  # not 41: the 40 s branch was cancelled
@@ -38,16 +39,16 @@ def test_a_doomed_run_stops_right_after_the_failure(recorder: Recorder) -> None:
     assert steps["long"]["error"] == "the run stopped: step 'bad' failed and nothing can repair it"
     assert steps["later"]["status"] == "pending" and "later" not in recorder.starts  # nothing new started
     assert steps["sink"]["status"] == "skipped"
-    events = run_virtual(journal.read(result.run_id))
+    events = journal_at.events(result.run_id)
     assert RunState.from_events(result.run_id, events).summary() == result.state.summary()
 
 
-def test_a_resume_reruns_the_steps_a_stop_cancelled(recorder: Recorder) -> None:
-    journal = MemoryJournal()
-    first = run(DOOMED, recorder, journal)
+def test_a_resume_reruns_the_steps_a_stop_cancelled(recorder: Recorder, journal_at: JournalAt) -> None:
+    first = run(DOOMED, recorder, journal_at)
 
     async def go() -> RunResult:
-        async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(),
+                                                          tools=recorder.toolbox()) as engine:
             return await (await engine.resume(first.run_id)).wait()
 
     again = run_virtual(go())

@@ -15,15 +15,15 @@ from planweave.engine.state import RunState
 from planweave.journal.memory import MemoryJournal
 from planweave.plan.graph import parse_plan_document, validate_plan
 from planweave.plan.model import PlanSpec
-from tests.engine.conftest import Recorder
+from tests.engine.conftest import JournalAt, Recorder
 
 
 def w(sid: str, seconds: float, name: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"id": sid, "tool": "work", "args": {"name": name or sid, "seconds": seconds}, **extra}
 
 
-def replay(journal: MemoryJournal, run_id: str) -> RunState:
-    events = run_virtual(journal.read(run_id))
+def replay(journal: MemoryJournal | JournalAt, run_id: str) -> RunState:
+    events = journal.events(run_id) if isinstance(journal, JournalAt) else run_virtual(journal.read(run_id))
     raw = events[0].data["plan"]
     plan = validate_plan(raw if isinstance(raw, PlanSpec) else parse_plan_document(raw))
     state = RunState(run_id, plan, events[0].data["idempotent"])
@@ -68,11 +68,10 @@ def test_extend_rejects_bad_lines_and_keeps_what_was_done(recorder: Recorder) ->
     assert result.ok and set(result.summary["steps"]) == {"a", "d"}
 
 
-def test_splice_keeps_finished_adopts_running_cancels_and_drops(recorder: Recorder) -> None:
-    journal = MemoryJournal()
-
+def test_splice_keeps_finished_adopts_running_cancels_and_drops(recorder: Recorder, journal_at: JournalAt) -> None:
     async def go() -> Any:
-        async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(),
+                                                          tools=recorder.toolbox()) as engine:
             run = await engine.start({"steps": [
                 w("fetch", 1), w("slow", 10), w("doomed", 10), w("later", 1, after=["slow"]),
                 w("report", 1, after=["fetch", "later"]),
@@ -99,12 +98,13 @@ def test_splice_keeps_finished_adopts_running_cancels_and_drops(recorder: Record
     assert recorder.starts["summary"] == [10.0]  # right when the adopted step finished
     assert set(result.summary["steps"]) == {"fetch", "slow", "summary"}
     assert result.state.versions[-1]["renamed"] == {"slow2": "slow", "fetch_again": "fetch"}
-    assert replay(journal, run_id).summary() == result.state.summary()
+    assert replay(journal_at, run_id).summary() == result.state.summary()
 
 
-def test_proposal_depending_on_a_failed_step_is_stale(recorder: Recorder) -> None:
+def test_proposal_depending_on_a_failed_step_is_stale(recorder: Recorder, journal_at: JournalAt) -> None:
     async def go() -> None:
-        async with Engine(MemoryJournal(), clock=VirtualClock(), tools=recorder.toolbox()) as engine:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(),
+                                                          tools=recorder.toolbox()) as engine:
             run = await engine.start({"steps": [
                 {"id": "bad", "tool": "work", "args": {"name": "bad", "fail_times": 9}}, w("long", 5),
             ], "on_failure": "continue"})
