@@ -51,9 +51,10 @@ from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunError, RunNotFound
 from planweave.extras import require
 from planweave.journal import Journal, default_journal_url, open_journal
-from planweave.plan.defaults import check_seconds, unbounded_steps, with_default_timeout
+from planweave.plan.defaults import check_seconds, with_default_timeout
 from planweave.plan.graph import validate_plan
 from planweave.planfile import load_plan_file
+from planweave.runview import run_overview, run_report, stored_outputs, unbounded
 from planweave.tools import Tool, Toolbox, builtin_tools
 from planweave.tools.isolation import ToolThreads
 from planweave.tools.safety import SecretRedactor, redact, secret_values
@@ -123,48 +124,22 @@ class JournaledRun:
         return self.last_at
 
     def overview(self) -> dict[str, Any]:
-        """The ``runs --json`` object: id, plan, status, times, error and step counts by state."""
-        if self.state is None:
-            return {"run_id": self.run_id, "plan": None, "status": self.status, "started_at": None,
-                    "finished_at": None, "makespan_s": None, "error": self.problem, "steps": {}, "waiting": {}}
-        summary = self.state.summary()
-        return {
-            "run_id": self.run_id,
-            "plan": self.state.plan.spec.name or None,
-            "status": self.status,
-            "started_at": summary["started_at"],
-            "finished_at": summary["finished_at"],
-            "makespan_s": summary["makespan_s"],
-            "error": summary["error"],
-            "steps": self.state.counts(),
-            "waiting": self.state.waiting_steps(),
-            "unbounded": _unbounded(self.state),
-        }
+        """The ``runs --json`` object (as ``GET /runs``): :func:`planweave.runview.run_overview`."""
+        return run_overview(self.run_id, self.state, self.status, self.problem)
 
     def report(self) -> dict[str, Any]:
-        """The ``show --json`` object: the ``run --json`` summary (outputs too) plus root cause, owner, attempts."""
+        """The ``show --json`` object: :func:`planweave.runview.run_report` (as ``GET /runs/{id}``) plus the owner."""
         assert self.state is not None
-        report = self.state.summary()
-        report["status"] = self.status
-        report["outputs"] = outputs_summary(self.state, self.outputs, redact=shown_redaction())
-        report["plan"] = self.state.plan.spec.name or None
-        report["root_cause"] = self.state.root_cause
-        report["unbounded"] = _unbounded(self.state)
+        report = run_report(self.state, self.status, self.outputs, redact=shown_redaction())  # as GET /runs/{id}
         report["owner"] = dict(self.owner)
-        for sid, step in report["steps"].items():
-            rec = self.state.records[sid]
-            step["duration_s"] = views.step_elapsed(rec, None)
-            step["attempt_log"] = [
-                {"attempt": a, "started_at": s, "finished_at": f, "outcome": o} for a, s, f, o in rec.attempt_log
-            ]
         hide = shown_redaction()
         shown: dict[str, Any] = report if hide is None else hide(report)
         return shown
 
 
 def _unbounded(state: RunState) -> list[str]:
-    """The ``"unbounded"`` of the JSON reports: the plan's steps that may wait forever (no timeout, or over a day)."""
-    return unbounded_steps(state.plan.steps[sid] for sid in state.plan.order)
+    """The ``"unbounded"`` of the JSON reports (:func:`planweave.runview.unbounded`)."""
+    return unbounded(state)
 
 
 def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
@@ -202,11 +177,7 @@ async def read_run(url: str, run_id: str, *, outputs: bool = False) -> Journaled
         if run.state is None:
             raise JournalError(f"run '{run_id}' in the journal {url}: {run.problem}")
         if outputs:
-            refs = {sid: r.output_ref for sid, r in run.state.records.items()
-                    if r.status == "succeeded" and r.output_ref}
-            blobs = await journal.get_blobs(set(refs.values()))
-            found = {sid: blobs[ref] for sid, ref in refs.items() if ref in blobs}
-            run = dataclasses.replace(run, outputs=found, events=events)
+            run = dataclasses.replace(run, outputs=await stored_outputs(journal, run.state), events=events)
     return run
 
 

@@ -16,13 +16,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planweave.engine.events import Event
-from planweave.engine.report import Redact, outputs_summary
 from planweave.engine.runtime import Engine, Run, process_alive
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanweaveError, RunNotFound
 from planweave.journal.base import Journal
 from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.plan.model import PlanSpec
+from planweave.runview import run_overview, run_report, stored_outputs
+
+__all__ = [  # run_report and stored_outputs are planweave.runview's, the one read model the CLI shares
+    "HTTP_SOURCE", "IndexedRun", "RunIndex", "active_run", "owner_gone", "plan_from_document", "plan_view",
+    "recover_orphans", "run_report", "stored_outputs",
+]
 
 log = logging.getLogger("planweave.server")
 
@@ -139,26 +144,8 @@ class RunIndex:
         return run.state.status
 
     def overview(self, run: IndexedRun) -> dict[str, Any]:
-        """The ``GET /runs`` item (as ``planweave runs --json``): id, plan name, status, times, error, step counts and
-        the steps waiting for a person (``{step: "waiting_approval" | "waiting_input"}``)."""
-        status = self.status(run)
-        if run.state is None:
-            return {"run_id": run.run_id, "plan": None, "status": status, "started_at": None, "finished_at": None,
-                    "makespan_s": None, "error": run.problem, "steps": {}, "waiting": {}}
-        summary = run.state.summary()
-        return {
-            "run_id": run.run_id,
-            "plan": run.state.plan.spec.name or None,
-            "status": status,
-            "started_at": summary["started_at"],
-            "finished_at": summary["finished_at"],
-            "makespan_s": summary["makespan_s"],
-            "error": summary["error"],
-            "steps": run.state.counts(),
-            "waiting": run.state.waiting_steps(),
-            "tokens": summary.get("tokens"),
-            "cost_usd": summary.get("cost_usd"),
-        }
+        """The ``GET /runs`` item (as ``planweave runs --json``): :func:`planweave.runview.run_overview`."""
+        return run_overview(run.run_id, run.state, self.status(run), run.problem)
 
     def orphans(self) -> list[str]:
         """Runs submitted over HTTP that the journal shows running but whose process is gone: to resume."""
@@ -166,29 +153,6 @@ class RunIndex:
             run.run_id for run in self._runs.values()
             if run.source == HTTP_SOURCE and self.status(run) == "interrupted"
         ]
-
-
-def run_report(
-    state: RunState, status: str | None = None, outputs: Mapping[str, Any] | None = None,
-    redact: Redact | None = None,
-) -> dict[str, Any]:
-    """The ``planweave run --json`` object: :meth:`RunState.summary` plus the root cause (status overridable) and,
-    given ``outputs``, ``"outputs"`` as :func:`~planweave.engine.report.outputs_summary` shows them (redacted)."""
-    report = state.summary()
-    if status is not None:
-        report["status"] = status
-    report["root_cause"] = state.root_cause
-    if outputs is not None:
-        report["outputs"] = outputs_summary(state, outputs, redact=redact)
-    return report
-
-
-async def stored_outputs(journal: Journal, state: RunState) -> dict[str, Any]:
-    """The outputs of the succeeded steps of ``state`` as the journal stores them (one read of their blobs)."""
-    refs = {sid: rec.output_ref for sid, rec in state.records.items()
-            if rec.status == "succeeded" and rec.output_ref is not None}
-    blobs = await journal.get_blobs(set(refs.values()))
-    return {sid: blobs[ref] for sid, ref in refs.items() if ref in blobs}
 
 
 def plan_view(state: RunState, plan: Plan) -> dict[str, Any]:
