@@ -320,9 +320,19 @@ class Run:
             self._give_back(claims)  # stale queue entry: cancelled, replaced by a new version, or a duplicate
             return
         attempt = rec.attempts + 1
-        # Emitted now, so no second launch can see it ready. Event data is never mutated: shared dicts are safe.
+        attempt_coro = self._execute(rec, attempt, claims)
+        try:
+            task = tg.create_task(attempt_coro)
+        except RuntimeError:
+            # The run's TaskGroup is shutting down (the run is being cancelled or interrupted) and an admission
+            # arrived meanwhile: the step stays ready (a resume runs it) and the coroutine is closed, not leaked.
+            attempt_coro.close()
+            self._give_back(claims)
+            return
+        # Emitted before the task first runs, so no second launch can see it ready. Event data is never mutated:
+        # shared dicts are safe.
         self._emit("step_started", sid, _STARTED[attempt] if attempt < 4 else {"attempt": attempt})
-        self._tasks[sid] = tg.create_task(self._execute(rec, attempt, claims))
+        self._tasks[sid] = task
 
     async def _execute(self, rec: StepRecord, attempt: int, claims: Claim | None) -> None:
         """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome."""
