@@ -137,7 +137,9 @@ def test_answers_name_the_problem(recorder: Recorder) -> None:
     errors: list[str] = []
 
     async def person(run: Run) -> None:
-        for call in (lambda: run.approve("deplyo"), lambda: run.approve("build"), lambda: run.send("deploy", 1)):
+        calls: tuple[Callable[[], object], ...] = (
+            lambda: run.approve("deplyo"), lambda: run.approve("build"), lambda: run.send("deploy", 1))
+        for call in calls:
             try:
                 call()
             except RunError as exc:

@@ -92,10 +92,10 @@ def _both(value: Any, tmp: Path) -> tuple[Harness, RunResult, Harness, RunResult
 
 
 # -- the property -------------------------------------------------------------------------------------------------
-_scalars = (
+_scalars: st.SearchStrategy[Any] = (
     st.none() | st.booleans() | st.integers() | st.integers(min_value=2**63 - 2, max_value=2**200)
     | st.integers(min_value=-(2**200), max_value=-(2**63) + 2)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(st.characters(exclude_categories=("Cs",)), max_size=8)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(st.characters(exclude_categories=["Cs"]), max_size=8)
 )
 _keys = st.text(max_size=4, alphabet="ab1_ ") | st.integers(min_value=-5, max_value=5) | st.integers(min_value=2**64)
 _outputs = st.recursive(

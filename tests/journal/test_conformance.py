@@ -472,7 +472,8 @@ async def test_postgres_schemas_keep_journals_apart(pg_backend: Backend) -> None
 
 async def test_read_can_filter_by_kind(backend: Backend) -> None:
     async with open_journal(backend.url) as journal:
-        for i, kind in enumerate(["step_started", "run_cancel_requested", "step_started", "run_cancel_requested"]):
+        kinds: list[EventKind] = ["step_started", "run_cancel_requested", "step_started", "run_cancel_requested"]
+        for i, kind in enumerate(kinds):
             journal.append(ev("r", i, kind, "s" if kind == "step_started" else None))
         journal.append(ev("other", 9, "run_cancel_requested", None))
         await journal.flush()
@@ -527,8 +528,8 @@ async def test_refused_events_are_never_in_a_batch(backend: Backend, where: str)
 
 
 async def test_integers_of_any_size_round_trip_exactly(backend: Backend) -> None:
-    big = {"n": 2**70, "neg": -(2**80), "edge": 2**64, "small": 2**63 - 1, "f": 0.1, "s": "12345678901234567890123",
-           "nested": [[3**50, {"k": 10**30}]]}
+    big: dict[str, Any] = {"n": 2**70, "neg": -(2**80), "edge": 2**64, "small": 2**63 - 1, "f": 0.1,
+                           "s": "12345678901234567890123", "nested": [[3**50, {"k": 10**30}]]}
     async with open_journal(backend.url) as journal:
         ref = journal.put_blob(big)
         assert ref == journal.put_blob(dict(reversed(big.items())))  # canonical: key order does not matter

@@ -23,10 +23,9 @@ import yaml
 
 from planweave import Engine, JournalError, RunError
 from planweave.journal import open_journal
+from tests.journal import effect_tools  # subprocesses load it by name: --tools effect_tools:toolbox
 
 HERE = Path(__file__).parent
-sys.path.insert(0, str(HERE))
-import effect_tools  # noqa: E402  (loaded by name, like the CLI's --tools effect_tools:toolbox)
 
 EFFECTS = ["e1", "e2", "e3", "e4"]
 

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ DOC = {
 }
 
 
-def effective(doc: dict) -> Plan:
+def effective(doc: dict[str, Any]) -> Plan:
     return validate_plan(parse_plan_document(doc))
 
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
 from planweave import PlanInvalid, builtin_tools, parse_plan_document, validate_plan
 from planweave.plan.model import RetryPolicy
 
-BASE = {"steps": [
+BASE: dict[str, Any] = {"steps": [
     {"id": "a", "tool": "noop", "args": {"x": 1}},
     {"id": "b", "tool": "noop", "args": {"y": "${a.x}"}, "timeout": 5},
 ]}
 
 
-def problems(doc: dict) -> list[str]:
+def problems(doc: dict[str, Any]) -> list[str]:
     with pytest.raises(PlanInvalid) as info:
         validate_plan(parse_plan_document(doc), builtin_tools(), {})
     return [str(p) for p in info.value.problems]
@@ -68,7 +69,7 @@ def test_plans_without_new_keys_keep_their_fingerprints_and_documents() -> None:
 ])
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 1e308])
 def test_durations_must_be_finite(where: tuple[str, ...], value: float) -> None:
-    step: dict = {"id": "a", "tool": "noop"}
+    step: dict[str, Any] = {"id": "a", "tool": "noop"}
     if len(where) == 1:
         step[where[0]] = value
     else:

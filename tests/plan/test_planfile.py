@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -114,7 +115,7 @@ PLAN_KEYS = ["steps", "defaults", "on_failure", "capacities", "concurrency", "na
 @st.composite
 def mutated_plans(draw: st.DrawFn) -> bytes:
     """A valid plan with random keys replaced by random values, serialised as JSON or YAML (maybe corrupted)."""
-    doc: dict = {"steps": [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "sleep", "args": {"seconds": 0},
+    doc: dict[str, Any] = {"steps": [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "sleep", "args": {"seconds": 0},
                                                           "after": ["a"]}]}
     for _ in range(draw(st.integers(0, 4))):
         step = draw(st.sampled_from(doc["steps"]))

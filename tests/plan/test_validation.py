@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from planweave import PlanInvalid, builtin_tools, parse_plan_document, validate_plan
 from planweave.plan.graph import Plan
 
 
-def check(doc: dict, capacities: dict[str, int] | None = None) -> Plan:
+def check(doc: dict[str, Any], capacities: dict[str, int] | None = None) -> Plan:
     return validate_plan(parse_plan_document(doc), builtin_tools(), capacities if capacities is not None else {})
 
 
-def problems(doc: dict, capacities: dict[str, int] | None = None) -> list[str]:
+def problems(doc: dict[str, Any], capacities: dict[str, int] | None = None) -> list[str]:
     with pytest.raises(PlanInvalid) as info:
         check(doc, capacities)
     return [str(p) for p in info.value.problems]

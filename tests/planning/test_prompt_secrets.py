@@ -32,7 +32,7 @@ async def test_a_repair_prompt_does_not_show_the_model_a_secret_and_a_restated_s
 
     tools.add(token, name="token", idempotent=True)
     tools.add(use, name="use")
-    first = [{"id": "t", "tool": "token"},
+    first: list[dict[str, Any]] = [{"id": "t", "tool": "token"},
              {"id": "a", "tool": "http.get", "args": {"url": f"http://127.0.0.1:{port}/x"}, "retries": 0,
               "after": ["t"]},
              {"id": "u", "tool": "use", "args": {"auth": f"Bearer {SECRET}"}, "after": ["a"]}]
