@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol
 
 from planweave.clock import Clock
+from planweave.plan.model import StepExecutor
+
+NO_RESOURCES: Mapping[str, int] = MappingProxyType({})
 
 
 class StepSink(Protocol):
@@ -28,7 +32,8 @@ class StepContext(NamedTuple):
     tool stays silent for S seconds is treated as hung. Tools that call a model report each call with
     :meth:`report_usage`; the run journals it and counts it against the run's tokens and cost. All three are safe
     to call from a worker thread (sync tools) and do nothing outside a run. ``isolation`` is the step's
-    ``isolation`` key (``thread``, ``process`` or None): how a sync Python tool is to run.
+    ``isolation`` key (``thread``, ``process`` or None): how a sync Python tool is to run; ``executor`` and
+    ``resources`` are the step's keys of those names (where its call is to run, what it claims), for executors.
     """
 
     run_id: str
@@ -37,6 +42,8 @@ class StepContext(NamedTuple):
     clock: Clock
     sink: StepSink | None = None
     isolation: str | None = None
+    executor: StepExecutor | None = None
+    resources: Mapping[str, int] = NO_RESOURCES
 
     def report_usage(self, usage: Mapping[str, Any]) -> None:
         """Journal one model call (``model``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``, ...)."""

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
 from planweave.engine.context import StepContext, StepSink, current_step_var
+from planweave.errors import ToolError
 from planweave.plan.catalog import ToolSpec
 
 
@@ -62,11 +63,20 @@ class Executor(Protocol):
         ...
 
 
+def not_on_ray(call: ToolCall) -> ToolError:
+    """The error of a step that says ``executor: ray`` given to an executor that runs calls in this process."""
+    return ToolError(f"step '{call.step_id}' says executor: ray, but this engine runs tool calls in its own process "
+                     "(planweave run --executor ray, or Engine(executor=planweave.executors.ray.RayExecutor()))",
+                     kind="arguments", retryable=False)
+
+
 class InProcessExecutor:
     """The default: the tool runs in the step's own task on the engine's loop."""
 
     async def execute(self, call: ToolCall) -> Any:
         """Await ``call.tool.invoke(call.args)`` with ``call.context`` as the current step."""
+        if call.context.executor == "ray":
+            raise not_on_ray(call)
         current_step_var.set(call.context)  # the step's task has its own context: this does not leak
         return await call.tool.invoke(call.args)
 
@@ -120,6 +130,8 @@ class ThreadExecutor:
 
     async def execute(self, call: ToolCall) -> Any:
         """Run the call on the worker loop; cancelling the awaiting task cancels the worker's task."""
+        if call.context.executor == "ray":
+            raise not_on_ray(call)
         outcome: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
         handle = asyncio.run_coroutine_threadsafe(_invoke_in_worker(call, asyncio.get_running_loop(), outcome),
                                                   self._worker_loop())

@@ -344,7 +344,8 @@ class Run:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
             tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
-            call = ToolCall(tool, args, StepContext(self.id, sid, attempt, self._clock, self, step.isolation))
+            call = ToolCall(tool, args, StepContext(self.id, sid, attempt, self._clock, self, step.isolation,
+                                                    step.executor, step.resources))
             if step.timeout is None and step.heartbeat is None:
                 output = await self._executor.execute(call)
             else:
@@ -837,6 +838,13 @@ class Engine:
             return self._runs[run_id]
         except KeyError:
             raise RunNotFound(f"run '{run_id}' is not active in this engine") from None
+
+    def interrupt(self, run_id: str) -> None:
+        """Stop running ``run_id`` here without deciding its outcome (its lease moved to another worker): the
+        journal keeps it resumable, its :meth:`Run.wait` raises RunError, and this engine may resume it later."""
+        run = self._runs.pop(run_id, None)
+        if run is not None:
+            run.interrupt()
 
     # -- starting and resuming ------------------------------------------------------------------------------------
     def _catalog(self, tools: ToolCatalog | None) -> ToolCatalog:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -23,6 +23,9 @@ from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
 from planweave.journal.base import decode_blob, encode_data, encode_event
 from planweave.journal.group_commit import GroupCommitJournal, event_filter
+
+if TYPE_CHECKING:
+    from planweave.journal.leases import Fence
 
 __all__ = ["SCHEMA_VERSION", "PostgresJournal", "parse_url"]
 
@@ -98,6 +101,8 @@ class PostgresJournal(GroupCommitJournal):
         self.schema = schema
         self._conn = conn
         self._lock = asyncio.Lock()
+        #: The leases this journal's writer must still hold to write a run's events (a worker's; see leases.py).
+        self.fence: Fence | None = None
 
     @classmethod
     async def open(cls, url: str) -> PostgresJournal:
@@ -123,6 +128,17 @@ class PostgresJournal(GroupCommitJournal):
         journal._start()
         return journal
 
+    async def set_fence(self, fence: Fence, idle_timeout_s: float) -> None:
+        """Write only the events of runs whose lease ``fence`` still holds (checked in each batch's transaction).
+
+        A transaction left open longer than ``idle_timeout_s`` (this process was paused mid-batch) is ended by the
+        server, so it cannot hold the lease rows, and every other writer, for longer than that.
+        """
+        ms = max(1, int(idle_timeout_s * 1000))
+        async with self._lock:
+            await self._conn.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+        self.fence = fence
+
     def _encode(self, event: Event) -> bytes:
         data = encode_event(event, self.url)
         if b"\\u0000" in data:
@@ -137,10 +153,13 @@ class PostgresJournal(GroupCommitJournal):
             async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
                 # Serialise batches of all processes on this schema, so pos order is commit order (module doc).
                 await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
+                copy_events = _COPY_EVENTS
+                if self.fence is not None:  # refuse the events of runs whose lease moved on; stamp the epoch
+                    rows, copy_events = await self.fence.admit(cur, rows), self.fence.copy_events
                 if blobs:
                     await cur.execute(_INSERT_BLOBS, (list(blobs), list(blobs.values())))
                 if rows:
-                    async with cur.copy(_COPY_EVENTS) as copy:
+                    async with cur.copy(copy_events) as copy:
                         for row in rows:
                             await copy.write_row(row)
         except psycopg.Error as exc:

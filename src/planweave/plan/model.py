@@ -106,6 +106,10 @@ class Fallback(_Frozen):
     args: dict[str, Any] = Field(default_factory=dict)
 
 
+StepExecutor = Literal["local", "ray"]
+"""Where a step's tool call runs when the step says so: the engine's own process, or a Ray task."""
+
+
 class Step(_Frozen):
     """One tool call in a plan. ``args`` may contain ``${step}`` / ``${step.path[0]}`` references."""
 
@@ -136,6 +140,10 @@ class Step(_Frozen):
     )
     isolation: Literal["thread", "process"] | None = Field(
         None, description="How a synchronous Python tool runs: in a worker thread or a child process."
+    )
+    executor: StepExecutor | None = Field(
+        None, description="Where the tool call runs: 'ray' (a Ray task) or 'local' (the engine's process); unset: "
+        "the engine's executor decides.",
     )
 
     @field_validator("retries", mode="before")
