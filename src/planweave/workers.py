@@ -1,0 +1,274 @@
+"""Workers: processes that share one PostgreSQL journal and run the runs submitted to its queue, under leases.
+
+A :class:`Worker` claims queued runs (or runs whose lease expired: their worker died or stalled) up to its
+``max_runs``, renews its leases every ``renew_s``, and runs each run in its engine: a run claimed for the first time
+is started from its queued plan, one taken over is resumed (finished steps are never run again). Its journal carries
+a :class:`~planweave.journal.leases.Fence`, so once a lease is lost (not renewed in time, taken over) nothing more of
+that run is written by this worker, and the run is stopped here. A worker stopping cleanly hands its runs back to
+the queue, where another claims them at once.
+
+Cancellations, approvals and input reach a run wherever it runs: they are journaled (``run_cancel_requested``,
+``step_reply``) and the engine's control watcher of the worker holding the run applies them; a run taken over
+applies the replies journaled before when it resumes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from planweave.engine.runtime import Engine
+from planweave.errors import PlanweaveError, RunError
+from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
+from planweave.journal.postgres import PostgresJournal
+from planweave.plan.catalog import ToolCatalog
+
+__all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "default_worker_name"]
+
+#: Runs a worker holds at once unless told otherwise (``planweave worker --max-runs``).
+DEFAULT_MAX_RUNS = 16
+
+
+def default_worker_name() -> str:
+    """``host-pid``: unique among the processes sharing a journal."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a worker claims and keeps runs: its name, how many runs at once, the lease and how often it renews.
+
+    ``renew_s`` defaults to a third of ``lease_s``, so two renewals may be late before the lease is lost;
+    ``poll_s`` bounds the sleep between claims when no notification arrives (expired leases are noticed at their
+    expiry time anyway).
+    """
+
+    name: str
+    max_runs: int = DEFAULT_MAX_RUNS
+    lease_s: float = DEFAULT_LEASE_S
+    renew_s: float | None = None
+    poll_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_runs < 1:
+            raise ValueError(f"worker '{self.name}': max_runs must be at least 1, got {self.max_runs}")
+        if not 0 < self.lease_s <= 3600:
+            raise ValueError(f"worker '{self.name}': the lease must be between 0 and 3600 s, got {self.lease_s}")
+        if self.renew_s is not None and self.renew_s <= 0:
+            raise ValueError(f"worker '{self.name}': renew_s must be positive, got {self.renew_s}")
+
+    @property
+    def renew_every(self) -> float:
+        return self.renew_s if self.renew_s is not None else self.lease_s / 3
+
+
+@dataclass
+class WorkerTally:
+    """What a worker did: runs claimed (of which taken over from another worker), finished by outcome, lost."""
+
+    claimed: int = 0
+    taken_over: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+    lost: int = 0
+    handed_back: int = 0
+    refused_events: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"claimed": self.claimed, "taken_over": self.taken_over, "finished": dict(self.finished),
+                "lost": self.lost, "handed_back": self.handed_back, "refused_events": self.refused_events}
+
+
+class Worker:
+    """Claims, runs and renews runs of one queue until :meth:`stop` (see the module docstring).
+
+    The caller owns ``engine`` (open, on ``journal``), ``journal`` and ``store``; :meth:`serve` sets the journal's
+    fence. ``log`` receives one line per claim, end, loss and hand-back.
+    """
+
+    def __init__(self, engine: Engine, journal: PostgresJournal, store: LeaseStore, options: WorkerOptions, *,
+                 tools: ToolCatalog | None = None, log: Callable[[str], None] = lambda line: None) -> None:
+        if engine.journal is not journal:
+            raise ValueError(f"worker '{options.name}': the engine must write to the worker's journal")
+        self.engine = engine
+        self.journal = journal
+        self.store = store
+        self.options = options
+        self.tools = tools
+        self.tally = WorkerTally()
+        self.fence = Fence(options.name, self._refused)
+        self._log = log
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._claims: dict[str, Claim] = {}  # held now
+        self._ending: set[str] = set()  # runs whose outcome is known: a renewal that misses them is no loss
+        self._lost: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return self.options.name
+
+    @property
+    def holding(self) -> Mapping[str, int]:
+        """The runs this worker holds now, with their lease epochs."""
+        return {rid: c.epoch for rid, c in self._claims.items()}
+
+    def stop(self) -> None:
+        """Stop claiming; the runs held are interrupted and handed back to the queue (callable from a signal)."""
+        self._stopping = True
+        self._wake.set()
+
+    async def serve(self) -> WorkerTally:
+        """Work until :meth:`stop`; raises JournalError if the journal fails (the leases then expire elsewhere)."""
+        await self.journal.set_fence(self.fence, self.options.lease_s)
+        await self.store.register(self.name, self.options.lease_s)
+        self._log(f"worker {self.name}: claiming runs of {self.store.url} (lease {self.options.lease_s:g}s, "
+                  f"at most {self.options.max_runs} at once)")
+        helpers = [asyncio.create_task(self._renew_loop(), name=f"planweave-worker-renew {self.name}"),
+                   asyncio.create_task(self.store.listen(self._wake), name=f"planweave-worker-listen {self.name}")]
+        try:
+            await self._claim_loop(helpers)
+        finally:
+            for task in helpers:
+                task.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._hand_back()
+        self.tally.refused_events = self.fence.refused_events
+        return self.tally
+
+    # -- claiming ---------------------------------------------------------------------------------------------------
+    async def _claim_loop(self, helpers: list[asyncio.Task[Any]]) -> None:
+        opts = self.options
+        while not self._stopping:
+            for task in helpers:  # a failed renewal or listener ends the worker, visibly
+                failure = task.exception() if task.done() and not task.cancelled() else None
+                if failure is not None:
+                    raise failure
+            await self.journal.flush()  # raises once the journal lost a write: stop claiming, exit
+            self._wake.clear()
+            free = opts.max_runs - len(self._claims)
+            for claim in await self.store.claim(self.name, free, opts.lease_s):
+                self._start(claim)
+            if self._stopping:
+                break
+            delay = opts.poll_s
+            if len(self._claims) < opts.max_runs:  # with a free slot, wake at the next lease expiry too
+                expiry = await self.store.next_expiry()
+                if expiry is not None:
+                    delay = min(delay, max(expiry, 0.0) + 0.05)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
+
+    def _start(self, claim: Claim) -> None:
+        self.fence.hold(claim.run_id, claim.epoch)
+        self._claims[claim.run_id] = claim
+        self.tally.claimed += 1
+        if claim.previous is not None:
+            self.tally.taken_over += 1
+            self._log(f"worker {self.name}: took over run {claim.run_id} from {claim.previous} (epoch {claim.epoch})")
+        else:
+            self._log(f"worker {self.name}: claimed run {claim.run_id} (epoch {claim.epoch})")
+        task = asyncio.create_task(self._drive(claim), name=f"planweave-worker-run {claim.run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drive(self, claim: Claim) -> None:
+        rid = claim.run_id
+        keep = False  # stopping: the claim stays held until it is handed back
+        try:
+            try:
+                outcome, error = await self._run(claim)
+            except RunError as exc:
+                if rid in self._lost or self._stopping:
+                    keep = self._stopping and rid not in self._lost
+                    return  # lost: logged where noticed; stopping: handed back
+                outcome, error = "error", str(exc)
+            except PlanweaveError as exc:  # e.g. the plan needs tools this worker lacks: say so in the queue
+                outcome, error = "error", str(exc)
+            self._ending.add(rid)
+            if await self.store.finish(claim, self.name, outcome, error):
+                self.tally.finished[outcome] = self.tally.finished.get(outcome, 0) + 1
+                detail = f": {error}" if error else ""
+                self._log(f"worker {self.name}: run {rid} {outcome}{detail}")
+        finally:
+            self._ending.discard(rid)
+            if not keep:
+                self.fence.drop(rid, claim.epoch)
+                if self._claims.get(rid) is claim:
+                    del self._claims[rid]
+            self._lost.discard(rid)
+            self._wake.set()  # a slot is free
+
+    async def _run(self, claim: Claim) -> tuple[str, str | None]:
+        """Start the claimed run, or resume it if an earlier holder began it; its outcome."""
+        rid = claim.run_id
+        ended: str | None = None
+        events = await self.journal.read(rid)
+        for event in events:
+            if event.kind == "run_finished":
+                ended = str(event.data.get("status"))
+            elif event.kind == "run_resumed":
+                ended = None
+        if ended is not None:
+            return ended, None  # the last holder finished it but died before saying so in the queue
+        options = claim.run.options
+        if not events:
+            run = await self.engine.start(claim.run.plan, tools=self.tools, run_id=rid, source=claim.run.source,
+                                          on_failure=options.get("on_failure"))
+        else:
+            run = await self.engine.resume(rid, tools=self.tools, retry_unknown=bool(options.get("retry_unknown")))
+        result = await run.wait()
+        return result.status, result.error
+
+    # -- keeping leases ---------------------------------------------------------------------------------------------
+    async def _renew_loop(self) -> None:
+        opts = self.options
+        while True:
+            await asyncio.sleep(opts.renew_every)
+            held = self.holding
+            kept = await self.store.renew(self.name, held, opts.lease_s)
+            for rid, epoch in held.items():
+                claim = self._claims.get(rid)
+                if rid not in kept and claim is not None and claim.epoch == epoch:
+                    self._lose(rid, "it was not renewed in time and another worker may have taken it over")
+
+    def _refused(self, run_id: str, epoch: int) -> None:
+        claim = self._claims.get(run_id)
+        if claim is not None and claim.epoch == epoch:
+            self._lose(run_id, "the journal refused its events (another worker holds a newer epoch)")
+
+    def _lose(self, run_id: str, why: str) -> None:
+        claim = self._claims.get(run_id)
+        if claim is None or run_id in self._lost or run_id in self._ending:
+            return
+        self._lost.add(run_id)
+        del self._claims[run_id]
+        self.fence.drop(run_id, claim.epoch)
+        self.tally.lost += 1
+        self.engine.interrupt(run_id)
+        self._log(f"worker {self.name}: lost the lease of run {run_id} (epoch {claim.epoch}): {why}; "
+                  "stopped it here")
+
+    async def _hand_back(self) -> None:
+        """Stop the runs still held and return them to the queue once what they wrote is stored."""
+        held = list(self._claims.values())
+        for claim in held:
+            self.engine.interrupt(claim.run_id)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+        try:
+            await self.journal.flush()
+        finally:
+            await self.store.release(held, self.name)
+            self.tally.handed_back += len(held)
+            for claim in held:
+                self._log(f"worker {self.name}: handed run {claim.run_id} back to the queue")
+            self._claims.clear()
+            await self.store.retire(self.name)
+
