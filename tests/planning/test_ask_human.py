@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from planweave import Engine, InputRejected, RunError, Toolbox, builtin_tools, open_engine
+from planweave import Engine, InputRejected, RunError, Toolbox, VirtualClock, builtin_tools, open_engine
 from planweave.engine.events import Event
 from planweave.engine.runtime import Run, RunResult
 from planweave.journal.memory import MemoryJournal
@@ -20,6 +20,7 @@ from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.planning.test_loop import ANSWER, purpose
+from tests.timing import on_virtual_clock
 
 GOAL = "compare the weather in Paris and Rome"
 PLAN = [
@@ -62,7 +63,7 @@ async def with_person(
     server = ScriptedLLM(script)
     seen: list[Any] = []
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://", tools=tools) as engine:
+            open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
         run = await PlanningLoop(engine, client, tools, options=options).start(GOAL)
         asks: asyncio.Queue[str] = asyncio.Queue()
 
@@ -93,6 +94,7 @@ def answer_with(*values: Any) -> Person:
 
 
 # -- 1. the planner may write approval and human.input steps ------------------------------------------------------
+@on_virtual_clock
 async def test_the_prompt_documents_approvals_and_human_input() -> None:
     async def nobody(run: Run, asks: asyncio.Queue[str], seen: list[Any]) -> None:
         return None
@@ -103,6 +105,7 @@ async def test_the_prompt_documents_approvals_and_human_input() -> None:
     assert "human.input" in system and "can only come from a person" in system
 
 
+@on_virtual_clock
 async def test_a_planned_approval_step_waits_until_approved_then_the_run_finishes() -> None:
     calls: list[str] = []
     plan = [PLAN[1], {"id": "book", "tool": "fetch", "args": {"city": "Rome-hotel"}, "after": ["rome"],
@@ -119,6 +122,7 @@ async def test_a_planned_approval_step_waits_until_approved_then_the_run_finishe
     assert calls == ["Rome", "Rome-hotel"] and result.summary["answer"] == "Rome is warmer"
 
 
+@on_virtual_clock
 async def test_a_planned_human_input_step_takes_the_value_a_person_sends() -> None:
     plan = [{"id": "city", "tool": "human.input", "args": {"prompt": "Which city?", "schema": {"type": "string"}}},
             {"id": "w", "tool": "fetch", "args": {"city": "${city}"}}]
@@ -136,6 +140,7 @@ def rungs(result: RunResult) -> list[str]:
     return [e["rung"] for e in result.state.escalations]
 
 
+@on_virtual_clock
 async def test_without_ask_human_the_exhausted_ladder_fails_as_before() -> None:
     result, server, _ = await with_person(script_for(PLAN), weather([], {"Paris"}), PlanningOptions(max_replans=0),
                                           answer_with())
@@ -143,6 +148,7 @@ async def test_without_ask_human_the_exhausted_ladder_fails_as_before() -> None:
     assert [purpose(r) for r in server.chat_requests] == ["plan"]
 
 
+@on_virtual_clock
 async def test_ask_human_costs_nothing_when_nothing_fails() -> None:
     result, server, _ = await with_person(script_for(PLAN), weather([], set()), PlanningOptions(ask_human=True),
                                           answer_with())
@@ -151,6 +157,7 @@ async def test_ask_human_costs_nothing_when_nothing_fails() -> None:
     assert {s.tool for s in result.state.plan.steps.values()} == {"fetch", "noop"}
 
 
+@on_virtual_clock
 async def test_retry_runs_the_failed_step_again_after_the_ladder_is_exhausted() -> None:
     calls: list[str] = []
     down = {"Paris"}
@@ -176,6 +183,7 @@ async def test_retry_runs_the_failed_step_again_after_the_ladder_is_exhausted() 
     assert [purpose(r) for r in server.chat_requests] == ["plan", "repair", "join"]
 
 
+@on_virtual_clock
 async def test_skip_gives_the_dependents_the_persons_value_and_refuses_malformed_answers() -> None:
     person = answer_with({"action": "later"}, {"action": "skip"}, {"action": "skip", "value": {"temp": 99}})
     result, _, seen = await with_person(script_for(PLAN), weather([], {"Paris"}),
@@ -192,6 +200,7 @@ async def test_skip_gives_the_dependents_the_persons_value_and_refuses_malformed
     assert result.state.versions[-1]["trigger"] == "human_skip"
 
 
+@on_virtual_clock
 async def test_abort_ends_the_run_failed_without_another_model_call() -> None:
     result, server, _ = await with_person(script_for(PLAN), weather([], {"Paris"}),
                                           PlanningOptions(max_replans=0, ask_human=True),
@@ -203,6 +212,7 @@ async def test_abort_ends_the_run_failed_without_another_model_call() -> None:
     assert [purpose(r) for r in server.chat_requests] == ["plan"]  # no joiner, no re-plan
 
 
+@on_virtual_clock
 async def test_a_retry_that_fails_again_asks_again() -> None:
     async def retry_twice_then_abort(run: Run, asks: asyncio.Queue[str], seen: list[Any]) -> None:
         for action in ("retry", "abort"):
@@ -227,6 +237,7 @@ def test_ask_human_needs_the_human_input_tool() -> None:
 
 
 
+@on_virtual_clock
 async def test_a_repair_elsewhere_keeps_a_step_that_waits_for_a_person() -> None:
     calls: list[str] = []
     plan = [{"id": "gate", "tool": "fetch", "args": {"city": "Bern"}, "approval": "Pay?"},
@@ -256,18 +267,19 @@ async def test_a_repair_elsewhere_keeps_a_step_that_waits_for_a_person() -> None
     assert calls.count("Bern") == 1 and "Paris-Orly" in calls
 
 
+@on_virtual_clock
 async def test_a_question_pending_at_an_interruption_is_asked_again_and_its_answer_applies_after_resume() -> None:
     journal = MemoryJournal()
     tools = weather([], {"Paris"})
     options = PlanningOptions(max_replans=0, ask_human=True)
     server = ScriptedLLM(script_for(PLAN))
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client:
-        async with Engine(journal, tools=tools) as engine:
+        async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
             run = await PlanningLoop(engine, client, tools, options=options).start(GOAL)
             asked = asyncio.Event()
             run.subscribe(lambda e: asked.set() if e.kind == "input_requested" else None)
             await asyncio.wait_for(asked.wait(), 10)
-        async with Engine(journal, tools=tools) as engine:
+        async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
             resumed = await PlanningLoop(engine, client, tools, options=options).resume(run.id)
             step = next(iter(resumed.state.waiting_steps()))  # asked again as the run resumed
             resumed.send(step, {"action": "skip", "value": {"temp": 1}})

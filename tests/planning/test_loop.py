@@ -1,4 +1,8 @@
-"""The planning loop against a scripted OpenAI-compatible server: streaming admission, repair, re-planning."""
+"""The planning loop against a scripted OpenAI-compatible server: streaming admission, repair, re-planning.
+
+Every test runs on the virtual clock: the model's token pace, the tools' sleeps and the deadlines are virtual, so
+"the first step starts 0.3 s before the plan is written" holds exactly, however busy the machine is.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from planweave import Toolbox, builtin_tools, open_engine
+from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
 from planweave.engine.runtime import RunResult
 from planweave.models import Budget
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+from tests.timing import on_virtual_clock
 
 
 def purpose(req: RecordedRequest) -> str:
@@ -51,7 +56,7 @@ async def run_goal(script: Callable[[RecordedRequest], Reply], tools: Toolbox, *
     options = options or PlanningOptions()
     server = ScriptedLLM(script, tokens_per_second=tps)
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://", tools=tools) as engine:
+            open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
         loop = PlanningLoop(engine, client, tools, budget=budget, options=options)
         return await loop.run("compare the weather in Paris and Rome"), server
 
@@ -64,6 +69,7 @@ PLAN = [
 ANSWER = Text(json.dumps({"answer": "Rome is warmer"}))
 
 
+@on_virtual_clock
 async def test_first_tool_call_starts_before_the_plan_stream_ends() -> None:
     calls: list[str] = []
 
@@ -81,6 +87,7 @@ async def test_first_tool_call_starts_before_the_plan_stream_ends() -> None:
     assert versions[-1]["added"] == ["paris", "rome", "pick"] and versions[-1]["model_finished_at"] is not None
 
 
+@on_virtual_clock
 async def test_malformed_lines_are_repaired_without_losing_work() -> None:
     calls: list[str] = []
     bad = "this is prose\n" + plan_lines([PLAN[0], {"id": "rome", "tool": "fecth", "args": {"city": "Rome"}}])
@@ -103,6 +110,7 @@ async def test_malformed_lines_are_repaired_without_losing_work() -> None:
     assert [e["rung"] for e in result.state.escalations] == ["repair_lines"]
 
 
+@on_virtual_clock
 async def test_failure_is_repaired_locally_while_other_steps_keep_running() -> None:
     calls: list[str] = []
     plan = [
@@ -134,6 +142,7 @@ async def test_failure_is_repaired_locally_while_other_steps_keep_running() -> N
     assert result.outputs["pick"] == {"p": 30, "r": 12}
 
 
+@on_virtual_clock
 async def test_escalation_climbs_to_global_replan_then_fails_with_a_report() -> None:
     calls: list[str] = []
     broken = [{"id": "paris", "tool": "fetch", "args": {"city": "Paris", "fail": True}},
@@ -151,6 +160,7 @@ async def test_escalation_climbs_to_global_replan_then_fails_with_a_report() -> 
     assert result.error is not None and "paris" in result.error
 
 
+@on_virtual_clock
 async def test_joiner_can_ask_for_a_replan_and_the_limit_holds() -> None:
     calls: list[str] = []
 
@@ -169,6 +179,7 @@ async def test_joiner_can_ask_for_a_replan_and_the_limit_holds() -> None:
     assert result.state.escalations[-1]["rung"] == "fail"
 
 
+@on_virtual_clock
 async def test_token_budget_stops_the_run_cleanly_and_says_why() -> None:
     calls: list[str] = []
 
@@ -182,6 +193,7 @@ async def test_token_budget_stops_the_run_cleanly_and_says_why() -> None:
     assert len(server.chat_requests) == 1  # the joiner call was never sent: its reservation did not fit
 
 
+@on_virtual_clock
 async def test_deadline_stops_the_run_cleanly() -> None:
     calls: list[str] = []
     plan = [{"id": "long", "tool": "sleep", "args": {"seconds": 30}}]
@@ -196,6 +208,7 @@ async def test_deadline_stops_the_run_cleanly() -> None:
 
 
 @pytest.mark.parametrize("kind", ["observation", "verifier"])
+@on_virtual_clock
 async def test_observations_and_verifiers_trigger_replans(kind: str) -> None:
     calls: list[str] = []
     first = [{"id": "look", "tool": "fetch", "args": {"city": "Paris"}, "observe": True}] if kind == "observation" \
@@ -216,6 +229,7 @@ async def test_observations_and_verifiers_trigger_replans(kind: str) -> None:
     assert result.summary["plan_versions"][-1]["trigger"] in ("observation", "local_repair")
 
 
+@on_virtual_clock
 async def test_llm_steps_count_their_tokens_in_the_run() -> None:
     from planweave.tools.llm import llm_tool
 
@@ -229,7 +243,7 @@ async def test_llm_steps_count_their_tokens_in_the_run() -> None:
 
     server = ScriptedLLM(script)
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://") as engine:
+            open_engine("memory://", clock=VirtualClock()) as engine:
         tools = tools_with([]).merged(Toolbox({"llm": llm_tool(client)}))
         result = await PlanningLoop(engine, client, tools).run("weather")
     assert result.ok, result.error
@@ -241,6 +255,7 @@ async def test_llm_steps_count_their_tokens_in_the_run() -> None:
                                            for c in result.state.model_calls)
 
 
+@on_virtual_clock
 async def test_failures_are_repaired_while_the_planner_is_still_writing() -> None:
     calls: list[str] = []
     lines = [{"id": "paris", "tool": "fetch", "args": {"city": "Paris", "fail": True}}] + [

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 
 from planweave import Engine, RunError, VirtualClock, open_engine, run_virtual
-from planweave.engine.runtime import Run, RunResult
+from planweave.engine.runtime import RunResult
 from planweave.journal.memory import MemoryJournal
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.testing.scripted_llm import ScriptedLLM
 from tests.planning.test_ask_human import GOAL, PLAN, script_for, weather
 from tests.planning.test_loop import purpose
+from tests.timing import on_virtual_clock, step_is, until
 
 
 # -- 2. Engine.__aexit__ cancels what Engine.spawn started ---------------------------------------------------------
@@ -45,7 +46,7 @@ def test_an_abort_stops_a_40_s_branch_at_once_and_the_run_cannot_be_resumed() ->
                 async with asyncio.timeout(100):  # virtual seconds
                     run.send(await asks.get(), {"action": "abort"})
                     result = await run.wait()
-            async with Engine(journal, tools=tools) as engine:
+            async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
                 try:
                     await engine.resume(run.id)
                 except RunError as exc:
@@ -62,17 +63,19 @@ def test_an_abort_stops_a_40_s_branch_at_once_and_the_run_cannot_be_resumed() ->
 
 
 # -- 4. the ladder's rungs are counted once, and across a resume ---------------------------------------------------
+@on_virtual_clock
 async def test_an_exhausted_ladder_without_ask_human_records_fail_once() -> None:
     server = ScriptedLLM(script_for(PLAN))
     tools = weather([], {"Paris"})
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://", tools=tools) as engine:
+            open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
         result = await asyncio.wait_for(
             PlanningLoop(engine, client, tools, options=PlanningOptions(max_replans=1)).run(GOAL), 10)
     assert result.status == "failed"
     assert [e["rung"] for e in result.state.escalations] == ["local_repair", "global_replan", "fail"]
 
 
+@on_virtual_clock
 async def test_a_resumed_goal_run_counts_the_replans_it_journaled() -> None:
     plan = [{"id": "paris", "tool": "fetch", "args": {"city": "Paris"}},
             {"id": "wait", "tool": "human.input", "args": {"prompt": "go on?"}}]
@@ -80,25 +83,18 @@ async def test_a_resumed_goal_run_counts_the_replans_it_journaled() -> None:
     options = PlanningOptions(max_replans=1)
     server = ScriptedLLM(script_for(plan))
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client:
-        async with Engine(journal, tools=tools) as engine:
+        async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
             run = await PlanningLoop(engine, client, tools, options=options).start(GOAL)
             gave_up = asyncio.Event()
             run.subscribe(lambda e: gave_up.set() if e.data.get("rung") == "fail" else None)
             await asyncio.wait_for(gave_up.wait(), 10)  # one local repair spent the only re-plan; 'wait' waits
         before = len(server.chat_requests)
-        async with Engine(journal, tools=tools) as engine:
+        async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
             resumed = await PlanningLoop(engine, client, tools, options=options).resume(run.id)
-            await asyncio.wait_for(until_waiting(resumed, "wait"), 10)
+            await until(resumed, step_is("wait", "waiting_input"), "step 'wait' waiting for input")
             resumed.send("wait", "yes")
             result = await asyncio.wait_for(resumed.wait(), 10)
     assert [purpose(r) for r in server.chat_requests[before:]] == []  # no second repair after the resume
     assert result.status == "failed"
     assert [e["rung"] for e in result.state.escalations] == ["local_repair", "global_replan", "fail"]
 
-
-async def until_waiting(run: Run, step: str) -> None:
-    changed = asyncio.Event()
-    run.subscribe(lambda _e: changed.set())
-    while run.state.records[step].status != "waiting_input":
-        changed.clear()
-        await changed.wait()

@@ -1,4 +1,8 @@
-"""Local repair of a failed region: replacements that keep, rename or merge the region's step ids (issue 8, #12)."""
+"""Local repair of a failed region: replacements that keep, rename or merge the region's step ids (issue 8, #12).
+
+On the virtual clock: "``a`` fails while the planner still writes" and "``c`` arrives before the repair lands" are
+orders of virtual time, the same on every run.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from planweave import builtin_tools, open_engine
+from planweave import VirtualClock, builtin_tools, open_engine
 from planweave.engine.runtime import RunResult
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.planning.test_loop import purpose
+from tests.timing import on_virtual_clock
 
 ANSWER = Text(json.dumps({"answer": "done"}))
 
@@ -56,12 +61,13 @@ async def run_goal(script: Callable[[RecordedRequest], Reply], *, tps: float | N
     server = ScriptedLLM(script, tokens_per_second=tps)
     tools = builtin_tools()
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://", tools=tools) as engine:
+            open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
         return await PlanningLoop(engine, client, tools, options=PlanningOptions()).run("fix it"), server
 
 
 @pytest.mark.parametrize("tps", [None, 100.0], ids=["written", "streaming"])
 @pytest.mark.parametrize("shape", ["kept", "renamed", "merged", "same_ids", "restates_b"])
+@on_virtual_clock
 async def test_a_repair_may_keep_rename_or_merge_the_region_steps(shape: str, tps: float | None) -> None:
     """``written``: the whole plan is in when ``a`` fails. ``streaming``: ``a`` fails while the planner still writes,
     ``c`` arrives after the repair prompt was sent and before the repair lands (so the region grew meanwhile)."""
@@ -93,6 +99,7 @@ async def test_a_repair_may_keep_rename_or_merge_the_region_steps(shape: str, tp
     assert "b" in repair["kept"] + repair["adopted"]
 
 
+@on_virtual_clock
 async def test_a_failed_run_reports_the_joiners_text_as_partial_not_as_the_answer() -> None:
     port = closed_port()
     stale = [{"id": "again", "tool": "noop", "args": {"x": "${a}"}}]  # refers to the failed step: always refused
@@ -113,6 +120,7 @@ async def test_a_failed_run_reports_the_joiners_text_as_partial_not_as_the_answe
     assert result.state.answer == "b slept, a is unreachable"  # the journaled text is kept as it was
 
 
+@on_virtual_clock
 async def test_a_line_streamed_after_a_repair_replaced_its_dependency_is_fed_back_once() -> None:
     """The repair of 'a' lands before the planner has written 'c' (which refers to 'a'): the repair could not know
     'c', so the planner is told once which step it refers to is gone, and its corrected line runs."""
