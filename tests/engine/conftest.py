@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Iterable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,8 +14,10 @@ from typing import Any, TypeVar
 import pytest
 
 from planweave import Event, RunResult, Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
+from planweave.engine.state import RunState
 from planweave.journal import Journal, open_journal
 from planweave.journal.memory import MemoryJournal
+from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery
 from tests.journal.conftest import _make as make_backend  # the conformance suite's backends, one storage each
 
 T = TypeVar("T")
@@ -123,6 +125,15 @@ class JournalInAThread:
 
     async def run_ids(self) -> list[str]:
         return await self._wait(self._loop, self._inner.run_ids())
+
+    def track(self, run_id: str, state: RunState) -> None:
+        pass  # the state lives on this loop, the writer on the other: summaries are folded on listing instead
+
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
+        return await self._wait(self._loop, self._inner.list_runs(query))
+
+    async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
+        return await self._wait(self._loop, self._inner.prune(finished_before, statuses))
 
     async def close(self) -> None:
         try:

@@ -8,18 +8,21 @@ import itertools
 import os
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from planweave import Engine, Toolbox, builtin_tools
 from planweave.engine.events import Event, EventKind
 from planweave.errors import EventNotRecorded, JournalError
 from planweave.journal import open_journal
-from planweave.journal.base import OutputNotSerialisable, canonical_output
+from planweave.journal.base import Journal, OutputNotSerialisable, canonical_output
 from planweave.journal.group_commit import GroupCommitJournal
 from planweave.journal.postgres import parse_url, redact
 from planweave.journal.sqlite import SQLiteJournal, path_of
+from planweave.journal.summary import PruneResult, RunQuery, fold_summary
 
 from .conftest import Backend
 
@@ -598,3 +601,154 @@ async def test_an_encoded_output_is_stored_as_it_is(backend: Backend) -> None:
         async with asyncio.timeout(20):
             assert await journal.get_blobs([blob.ref]) == {blob.ref: blob.value}
     assert blob.value == {"t": [1, 2], "3": 2**70}
+
+
+# -- run summaries and pruning ------------------------------------------------------------------------------------
+def _summary_tools() -> Toolbox:
+    box = builtin_tools()
+
+    async def boom() -> None:
+        """Fail every time."""
+        raise ValueError("boom")
+
+    box.add(boom)
+    return box
+
+
+def _runs_table(backend: Backend) -> str:
+    return "runs" if backend.name == "sqlite" else f"{backend.table('events').partition('.')[0]}.planweave_runs"
+
+
+async def _three_runs(journal: Journal) -> None:
+    """Runs 'ok' (succeeded), 'bad' (failed, one step succeeding with ok's output) and 'gated' (waiting for a
+    person when the engine closes: left running)."""
+    asked = asyncio.Event()
+
+    def on_event(event: Event) -> None:
+        if event.kind == "approval_requested":
+            asked.set()
+
+    async with Engine(journal, tools=_summary_tools()) as engine:
+        ok = await engine.start({"name": "fine", "steps": [{"id": "a", "tool": "noop", "args": {"v": 1}},
+                                                           {"id": "b", "tool": "noop", "after": ["a"]}]}, run_id="ok")
+        await ok.wait()
+        bad = await engine.start({"steps": [{"id": "a", "tool": "noop", "args": {"v": 1}},
+                                            {"id": "x", "tool": "boom"}]}, run_id="bad", on_failure="continue")
+        await bad.wait()
+        await engine.start({"steps": [{"id": "g", "tool": "noop", "approval": "Go?"}]}, run_id="gated",
+                           on_event=on_event)
+        async with asyncio.timeout(20):
+            await asyncio.wait_for(asked.wait(), 20)
+
+
+async def test_run_summaries_list_newest_first_and_equal_the_fold_of_the_events(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        await _three_runs(journal)
+        if backend.execute is not None:  # written as the runs went, from the engine's states: nothing to fold
+            await journal.flush()
+            assert backend.execute(f"SELECT run_id FROM {_runs_table(backend)} WHERE stale = 1") == []
+        async with asyncio.timeout(20):
+            page = await journal.list_runs()
+            folded = {s.run_id: fold_summary(s.run_id, await journal.read(s.run_id), s.seq) for s in page.runs}
+    assert [s.run_id for s in page.runs] == ["gated", "bad", "ok"] and page.next is None
+    ok, bad, gated = page.runs[2], page.runs[1], page.runs[0]
+    assert (ok.status, ok.plan, dict(ok.steps)) == ("succeeded", "fine", {"succeeded": 2})
+    assert (bad.status, dict(bad.steps)) == ("failed", {"succeeded": 1, "failed": 1})
+    assert "boom" in (bad.error or "")
+    assert (gated.status, dict(gated.steps), dict(gated.waiting)) == (
+        "running", {"waiting_approval": 1}, {"g": "waiting_approval"})
+    assert ok.owner["pid"] == os.getpid() and ok.source == "plan"
+    assert ok.started_at is not None and ok.finished_at is not None and ok.started_at <= ok.finished_at
+    assert ok.seq < bad.seq < gated.seq
+    # What the journal kept as the runs changed is exactly what folding their stored events gives.
+    assert {s.run_id: s for s in page.runs} == folded
+    if backend.durable:
+        async with open_journal(backend.url) as journal, asyncio.timeout(20):
+            assert (await journal.list_runs()).runs == page.runs
+
+
+async def test_run_listings_filter_by_status_and_start_and_page_with_a_cursor(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        async with Engine(journal, tools=_summary_tools()) as engine:
+            for i in range(7):
+                tool = "boom" if i % 2 else "noop"
+                run = await engine.start({"steps": [{"id": "s", "tool": tool}]}, run_id=f"r{i}")
+                await run.wait()
+        async with asyncio.timeout(20):
+            every = (await journal.list_runs()).runs
+            pages: list[list[str]] = []
+            cursor: int | None = None
+            while True:
+                page = await journal.list_runs(RunQuery(limit=3, before=cursor))
+                pages.append([s.run_id for s in page.runs])
+                if page.next is None:
+                    break
+                cursor = page.next
+            failed = await journal.list_runs(RunQuery(statuses=frozenset({"failed"}), limit=2))
+            failed_rest = await journal.list_runs(RunQuery(statuses=frozenset({"failed"}), limit=2,
+                                                           before=failed.next))
+            since = await journal.list_runs(RunQuery(since=every[2].started_at))
+    assert [s.run_id for s in every] == [f"r{i}" for i in range(6, -1, -1)]
+    assert pages == [["r6", "r5", "r4"], ["r3", "r2", "r1"], ["r0"]]
+    assert [s.run_id for s in failed.runs] == ["r5", "r3"] and failed.next is not None
+    assert [s.run_id for s in failed_rest.runs] == ["r1"] and failed_rest.next is None
+    assert [s.run_id for s in since.runs] == ["r6", "r5", "r4"]
+    with pytest.raises(ValueError, match="at least 1"):
+        RunQuery(limit=0)
+
+
+async def test_events_written_outside_the_engine_are_folded_into_the_summary(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        await _three_runs(journal)  # 'gated' is left running: as after a crash, another process may end it
+        now = time.time()
+        journal.append(Event("gated", "run_cancelled", now, None, {"reason": "by hand"}))
+        journal.append(Event("gated", "run_finished", now, None, {"status": "cancelled", "error": "by hand"}))
+        async with asyncio.timeout(20):
+            gated = (await journal.list_runs(RunQuery(limit=1))).runs[0]
+            again = (await journal.list_runs(RunQuery(limit=1))).runs[0]
+            cancelled = await journal.list_runs(RunQuery(statuses=frozenset({"cancelled"})))
+    assert (gated.run_id, gated.status, gated.error, gated.finished_at) == ("gated", "cancelled", "by hand", now)
+    assert again == gated and [s.run_id for s in cancelled.runs] == ["gated"]
+
+
+async def test_a_journal_from_before_summaries_is_backfilled_once(backend: Backend) -> None:
+    if not backend.durable:
+        pytest.skip("only a stored journal has a schema to migrate")
+    async with open_journal(backend.url) as journal:
+        await _three_runs(journal)
+        async with asyncio.timeout(20):
+            before = (await journal.list_runs()).runs
+    assert backend.execute is not None
+    if backend.name == "sqlite":  # back to version 1: no summary table
+        backend.execute("DROP TABLE runs")
+        backend.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    else:
+        schema = backend.table("events").partition(".")[0]
+        backend.execute(f"DROP TABLE {schema}.planweave_runs")
+        backend.execute(f"UPDATE {schema}.planweave_meta SET value = '1' WHERE key = 'schema_version'")
+    async with open_journal(backend.url) as journal, asyncio.timeout(20):
+        assert (await journal.list_runs()).runs == before
+    # Folded once, then stored.
+    assert backend.execute(f"SELECT count(*) FROM {_runs_table(backend)} WHERE stale = 1") == [(0,)]
+
+
+async def test_prune_removes_ended_runs_and_the_outputs_only_they_used(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        await _three_runs(journal)
+        async with asyncio.timeout(20):
+            (bad_a,) = [e.data["output"] for e in await journal.read("bad", kind="step_succeeded")]
+            assert await journal.prune(0.0) == PruneResult([], 0, 0, 0, None)  # nothing ended before 1970
+            first = await journal.prune(time.time() + 60)  # default: succeeded and cancelled
+            assert await journal.read("ok") == []
+            assert [s.run_id for s in (await journal.list_runs()).runs] == ["gated", "bad"]
+            assert bad_a in await journal.get_blobs([bad_a])  # ok's output is bad's too: kept
+            second = await journal.prune(time.time() + 60, {"failed"})
+            left = (await journal.list_runs()).runs
+            assert await journal.get_blobs([bad_a]) == {}
+            with pytest.raises(ValueError, match="cannot prune runs that are running"):
+                await journal.prune(time.time() + 60, {"running", "failed"})
+    assert first.runs == ["ok"] and first.events >= 6 and first.outputs == 1 and first.bytes_freed > 0
+    assert second.runs == ["bad"] and second.outputs == 1 and second.bytes_freed > 0
+    assert [s.run_id for s in left] == ["gated"]  # a running run is never pruned
+    if backend.name == "sqlite":
+        assert first.file_bytes_freed is not None

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Collection, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
 
 from planweave import Engine, Event, open_engine, open_journal
+from planweave.engine.state import RunState
 from planweave.journal import Journal
+from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery
 from planweave.server import LiveServer, StreamTiming, create_app
 
 from .conftest import TOKEN, Live, chain_plan, sse, start_live
@@ -146,6 +148,15 @@ class CountingJournal:
 
     async def run_ids(self) -> list[str]:
         return await self.inner.run_ids()
+
+    def track(self, run_id: str, state: RunState) -> None:
+        self.inner.track(run_id, state)
+
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
+        return await self.inner.list_runs(query)
+
+    async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
+        return await self.inner.prune(finished_before, statuses)
 
     async def close(self) -> None:
         await self.inner.close()

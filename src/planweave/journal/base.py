@@ -6,13 +6,17 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 
 from planweave.engine.events import Event
 from planweave.errors import EventNotRecorded
+from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery, check_prunable
+
+if TYPE_CHECKING:
+    from planweave.engine.state import RunState
 
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 _EVENT_OPTS = orjson.OPT_NON_STR_KEYS
@@ -273,6 +277,24 @@ class Journal(Protocol):
         """Every run in the journal, oldest first."""
         ...
 
+    def track(self, run_id: str, state: RunState) -> None:
+        """Keep ``run_id``'s summary from ``state`` (its live fold): summarised once per batch carrying its events.
+
+        The engine calls this for every run it starts or resumes; a run ended in a stored batch is dropped.
+        """
+        ...
+
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
+        """Runs matching ``query``, newest first, from their summaries (cost: the runs returned, not the journal);
+        includes what was appended before the call."""
+        ...
+
+    async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
+        """Remove the events, summaries and no longer referenced outputs of runs that ended (``run_finished``)
+        before ``finished_before`` (epoch seconds) with a status in ``statuses`` (raises ValueError for a status
+        that is not an ended one: a running or interrupted run is never removed)."""
+        ...
+
     async def close(self) -> None:
         """Flush and release resources."""
         ...
@@ -301,6 +323,16 @@ class NullJournal:
 
     async def run_ids(self) -> list[str]:
         return []
+
+    def track(self, run_id: str, state: RunState) -> None:
+        pass
+
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
+        return RunPage([], None)
+
+    async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
+        check_prunable(statuses)
+        return PruneResult([], 0, 0, 0)
 
     async def close(self) -> None:
         pass

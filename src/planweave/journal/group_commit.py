@@ -11,12 +11,31 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
 from planweave.errors import JournalError
-from planweave.journal.base import encode_blob, encode_event
+from planweave.journal.base import decode_blob, encode_blob, encode_event
+from planweave.journal.summary import (
+    ALL_RUNS,
+    ENDED,
+    PRUNE_DEFAULT,
+    BatchRun,
+    PruneResult,
+    RunPage,
+    RunQuery,
+    RunSummary,
+    check_prunable,
+    fold_summary,
+    summarise,
+)
+
+if TYPE_CHECKING:
+    from planweave.engine.state import RunState
+
+#: Above this many stale summaries, a backfill reads them in one pass over the journal rather than run by run.
+_BACKFILL_CHUNK = 200
 
 
 def event_filter(run_id: str | None, after: int, kind: str | None, mark: str) -> tuple[str, list[Any]]:
@@ -30,6 +49,41 @@ def event_filter(run_id: str | None, after: int, kind: str | None, mark: str) ->
         where.append(f"kind = {mark}")
         params.append(kind)
     return " AND ".join(where), params
+
+
+def run_filter(query: RunQuery, mark: str) -> tuple[str, list[Any]]:
+    """The `` WHERE ...`` clause (or nothing) and parameters of a run listing's query on the summary table."""
+    where: list[str] = []
+    params: list[Any] = []
+    if query.statuses is not None:
+        statuses = sorted(query.statuses) or [""]
+        where.append(f"status IN ({', '.join([mark] * len(statuses))})")
+        params.extend(statuses)
+    if query.since is not None:
+        where.append(f"started_at >= {mark}")
+        params.append(query.since)
+    if query.before is not None:
+        where.append(f"seq < {mark}")
+        params.append(query.before)
+    return (" WHERE " + " AND ".join(where) if where else ""), params
+
+
+def run_page(rows: list[tuple[Any, ...]], query: RunQuery) -> RunPage:
+    """The page of summary rows (``run_id, seq, status, started_at, finished_at, owner, source, summary``; one more
+    than the limit if there is a next page)."""
+    more = query.limit is not None and len(rows) > query.limit
+    shown = rows[: query.limit] if more else rows
+    runs = [
+        RunSummary.from_row(run_id, seq, status, started, finished, _json(owner), source, _json(doc) or {})
+        for run_id, seq, status, started, finished, owner, source, doc in shown
+    ]
+    return RunPage(runs, runs[-1].seq if more else None)
+
+
+def _json(value: Any) -> Any:
+    if value is None or isinstance(value, dict):
+        return value  # PostgreSQL's JSONB arrives decoded
+    return decode_blob(value)
 
 
 class GroupCommitJournal(ABC):
@@ -64,6 +118,8 @@ class GroupCommitJournal(ABC):
         self._released = False
         self._stopping = False
         self._writer: asyncio.Task[None] | None = None
+        # run -> [its live state, events it had applied when tracked, events of the run batched since]
+        self._tracked: dict[str, list[Any]] = {}
 
     # -- the hot path ---------------------------------------------------------------------------------------------
     def append(self, event: Event) -> None:
@@ -122,6 +178,23 @@ class GroupCommitJournal(ABC):
         await self._settle()
         return await self._select_run_ids()
 
+    def track(self, run_id: str, state: RunState) -> None:
+        """Summarise ``run_id`` from ``state`` once per batch that carries its events (see :meth:`_batch_runs`)."""
+        self._tracked[run_id] = [state, state.events_applied, 0]
+
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
+        """Runs matching ``query``, newest first, read from their summaries (stale ones are folded first)."""
+        await self._settle()
+        await self._backfill()
+        return await self._select_runs(query)
+
+    async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
+        """Remove runs that ended before ``finished_before`` with a status in ``statuses``, in one transaction."""
+        wanted = check_prunable(statuses)
+        await self._settle()
+        await self._backfill()
+        return await self._delete_runs(finished_before, wanted)
+
     async def close(self) -> None:
         """Flush, stop the writer and release the connection; raises JournalError if buffered data was lost.
 
@@ -162,9 +235,9 @@ class GroupCommitJournal(ABC):
         return encode_event(event, self.url)
 
     @abstractmethod
-    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]) -> None:
-        """Store ``blobs`` (each once) and ``events`` (in order, each with its encoded data) in ONE transaction;
-        raise JournalError on failure."""
+    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes], runs: list[BatchRun]) -> None:
+        """Store ``blobs`` (each once), ``events`` (in order, each with its encoded data) and the summaries of
+        ``runs`` (a stale mark where a run's summary is None) in ONE transaction; raise JournalError on failure."""
 
     @abstractmethod
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]: ...
@@ -176,10 +249,81 @@ class GroupCommitJournal(ABC):
     async def _select_run_ids(self) -> list[str]: ...
 
     @abstractmethod
+    async def _select_runs(self, query: RunQuery) -> RunPage: ...
+
+    @abstractmethod
+    async def _select_stale(self) -> list[tuple[str, int]]:
+        """The runs whose summary is stale, as (run id, seq)."""
+
+    @abstractmethod
+    async def _store_summaries(self, summaries: list[tuple[RunSummary, int]]) -> None:
+        """Store folded summaries, each as of the event position given, unless a later batch wrote the run since."""
+
+    @abstractmethod
+    async def _delete_runs(self, finished_before: float, statuses: frozenset[str]) -> PruneResult: ...
+
+    @abstractmethod
     async def _release(self) -> None:
         """Close the connection (called once, after the writer has stopped)."""
 
     # -- internals ------------------------------------------------------------------------------------------------
+    def _batch_runs(self, events: list[tuple[Event, bytes]]) -> list[BatchRun]:
+        """The runs of a batch being taken, each with its summary: a tracked run's is its state's (once per batch,
+        not per event) while every event of the run went through that state; otherwise it is stale."""
+        found: dict[str, BatchRun] = {}
+        counts: dict[str, int] = {}
+        for i, (event, _) in enumerate(events):
+            run_id = event.run_id
+            run = found.get(run_id)
+            if run is None:
+                found[run_id] = run = BatchRun(run_id, i, i)
+                counts[run_id] = 1
+            else:
+                run.last = i
+                counts[run_id] += 1
+            kind = event.kind
+            if kind == "run_created" or kind == "run_resumed":
+                run.owner = dict(event.data.get("owner") or {})
+                if kind == "run_created":
+                    run.source = str(event.data.get("source", ""))
+        tracked = self._tracked
+        for run_id, run in found.items():
+            entry = tracked.get(run_id)
+            if entry is None:
+                continue
+            state, applied, seen = entry
+            entry[2] = seen = seen + counts[run_id]
+            # The engine appends an event, then applies it: a count that differs means another writer's event
+            # (a cancel from outside the engine) is in the run, and only a fold of the stored events is right.
+            if state.events_applied - applied != seen:
+                del tracked[run_id]
+                continue
+            run.summary = summarise(state, updated_at=events[run.last][0].at)
+            if state.status in ENDED:
+                del tracked[run_id]  # a resume tracks it again
+        return list(found.values())
+
+    async def _backfill(self) -> None:
+        """Fold the runs whose summaries are stale and store them (a migrated journal: every run, once)."""
+        stale = await self._select_stale()
+        if not stale:
+            return
+        folded: list[tuple[RunSummary, int]] = []
+        if len(stale) > _BACKFILL_CHUNK:
+            wanted = dict(stale)
+            by_run: dict[str, list[Event]] = {}
+            for event in await self._select(None, 0, None):
+                if event.run_id in wanted:
+                    by_run.setdefault(event.run_id, []).append(event)
+            for run_id, events in by_run.items():
+                folded.append((fold_summary(run_id, events, wanted[run_id]), events[-1].pos or 0))
+        else:
+            for run_id, seq in stale:
+                events = await self._select(run_id, 0, None)
+                if events:
+                    folded.append((fold_summary(run_id, events, seq), events[-1].pos or 0))
+        await self._store_summaries(folded)
+
     async def _settle(self) -> None:
         if self._released:
             raise JournalError(f"the journal {self.url} is closed")
@@ -201,7 +345,7 @@ class GroupCommitJournal(ABC):
                 blobs, self._blobs = self._blobs, {}
                 done, self._next = self._next, self._loop.create_future()
                 self._inflight = done
-                await self._write(events, blobs)
+                await self._write(events, blobs, self._batch_runs(events))
                 self.commits += 1
                 self._inflight = None
                 done.set_result(None)

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
 from planweave.journal.base import decode_blob, encode_blob, encode_event
+from planweave.journal.summary import (
+    ALL_RUNS,
+    PRUNE_DEFAULT,
+    PruneResult,
+    RunPage,
+    RunQuery,
+    RunSummary,
+    check_prunable,
+    fold_summary,
+    run_level,
+    select_page,
+    summarise,
+)
+
+if TYPE_CHECKING:
+    from planweave.engine.state import RunState
 
 
 class MemoryJournal:
@@ -20,14 +36,24 @@ class MemoryJournal:
 
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
-        self._events: list[tuple[Event, bytes]] = []
+        # A pruned event leaves None in its place: positions never move.
+        self._events: list[tuple[Event, bytes] | None] = []
         self._blobs: dict[str, bytes] = {}
-        self._runs: dict[str, None] = {}
+        self._by_run: dict[str, list[int]] = {}  # run -> indices of its events, in order
+        # run -> (its live state, events it had applied when tracked, events of the run in the journal then)
+        self._tracked: dict[str, tuple[RunState, int, int]] = {}
+        self._folded: dict[str, tuple[int, RunSummary]] = {}  # run -> (events folded, summary): untracked runs
 
     def append(self, event: Event) -> None:
         # The event is kept as given (its pos is its index + 1, set on read): no copy on the engine's hot path.
-        self._events.append((event, encode_event(event, self.url)))
-        self._runs.setdefault(event.run_id)
+        data = encode_event(event, self.url)
+        index = len(self._events)
+        self._events.append((event, data))
+        mine = self._by_run.get(event.run_id)
+        if mine is None:
+            self._by_run[event.run_id] = [index]
+        else:
+            mine.append(index)
 
     def put_blob(self, value: Any) -> str:
         ref, data = encode_blob(value)
@@ -38,15 +64,76 @@ class MemoryJournal:
         pass
 
     async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
-        return [Event(e.run_id, e.kind, e.at, e.step, decode_blob(data), pos)
-                for pos, (e, data) in enumerate(self._events[after:], after + 1)
-                if (run_id is None or e.run_id == run_id) and (kind is None or e.kind == kind)]
+        if run_id is not None:
+            found = [(i, self._events[i]) for i in self._by_run.get(run_id, ()) if i >= after]
+        else:
+            found = list(enumerate(self._events[after:], after))
+        return [Event(e.run_id, e.kind, e.at, e.step, decode_blob(data), i + 1)
+                for i, item in found if item is not None
+                for e, data in (item,) if kind is None or e.kind == kind]
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         return {r: decode_blob(self._blobs[r]) for r in refs if r in self._blobs}
 
     async def run_ids(self) -> list[str]:
-        return list(self._runs)
+        return list(self._by_run)
+
+    def track(self, run_id: str, state: RunState) -> None:
+        self._tracked[run_id] = (state, state.events_applied, len(self._by_run.get(run_id, ())))
+
+    async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
+        return select_page([self._summary(run_id) for run_id in reversed(self._by_run)], query)
+
+    def _summary(self, run_id: str) -> RunSummary:
+        indices = self._by_run[run_id]
+        seq = indices[0] + 1
+        tracked = self._tracked.get(run_id)
+        if tracked is not None:
+            state, applied, known = tracked
+            # Live only while every event of the run since tracking went through the state (the engine appends,
+            # then applies); another writer's event (a cancel from outside the engine) means folding instead.
+            if state.events_applied - applied == len(indices) - known:
+                events = [item[0] for i in indices if (item := self._events[i]) is not None]
+                return summarise(state, updated_at=events[-1].at, seq=seq, **_owner_source(events))
+            del self._tracked[run_id]
+        cached = self._folded.get(run_id)
+        if cached is not None and cached[0] == len(indices):
+            return cached[1]
+        summary = fold_summary(run_id, [item[0] for i in indices if (item := self._events[i]) is not None], seq)
+        self._folded[run_id] = (len(indices), summary)
+        return summary
+
+    async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
+        wanted = check_prunable(statuses)
+        doomed = [s for s in map(self._summary, list(self._by_run)) if s.status in wanted
+                  and s.finished_at is not None and s.finished_at < finished_before]
+        events = freed = 0
+        refs: set[str] = set()
+        for summary in doomed:
+            for i in self._by_run.pop(summary.run_id):
+                item = self._events[i]
+                if item is not None:
+                    events += 1
+                    freed += len(item[1])
+                    if item[0].kind == "step_succeeded" and isinstance(item[0].data.get("output"), str):
+                        refs.add(item[0].data["output"])
+                    self._events[i] = None
+            self._tracked.pop(summary.run_id, None)
+            self._folded.pop(summary.run_id, None)
+        kept = {item[0].data.get("output") for item in self._events
+                if item is not None and item[0].kind == "step_succeeded"}
+        outputs = 0
+        for ref in refs - kept:
+            data = self._blobs.pop(ref, None)
+            if data is not None:
+                outputs += 1
+                freed += len(data)
+        return PruneResult([s.run_id for s in doomed], events, outputs, freed)
 
     async def close(self) -> None:
         pass
+
+
+def _owner_source(events: list[Event]) -> dict[str, Any]:
+    owner, source = run_level(events)
+    return {"owner": owner, "source": source or ""}

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import orjson
 import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
@@ -22,7 +23,8 @@ from psycopg.types.json import set_json_loads
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
 from planweave.journal.base import decode_blob, encode_data, encode_event
-from planweave.journal.group_commit import GroupCommitJournal, event_filter
+from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
+from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
 
 if TYPE_CHECKING:
     from planweave.journal.leases import Fence
@@ -30,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresJournal", "parse_url"]
 
 #: Version of the tables below, kept in ``planweave_meta``; bump it and add a migration when they change.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Seconds to wait for the server when connecting, unless the URL sets ``connect_timeout``.
 CONNECT_TIMEOUT_S = 10
 # Advisory lock keys (two int4s: a planweave constant, then a per-schema or per-purpose key).
@@ -50,6 +52,50 @@ _SCHEMA = (
     # BYTEA, not JSONB: the canonical bytes are kept exactly (their hash is the ref) and need no parsing.
     "CREATE TABLE IF NOT EXISTS planweave_blobs (ref TEXT PRIMARY KEY, data BYTEA NOT NULL)",
 )
+# Version 2: one summary row per run (planweave.journal.summary), written in the batch that changes it (see the
+# SQLite journal for the columns). Runs journaled before it start stale: the first listing folds each once.
+_RUNS_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS planweave_runs (
+        run_id TEXT PRIMARY KEY,
+        seq BIGINT NOT NULL,
+        pos BIGINT NOT NULL,
+        status TEXT NOT NULL,
+        started_at DOUBLE PRECISION,
+        finished_at DOUBLE PRECISION,
+        stale SMALLINT NOT NULL,
+        owner JSONB,
+        source TEXT,
+        summary JSONB
+    )""",
+    "CREATE INDEX IF NOT EXISTS planweave_runs_seq ON planweave_runs (seq)",
+    "CREATE INDEX IF NOT EXISTS planweave_runs_status ON planweave_runs (status, seq)",
+    "CREATE INDEX IF NOT EXISTS planweave_runs_stale ON planweave_runs (stale) WHERE stale = 1",
+    "INSERT INTO planweave_runs (run_id, seq, pos, status, stale) SELECT run_id, min(pos), max(pos), 'running', 1 "
+    "FROM planweave_events GROUP BY run_id ON CONFLICT (run_id) DO NOTHING",
+)
+#: The statements that take the tables from version ``n - 1`` to ``n``.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA}
+# A batch's summaries: one statement each for the fresh and the stale ones; seq and pos come from the events just
+# written (their (run_id, pos) index answers min and max at once).
+_UPSERT_SUMMARIES = """INSERT INTO planweave_runs AS r
+    (run_id, seq, pos, status, started_at, finished_at, stale, owner, source, summary)
+    SELECT u.run_id, b.seq, b.pos, u.status, u.started_at, u.finished_at, 0, u.owner::jsonb, u.source, u.summary::jsonb
+    FROM unnest(%s::text[], %s::text[], %s::float8[], %s::float8[], %s::text[], %s::text[], %s::text[])
+        AS u(run_id, status, started_at, finished_at, owner, source, summary)
+    CROSS JOIN LATERAL (SELECT min(pos) AS seq, max(pos) AS pos FROM planweave_events e WHERE e.run_id = u.run_id) b
+    ON CONFLICT (run_id) DO UPDATE SET pos = EXCLUDED.pos, status = EXCLUDED.status,
+        started_at = EXCLUDED.started_at, finished_at = EXCLUDED.finished_at, stale = 0,
+        owner = COALESCE(EXCLUDED.owner, r.owner), source = COALESCE(EXCLUDED.source, r.source),
+        summary = EXCLUDED.summary"""
+_MARK_STALE = """INSERT INTO planweave_runs AS r (run_id, seq, pos, status, stale, owner, source)
+    SELECT u.run_id, b.seq, b.pos, 'running', 1, u.owner::jsonb, u.source
+    FROM unnest(%s::text[], %s::text[], %s::text[]) AS u(run_id, owner, source)
+    CROSS JOIN LATERAL (SELECT min(pos) AS seq, max(pos) AS pos FROM planweave_events e WHERE e.run_id = u.run_id) b
+    ON CONFLICT (run_id) DO UPDATE SET pos = EXCLUDED.pos, stale = 1, owner = COALESCE(EXCLUDED.owner, r.owner),
+        source = COALESCE(EXCLUDED.source, r.source)"""
+_STORE_FOLDED = """UPDATE planweave_runs SET status = %s, started_at = %s, finished_at = %s, owner = %s::jsonb,
+    source = %s, summary = %s::jsonb, stale = 0 WHERE run_id = %s AND stale = 1 AND pos <= %s"""
+_RUN_COLUMNS = "run_id, seq, status, started_at, finished_at, owner, source, summary"
 _COPY_EVENTS = "COPY planweave_events (run_id, at, kind, step, data) FROM STDIN"
 # One statement for the whole batch (arrays as parameters): one round trip however many outputs there are.
 _INSERT_BLOBS = (
@@ -147,7 +193,7 @@ class PostgresJournal(GroupCommitJournal):
             data = encode_data(_without_nul(event.data))
         return data
 
-    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]) -> None:
+    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes], runs: list[BatchRun]) -> None:
         rows = [(e.run_id, e.at, e.kind, e.step, data.decode()) for e, data in events]
         try:
             async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
@@ -162,6 +208,8 @@ class PostgresJournal(GroupCommitJournal):
                     async with cur.copy(copy_events) as copy:
                         for row in rows:
                             await copy.write_row(row)
+                    if runs:
+                        await _write_summaries(cur, runs, {row[0] for row in rows})
         except psycopg.Error as exc:
             raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
 
@@ -178,6 +226,58 @@ class PostgresJournal(GroupCommitJournal):
     async def _select_run_ids(self) -> list[str]:
         rows = await self._fetch("SELECT run_id FROM planweave_events GROUP BY run_id ORDER BY min(pos)", ())
         return [r for (r,) in rows]
+
+    async def _select_runs(self, query: RunQuery) -> RunPage:
+        where, params = run_filter(query, "%s")
+        limit = "" if query.limit is None else f" LIMIT {int(query.limit) + 1}"
+        rows = await self._fetch(f"SELECT {_RUN_COLUMNS} FROM planweave_runs{where} ORDER BY seq DESC{limit}",
+                                 tuple(params))
+        return run_page(rows, query)
+
+    async def _select_stale(self) -> list[tuple[str, int]]:
+        rows = await self._fetch("SELECT run_id, seq FROM planweave_runs WHERE stale = 1 ORDER BY seq", ())
+        return [(r, int(q)) for r, q in rows]
+
+    async def _store_summaries(self, summaries: list[tuple[RunSummary, int]]) -> None:
+        rows = [(s.status, s.started_at, s.finished_at, orjson.dumps(dict(s.owner)).decode(), s.source,
+                 orjson.dumps(s.document()).decode(), s.run_id, pos) for s, pos in summaries]
+        if not rows:
+            return
+        try:
+            async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+                await cur.executemany(_STORE_FOLDED, rows)
+        except psycopg.Error as exc:
+            raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
+
+    async def _delete_runs(self, finished_before: float, statuses: frozenset[str]) -> PruneResult:
+        try:
+            async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+                # The writers' lock: no batch (a resume's run_resumed) lands between the check and the delete.
+                await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
+                await cur.execute(
+                    "SELECT run_id FROM planweave_runs WHERE stale = 0 AND status = ANY(%s) AND finished_at < %s "
+                    "ORDER BY seq", (sorted(statuses), finished_before))
+                doomed = [r for (r,) in await cur.fetchall()]
+                if not doomed:
+                    return PruneResult([], 0, 0, 0)
+                await cur.execute("SELECT count(*), coalesce(sum(octet_length(data::text)), 0) FROM planweave_events "
+                                  "WHERE run_id = ANY(%s)", (doomed,))
+                events, freed = await _one(cur)
+                await cur.execute("SELECT DISTINCT data->>'output' FROM planweave_events WHERE run_id = ANY(%s) "
+                                  "AND kind = 'step_succeeded'", (doomed,))
+                refs = {r for (r,) in await cur.fetchall() if isinstance(r, str)}
+                await cur.execute("DELETE FROM planweave_events WHERE run_id = ANY(%s)", (doomed,))
+                await cur.execute("DELETE FROM planweave_runs WHERE run_id = ANY(%s)", (doomed,))
+                await cur.execute("SELECT DISTINCT data->>'output' FROM planweave_events WHERE kind = 'step_succeeded' "
+                                  "AND data->>'output' = ANY(%s)", (sorted(refs),))
+                gone = sorted(refs - {r for (r,) in await cur.fetchall()})
+                await cur.execute("SELECT count(*), coalesce(sum(octet_length(data)), 0) FROM planweave_blobs "
+                                  "WHERE ref = ANY(%s)", (gone,))
+                outputs, blob_bytes = await _one(cur)
+                await cur.execute("DELETE FROM planweave_blobs WHERE ref = ANY(%s)", (gone,))
+        except psycopg.Error as exc:
+            raise JournalError(f"could not prune the journal {self.url}: {exc}") from exc
+        return PruneResult(doomed, events, outputs, freed + blob_bytes)
 
     async def _fetch(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         try:
@@ -211,14 +311,40 @@ async def _prepare(conn: psycopg.AsyncConnection[Any], schema: str | None, safe_
                 f"the journal {safe_url} has schema version {version}, newer than this planweave supports "
                 f"({SCHEMA_VERSION}): upgrade planweave"
             )
-        if version < SCHEMA_VERSION:  # 0: new tables; later versions add their migration steps here
-            for statement in _SCHEMA:
-                await conn.execute(statement)
+        if version < SCHEMA_VERSION:  # 0: new tables
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _MIGRATIONS[step]:
+                    await conn.execute(statement)
             await conn.execute(
                 "INSERT INTO planweave_meta (key, value) VALUES ('schema_version', %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
                 (str(SCHEMA_VERSION),),
             )
+
+
+async def _write_summaries(cur: psycopg.AsyncCursor[Any], runs: list[BatchRun], written: set[str]) -> None:
+    """Upsert the summaries of the runs a batch wrote events of (``written``: a fence may have refused some)."""
+    fresh = [r for r in runs if r.summary is not None and r.run_id in written]
+    stale = [r for r in runs if r.summary is None and r.run_id in written]
+
+    def owner(run: BatchRun) -> str | None:
+        return orjson.dumps(run.owner).decode() if run.owner is not None else None
+
+    if fresh:
+        summaries = [r.summary for r in fresh if r.summary is not None]
+        await cur.execute(_UPSERT_SUMMARIES, (
+            [r.run_id for r in fresh], [s.status for s in summaries], [s.started_at for s in summaries],
+            [s.finished_at for s in summaries], [owner(r) for r in fresh], [r.source for r in fresh],
+            [orjson.dumps(s.document()).decode() for s in summaries]))
+    if stale:
+        await cur.execute(_MARK_STALE, ([r.run_id for r in stale], [owner(r) for r in stale],
+                                        [r.source for r in stale]))
+
+
+async def _one(cur: psycopg.AsyncCursor[Any]) -> tuple[int, int]:
+    row = await cur.fetchone()
+    assert row is not None  # an aggregate always answers one row
+    return int(row[0]), int(row[1])
 
 
 def _without_nul(value: Any) -> Any:

@@ -19,17 +19,20 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit
 
+import orjson
+
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
 from planweave.journal.base import decode_blob
-from planweave.journal.group_commit import GroupCommitJournal, event_filter
+from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
+from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
 
 __all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "SQLiteJournal"]
 
 T = TypeVar("T")
 
-#: Version of the tables below, kept in ``meta``; bump it and add a migration in ``_migrate`` when they change.
-SCHEMA_VERSION = 1
+#: Version of the tables below, kept in ``meta``; bump it and add its statements to ``_MIGRATIONS`` when they change.
+SCHEMA_VERSION = 2
 #: How long a write waits for another process holding the file's write lock before it fails.
 BUSY_TIMEOUT_S = 30.0
 # SQLite limits the number of ``?`` in one statement (999 before 3.32); stay well below.
@@ -47,6 +50,46 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS events_run ON events (run_id, pos)",
     "CREATE TABLE IF NOT EXISTS blobs (ref TEXT PRIMARY KEY, data BLOB NOT NULL)",
 )
+# Version 2: one summary row per run (planweave.journal.summary), written with the batch that changes it. ``seq`` is
+# the position of the run's first event, ``pos`` of the last one summarised; ``stale`` rows are folded on listing.
+_RUNS_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS runs (
+        run_id TEXT PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        pos INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        stale INTEGER NOT NULL,
+        owner TEXT,
+        source TEXT,
+        summary BLOB
+    )""",
+    "CREATE INDEX IF NOT EXISTS runs_seq ON runs (seq)",
+    "CREATE INDEX IF NOT EXISTS runs_status ON runs (status, seq)",
+    "CREATE INDEX IF NOT EXISTS runs_stale ON runs (stale) WHERE stale = 1",
+    # Runs journaled before summaries existed: every one starts stale, so the first listing folds each once.
+    "INSERT OR IGNORE INTO runs (run_id, seq, pos, status, stale) "
+    "SELECT run_id, MIN(pos), MAX(pos), 'running', 1 FROM events GROUP BY run_id",
+)
+#: The statements that take the tables from version ``n - 1`` to ``n``.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA}
+_UPSERT_SUMMARY = (
+    "INSERT INTO runs (run_id, seq, pos, status, started_at, finished_at, stale, owner, source, summary) "
+    "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET pos = excluded.pos, "
+    "status = excluded.status, started_at = excluded.started_at, finished_at = excluded.finished_at, stale = 0, "
+    "owner = COALESCE(excluded.owner, owner), source = COALESCE(excluded.source, source), summary = excluded.summary"
+)
+_MARK_STALE = (
+    "INSERT INTO runs (run_id, seq, pos, status, stale, owner, source) VALUES (?, ?, ?, 'running', 1, ?, ?) "
+    "ON CONFLICT (run_id) DO UPDATE SET pos = excluded.pos, stale = 1, owner = COALESCE(excluded.owner, owner), "
+    "source = COALESCE(excluded.source, source)"
+)
+_STORE_FOLDED = (
+    "UPDATE runs SET status = ?, started_at = ?, finished_at = ?, owner = ?, source = ?, summary = ?, stale = 0 "
+    "WHERE run_id = ? AND stale = 1 AND pos <= ?"
+)
+_RUN_COLUMNS = "run_id, seq, status, started_at, finished_at, owner, source, summary"
 _INSERT_EVENT = "INSERT INTO events (run_id, at, kind, step, data) VALUES (?, ?, ?, ?, ?)"
 _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (ref, data) VALUES (?, ?)"
 _COLUMNS = "pos, run_id, at, kind, step, data"
@@ -92,8 +135,8 @@ class SQLiteJournal(GroupCommitJournal):
         """Run ``fn(connection, *args)`` on the journal's thread (tests use it to reach the connection)."""
         return await self._loop.run_in_executor(self._executor, fn, self._conn, *args)
 
-    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]) -> None:
-        await self._call(_write_batch, self.url, events, blobs)
+    async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes], runs: list[BatchRun]) -> None:
+        await self._call(_write_batch, self.url, events, blobs, runs)
 
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
         return await self._call(_select_events, self.url, run_id, after, kind)
@@ -103,6 +146,19 @@ class SQLiteJournal(GroupCommitJournal):
 
     async def _select_run_ids(self) -> list[str]:
         return await self._call(_select_run_ids, self.url)
+
+    async def _select_runs(self, query: RunQuery) -> RunPage:
+        return await self._call(_select_runs, self.url, query)
+
+    async def _select_stale(self) -> list[tuple[str, int]]:
+        return await self._call(_reading(self.url, lambda c: c.execute(
+            "SELECT run_id, seq FROM runs WHERE stale = 1 ORDER BY seq").fetchall()))
+
+    async def _store_summaries(self, summaries: list[tuple[RunSummary, int]]) -> None:
+        await self._call(_store_summaries, self.url, summaries)
+
+    async def _delete_runs(self, finished_before: float, statuses: frozenset[str]) -> PruneResult:
+        return await self._call(_delete_runs, self.url, finished_before, statuses)
 
     async def _release(self) -> None:
         try:
@@ -151,14 +207,16 @@ def _migrate(conn: sqlite3.Connection, url: str) -> None:
             f"the journal {url} has schema version {version}, newer than this planweave supports "
             f"({SCHEMA_VERSION}): upgrade planweave"
         )
-    if version < SCHEMA_VERSION:  # 0: a new file; later versions add their migration steps here
-        for statement in _SCHEMA:
-            conn.execute(statement)
+    if version < SCHEMA_VERSION:  # 0: a new file
+        for step in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[step]:
+                conn.execute(statement)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
 
 def _write_batch(
-    conn: sqlite3.Connection, url: str, events: list[tuple[Event, bytes]], blobs: dict[str, bytes]
+    conn: sqlite3.Connection, url: str, events: list[tuple[Event, bytes]], blobs: dict[str, bytes],
+    runs: list[BatchRun],
 ) -> None:
     rows = [(e.run_id, e.at, e.kind, e.step, data) for e, data in events]
     try:
@@ -170,12 +228,124 @@ def _write_batch(
                 conn.executemany(_INSERT_BLOB, blobs.items())
             if rows:
                 conn.executemany(_INSERT_EVENT, rows)
+                if runs:
+                    (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+                    _write_summaries(conn, runs, last - len(rows) + 1)
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
             raise
     except sqlite3.Error as exc:
         raise JournalError(f"could not write to the journal {url}: {exc}") from exc
+
+
+def _write_summaries(conn: sqlite3.Connection, runs: list[BatchRun], first_pos: int) -> None:
+    """Upsert the summary rows of a batch whose first event got ``first_pos`` (positions are consecutive: the
+    batch holds the write lock)."""
+    fresh, stale = [], []
+    for run in runs:
+        owner = orjson.dumps(run.owner) if run.owner is not None else None
+        summary = run.summary
+        if summary is None:
+            stale.append((run.run_id, first_pos + run.first, first_pos + run.last, owner, run.source))
+        else:
+            fresh.append((run.run_id, first_pos + run.first, first_pos + run.last, summary.status, summary.started_at,
+                          summary.finished_at, owner, run.source, orjson.dumps(summary.document())))
+    if fresh:
+        conn.executemany(_UPSERT_SUMMARY, fresh)
+    if stale:
+        conn.executemany(_MARK_STALE, stale)
+
+
+def _reading(url: str, fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlite3.Connection], T]:
+    def read(conn: sqlite3.Connection) -> T:
+        try:
+            return fn(conn)
+        except sqlite3.Error as exc:
+            raise JournalError(f"could not read the journal {url}: {exc}") from exc
+
+    return read
+
+
+def _select_runs(conn: sqlite3.Connection, url: str, query: RunQuery) -> RunPage:
+    where, params = run_filter(query, "?")
+    limit = "" if query.limit is None else f" LIMIT {int(query.limit) + 1}"
+    try:
+        rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC{limit}", params).fetchall()
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+    return run_page(rows, query)
+
+
+def _store_summaries(conn: sqlite3.Connection, url: str, summaries: list[tuple[RunSummary, int]]) -> None:
+    rows = [(s.status, s.started_at, s.finished_at, orjson.dumps(dict(s.owner)), s.source,
+             orjson.dumps(s.document()), s.run_id, pos) for s, pos in summaries]
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_STORE_FOLDED, rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not write to the journal {url}: {exc}") from exc
+
+
+def _delete_runs(conn: sqlite3.Connection, url: str, finished_before: float, statuses: frozenset[str]) -> PruneResult:
+    marks = ", ".join("?" * len(statuses))
+    try:
+        size_before = _database_bytes(conn)
+        conn.execute("BEGIN IMMEDIATE")  # writers wait: a run cannot be resumed between the check and the delete
+        try:
+            doomed = [r for (r,) in conn.execute(
+                f"SELECT run_id FROM runs WHERE stale = 0 AND status IN ({marks}) AND finished_at < ? ORDER BY seq",
+                (*sorted(statuses), finished_before))]
+            events = freed = 0
+            refs: set[str] = set()
+            for i in range(0, len(doomed), _MAX_VARS):
+                chunk = doomed[i : i + _MAX_VARS]
+                ids = ", ".join("?" * len(chunk))
+                refs.update(ref for (ref,) in conn.execute(
+                    "SELECT DISTINCT json_extract(CAST(data AS TEXT), '$.output') FROM events "
+                    f"WHERE run_id IN ({ids}) AND kind = 'step_succeeded'", chunk) if isinstance(ref, str))
+                n, size = conn.execute(
+                    f"SELECT count(*), coalesce(sum(length(data)), 0) FROM events WHERE run_id IN ({ids})", chunk
+                ).fetchone()
+                events, freed = events + n, freed + size
+                conn.execute(f"DELETE FROM events WHERE run_id IN ({ids})", chunk)
+                conn.execute(f"DELETE FROM runs WHERE run_id IN ({ids})", chunk)
+            if refs:
+                refs -= {ref for (ref,) in conn.execute(
+                    "SELECT DISTINCT json_extract(CAST(data AS TEXT), '$.output') FROM events "
+                    "WHERE kind = 'step_succeeded'")}
+            gone = sorted(refs)
+            outputs = 0
+            for i in range(0, len(gone), _MAX_VARS):
+                chunk = gone[i : i + _MAX_VARS]
+                ids = ", ".join("?" * len(chunk))
+                n, size = conn.execute(
+                    f"SELECT count(*), coalesce(sum(length(data)), 0) FROM blobs WHERE ref IN ({ids})", chunk
+                ).fetchone()
+                outputs, freed = outputs + n, freed + size
+                conn.execute(f"DELETE FROM blobs WHERE ref IN ({ids})", chunk)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        file_freed = None
+        if doomed:
+            conn.execute("VACUUM")  # give the pages back to the file system
+            file_freed = size_before - _database_bytes(conn)
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not prune the journal {url}: {exc}") from exc
+    return PruneResult(doomed, events, outputs, freed, file_freed)
+
+
+def _database_bytes(conn: sqlite3.Connection) -> int:
+    (pages,) = conn.execute("PRAGMA page_count").fetchone()
+    (size,) = conn.execute("PRAGMA page_size").fetchone()
+    return int(pages) * int(size)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
