@@ -1,0 +1,79 @@
+"""``planweave bench ...``: the benchmarks, each imported only when asked for."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sized
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planweave.cli.common import (
+    ExitCode,
+    JsonOption,
+    clean_errors,
+    print_json,
+)
+
+bench_app = typer.Typer(help="Benchmarks: AsyncHow makespans, engine overhead, planning.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``bench`` group to ``app``."""
+    app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("asynchow")
+def bench_asynchow(
+    directory: Annotated[Path, typer.Argument(help="The AsyncHow data set directory.", show_default=False)],
+    json_output: JsonOption = False,
+) -> None:
+    """Run every AsyncHow plan on the virtual clock and count the makespans inside the gold interval."""
+    try:
+        from planweave.bench.asynchow import run_asynchow
+    except ImportError as exc:
+        typer.echo(f"error: the AsyncHow benchmark is not available: {exc}", err=True)
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+    with clean_errors():
+        result = run_asynchow(directory)
+    if json_output:
+        print_json(result)
+        return
+    total = int(result.get("total", 0))
+    exact = int(result.get("exact", 0))
+    mismatches = result.get("mismatches", [])
+    n_mismatches = len(mismatches) if isinstance(mismatches, Sized) else int(mismatches)
+    share = f" ({100.0 * exact / total:.1f}%)" if total else ""
+    seconds = float(result.get("seconds", 0.0))
+    typer.echo(f"asynchow: {exact}/{total} makespans inside the gold interval{share}, {n_mismatches} mismatches, "
+               f"{seconds:.2f}s")
+
+
+@bench_app.command(
+    "planning",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_planning(ctx: typer.Context) -> None:
+    """Streaming admission and concurrent re-planning vs whole-plan, synchronous and ReAct (options: --help)."""
+    from planweave.bench.planning import main as planning_main
+
+    raise typer.Exit(planning_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "engine",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_engine(ctx: typer.Context) -> None:
+    """Measure engine overhead; every option (--json, --help, ...) goes to planweave.bench.engine."""
+    try:
+        # By name: the benchmark module is optional, and imported only when asked for (it is heavier).
+        module = importlib.import_module("planweave.bench.engine")
+    except ImportError as exc:
+        typer.echo(f"error: the engine benchmark is not available: {exc}", err=True)
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
+    bench_main: Callable[[list[str]], int] = module.main
+    raise typer.Exit(bench_main(list(ctx.args)))

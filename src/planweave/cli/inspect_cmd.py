@@ -1,0 +1,276 @@
+"""``planweave runs``, ``show`` and ``output``: reading runs back from a journal."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from planweave.cli import views
+from planweave.cli.common import (
+    ExitCode,
+    JournalOption,
+    JsonOption,
+    clean_errors,
+    journal_file_missing,
+    print_json,
+    shown_redaction,
+)
+from planweave.engine.events import Event
+from planweave.engine.report import StepNotFound, find_step, step_detail
+from planweave.engine.runtime import (
+    process_alive,
+)
+from planweave.engine.state import RunState
+from planweave.errors import JournalError, PlanweaveError, RunNotFound
+from planweave.journal import default_journal_url, open_journal
+from planweave.runview import run_overview, run_report, stored_outputs
+
+
+# -- reading runs back from a journal ----------------------------------------------------------------------------
+def fold_run(run_id: str, events: Sequence[Event]) -> RunState:
+    """Rebuild a run's state from its journaled events, the way resume does, without any tools.
+
+    The plan comes from ``run_created`` (a document in durable journals, a PlanSpec in memory) and is validated
+    without tool or capacity checks, since the tools it used may not be importable here.
+    """
+    if not events:
+        raise RunNotFound(f"no run '{run_id}' in the journal")
+    return RunState.from_events(run_id, events)
+
+
+@dataclass(frozen=True)
+class JournaledRun:
+    """A run as its journal tells it: the folded state, who ran it last and when it last changed."""
+
+    run_id: str
+    state: RunState | None
+    owner: Mapping[str, Any] = field(default_factory=dict)
+    last_at: float | None = None
+    problem: str | None = None  # why the events could not be folded (state is None then)
+    outputs: Mapping[str, Any] = field(default_factory=dict)  # of succeeded steps, if read with outputs=True
+    events: Sequence[Event] = ()  # the run's events, if read with outputs=True (for every attempt's error)
+
+    @property
+    def status(self) -> str:
+        """The fold's status, except ``interrupted`` for a ``running`` run whose process is gone."""
+        if self.state is None:
+            return "unreadable"
+        if self.state.status == "running" and not process_alive(self.owner):
+            return "interrupted"
+        return self.state.status
+
+    @property
+    def horizon(self) -> float | None:
+        """Where a timeline of this run ends: its end, now while it runs on wall-clock time, or its last event."""
+        if self.state is None:
+            return None
+        if self.state.finished_at is not None:
+            return self.state.finished_at
+        if self.status == "running" and self.last_at is not None and self.last_at >= 1e9:
+            return time.time()
+        return self.last_at
+
+    def overview(self) -> dict[str, Any]:
+        """The ``runs --json`` object (as ``GET /runs``): :func:`planweave.runview.run_overview`."""
+        return run_overview(self.run_id, self.state, self.status, self.problem)
+
+    def report(self) -> dict[str, Any]:
+        """The ``show --json`` object: :func:`planweave.runview.run_report` (as ``GET /runs/{id}``) plus the owner."""
+        assert self.state is not None
+        report = run_report(self.state, self.status, self.outputs, redact=shown_redaction())  # as GET /runs/{id}
+        report["owner"] = dict(self.owner)
+        hide = shown_redaction()
+        shown: dict[str, Any] = report if hide is None else hide(report)
+        return shown
+
+
+def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
+    owner: Mapping[str, Any] = {}
+    for event in events:
+        if event.kind in ("run_created", "run_resumed"):
+            owner = event.data.get("owner", {})
+    last_at = events[-1].at if events else None
+    try:
+        return JournaledRun(run_id, fold_run(run_id, events), owner, last_at)
+    except (PlanweaveError, KeyError, TypeError, ValueError) as exc:  # a damaged run must not hide the others
+        return JournaledRun(run_id, None, owner, last_at, problem=f"cannot read this run: {exc}")
+
+
+async def read_run(url: str, run_id: str, *, outputs: bool = False) -> JournaledRun:
+    """One run of the journal at ``url`` (with ``outputs``: also its events and succeeded outputs); raises
+    RunNotFound."""
+    if journal_file_missing(url):
+        raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+    async with open_journal(url) as journal:
+        events = await journal.read(run_id)
+        if not events:
+            raise RunNotFound(f"no run '{run_id}' in the journal {url}")
+        run = _journaled(run_id, events)
+        if run.state is None:
+            raise JournalError(f"run '{run_id}' in the journal {url}: {run.problem}")
+        if outputs:
+            run = dataclasses.replace(run, outputs=await stored_outputs(journal, run.state), events=events)
+    return run
+
+
+def _hide_secrets(state: RunState) -> None:
+    """Redact, in place, the texts ``show`` prints of a state folded only to be shown: errors, answer, escalations.
+
+    The journal holds them as the running process redacted them; this process may know more secrets.
+    """
+    hide = shown_redaction()
+    if hide is None:
+        return
+    for rec in state.records.values():
+        rec.error = hide(rec.error)
+    state.error, state.answer = hide(state.error), hide(state.answer)
+    state.escalations = hide(state.escalations)
+
+
+async def read_runs(url: str) -> list[JournaledRun]:
+    """Every run in the journal at ``url``, oldest first (none if the journal file does not exist)."""
+    if journal_file_missing(url):
+        return []
+    async with open_journal(url) as journal:
+        events = await journal.read(None)
+    by_run: dict[str, list[Event]] = {}
+    for event in events:
+        by_run.setdefault(event.run_id, []).append(event)
+    return [_journaled(run_id, run_events) for run_id, run_events in by_run.items()]
+
+
+def runs(journal: JournalOption = None, json_output: JsonOption = False) -> None:
+    """List every run in the journal: status, start, duration and steps by state."""
+    with clean_errors(json_output):
+        url = journal or default_journal_url()
+        found = asyncio.run(read_runs(url))
+    rows = [r.overview() for r in found]
+    if json_output:
+        print_json(rows)
+        return
+    console = Console(highlight=False)
+    if not rows:
+        console.print(f"no runs in the journal {url}", markup=False)
+        return
+    console.print(views.runs_table(rows))
+
+
+def _no_output(rec_status: str) -> str:
+    """Why a step in ``rec_status`` has no output, as the end of a sentence."""
+    return {"failed": "it failed", "skipped": "it was skipped", "cancelled": "it was cancelled",
+            "pending": "it has not started", "ready": "it has not started", "running": "it is still running",
+            "unknown": "its outcome is unknown (it was running when the run was interrupted)",
+            "succeeded": "its output is missing from the journal"}.get(rec_status, f"it is {rec_status}")
+
+
+def _step_or_exit(found: JournaledRun, step: str, *, need_output: bool, json_output: bool = False) -> None:
+    """Exit 1 with a message if ``found`` has no step ``step`` (or, with ``need_output``, no output for it)."""
+    assert found.state is not None
+    try:
+        rec = find_step(found.state, step)
+        problem = None
+    except StepNotFound as exc:
+        problem = str(exc)
+    else:
+        if need_output and (rec.status != "succeeded" or step not in found.outputs):
+            problem = f"step '{step}' of run '{found.run_id}' has no output: {_no_output(rec.status)}"
+    if problem is not None:
+        typer.echo(f"error: {problem}", err=True)
+        if json_output:
+            print_json({"status": "error", "error": problem})
+        raise typer.Exit(ExitCode.FAILED)
+
+
+def output(
+    run_id: Annotated[str, typer.Argument(help="The run.", show_default=False)],
+    step: Annotated[str, typer.Argument(help="The step whose output to print.", show_default=False)],
+    journal: JournalOption = None,
+) -> None:
+    """Print one step's whole output as JSON on stdout; exit 1 if the step does not exist or has no output."""
+    with clean_errors():
+        found = asyncio.run(read_run(journal or default_journal_url(), run_id, outputs=True))
+    _step_or_exit(found, step, need_output=True)
+    hide = shown_redaction()
+    value = found.outputs[step]
+    print_json(value if hide is None else hide(value))
+
+
+def show(
+    run_id: Annotated[str, typer.Argument(help="The run to show.", show_default=False)],
+    journal: JournalOption = None,
+    json_output: JsonOption = False,
+    step: Annotated[str | None, typer.Option(
+        "--step", metavar="ID", help="Show this step: its arguments, every attempt, errors and output.")] = None,
+    all_rows: Annotated[bool, typer.Option("--all", help="A row for every step (default: counts, the failed and "
+                                                         "the slowest steps).")] = False,
+) -> None:
+    """Show one run: its steps, its error and root cause, and a timeline of every attempt (or one ``--step``)."""
+    with clean_errors(json_output):
+        url = journal or default_journal_url()
+        found = asyncio.run(read_run(url, run_id, outputs=json_output or step is not None))
+    assert found.state is not None
+    if step is not None:
+        _step_or_exit(found, step, need_output=False, json_output=json_output)
+        detail = step_detail(found.state, found.outputs, step, events=found.events, redact=shown_redaction())
+        if json_output:
+            print_json(detail)
+        else:
+            Console(highlight=False).print(views.step_panel(detail, found.state.created_at))
+        return
+    if json_output:
+        print_json(found.report())
+        return
+    state = found.state
+    _hide_secrets(state)
+    console = Console(highlight=False)
+    console.print(views.run_header(state, found.horizon, found.status))
+    times = Text(f"started {views.format_instant(state.created_at)}", style="dim")
+    if state.finished_at is not None:
+        times.append(f" · finished {views.format_instant(state.finished_at)}")
+    console.print(times)
+    if state.error:
+        console.print(Text("error: ", style="bold red") + Text(state.error))
+    if state.root_cause and state.root_cause not in (state.error or ""):
+        console.print(Text(f"root cause: step '{state.root_cause}'", style="red"))
+    if found.status == "interrupted":
+        console.print(f"interrupted: resume with planweave resume {run_id}"
+                      + (f" --journal {url}" if url != default_journal_url() else ""), markup=False)
+    if state.answer:  # a run that did not succeed has no answer: its joiner's text is only partial
+        label, style = ("answer: ", "bold green") if state.status == "succeeded" else ("partial answer: ", "yellow")
+        console.print(Text(label, style=style) + Text(state.answer))
+    if state.model_calls:
+        console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
+                           f"${state.cost_usd:.4f}", style="dim"))
+    console.print()
+    shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
+    console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,
+                                    more_hint=views.ALL_HINT))
+    hint = views.unbounded_hint(state) if found.status in ("running", "interrupted") else None
+    if hint is not None:
+        console.print(hint)
+    console.print()
+    console.print(Text("timeline", style="bold"))
+    console.print(views.timeline(state, console.width, found.horizon, shown), soft_wrap=True)
+    if len(state.versions) > 1 or state.model_calls:
+        console.print()
+        console.print(views.versions_table(state))
+    if state.escalations:
+        console.print()
+        console.print(Text("escalations", style="bold"))
+        for esc in state.escalations:
+            where = f" step '{esc['step']}'" if esc.get("step") else ""
+            console.print(Text(f"  {esc.get('rung')}{where}: {esc.get('reason', '')}"[:400]))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``runs``, ``show`` and ``output`` to ``app``."""
+    for command in (runs, show, output):
+        app.command()(command)

@@ -1,0 +1,378 @@
+"""``planweave run`` and ``planweave resume``: a plan file or a ``--goal``, and continuing a run."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import typer
+
+from planweave.cli.common import (
+    AllowEnvOption,
+    AllowExecOption,
+    Confinement,
+    JournalOption,
+    JsonOption,
+    McpOption,
+    RootOption,
+    ToolsOption,
+    UsageError,
+    VirtualOption,
+    WorkdirOption,
+    clean_errors,
+    journal_file_missing,
+    load_tools,
+    parse_capacities,
+)
+from planweave.cli.follow import (
+    Limits,
+    Session,
+    console_for,
+    follow_run,
+    report_outcome,
+    run_loop,
+    tool_output_to_stderr,
+)
+from planweave.engine.limits import JournaledLimits, RunLimits
+from planweave.engine.runtime import (
+    DEFAULT_CONCURRENCY,
+    Engine,
+    Run,
+)
+from planweave.errors import PlanInvalid, RunNotFound
+from planweave.journal import Journal, default_journal_url
+from planweave.plan.defaults import check_seconds, with_default_timeout
+from planweave.plan.graph import validate_plan
+from planweave.planfile import load_plan_file
+from planweave.tools import Toolbox
+
+if TYPE_CHECKING:
+    from planweave.models import Budget
+    from planweave.planning import PlanningLoop
+
+
+@dataclass(frozen=True)
+class AgentFlags:
+    """The model, budget and limits of a ``--goal`` run (or of resuming one)."""
+
+    model: str
+    base_url: str | None
+    budget_usd: float | None
+    budget_tokens: int | None
+    deadline: float | None
+    max_replans: int
+    plan_max_tokens: int
+    ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
+
+    async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox) -> PlanningLoop:
+        """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``."""
+        from planweave.models import Budget, resolve_model
+        from planweave.planning import PlanningLoop, PlanningOptions
+        from planweave.tools.llm import llm_tool
+
+        options: dict[str, Any] = {"base_url": self.base_url} if self.base_url else {}
+        client = await stack.enter_async_context(resolve_model(self.model, **options))
+        budget = (Budget(usd=self.budget_usd, tokens=self.budget_tokens)
+                  if (self.budget_usd or self.budget_tokens) else None)
+        base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+        catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
+        return PlanningLoop(engine, client, catalog, budget=budget, options=PlanningOptions(
+            deadline_s=self.deadline, max_replans=self.max_replans, plan_max_tokens=self.plan_max_tokens,
+            join_max_tokens=min(1024, self.plan_max_tokens), ask_human=self.ask_human))
+
+
+DEFAULT_GOAL_MODEL = "gpt-4o-mini"
+
+
+@dataclass(frozen=True)
+class PlanModel:
+    """The model a plan file's ``llm`` steps call (``run plan.yaml --model M``), within an optional budget."""
+
+    model: str
+    base_url: str | None
+    budget_usd: float | None
+    budget_tokens: int | None
+
+    @staticmethod
+    def from_flags(
+        model: str | None, base_url: str | None, budget_usd: float | None, budget_tokens: int | None,
+        max_replans: int | None, plan_max_tokens: int | None,
+    ) -> PlanModel | None:
+        """The model of a plan-file run, or None without ``--model``; raises UsageError naming a flag that does not
+        apply to a plan file (it would be silently ignored otherwise)."""
+        for flag, value in (("--max-replans", max_replans), ("--plan-max-tokens", plan_max_tokens)):
+            if value is not None:
+                raise UsageError(f"{flag} applies to --goal runs only: a plan file is not re-planned")
+        if model is None:
+            for flag, given in (("--base-url", base_url), ("--budget-usd", budget_usd),
+                                ("--budget-tokens", budget_tokens)):
+                if given is not None:
+                    raise UsageError(f"{flag} applies to the model that a plan file's llm steps call: give "
+                                     "--model NAME too")
+            return None
+        return PlanModel(model, base_url, budget_usd, budget_tokens)
+
+    async def toolbox(self, stack: AsyncExitStack, tools: Toolbox, budget: Budget | None) -> Toolbox:
+        """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most ``budget``."""
+        from planweave.models import resolve_model
+        from planweave.tools.llm import llm_tool
+
+        client = await stack.enter_async_context(
+            resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
+        return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
+
+
+@dataclass(frozen=True)
+class ResumeLimits:
+    """The limits given to ``planweave resume`` without ``--model`` (None: keep the run's journaled ones)."""
+
+    base_url: str | None
+    budget_usd: float | None
+    budget_tokens: int | None
+    deadline: float | None  # a new deadline, counted from the resume
+
+    async def resume(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox, run_id: str,
+                     retry_unknown: bool) -> Run:
+        """Resume ``run_id`` within the limits it was started with (the ones given here replace them): its ``llm``
+        steps on the model it journaled, within what is left of its budget, and its deadline at the time it was
+        set for; raises UsageError naming a flag that does not apply to the run."""
+        recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
+            RunLimits(self.budget_usd, self.budget_tokens, self.deadline), engine.clock.now())
+        tools = None
+        if recorded.model is None:
+            self._check_without_model(run_id)
+        else:
+            base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+            tools = await PlanModel(recorded.model, self.base_url, None, None).toolbox(stack, base, recorded.budget())
+        run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
+        recorded.apply_deadline(engine, run)
+        return run
+
+    def _check_without_model(self, run_id: str) -> None:
+        for flag, given in (("--base-url", self.base_url), ("--budget-usd", self.budget_usd),
+                            ("--budget-tokens", self.budget_tokens)):
+            if given is not None:
+                raise UsageError(f"{flag} applies to the model a run calls, and run '{run_id}' was started without "
+                                 "one: give --model NAME too (a --goal run), or leave it out")
+
+
+AskHumanOption = Annotated[
+    bool,
+    typer.Option("--ask-human", help="For a --goal run: when retries, fallbacks and re-plans cannot repair a failed "
+                                     "step, ask a person (a human.input step: retry, skip with a value, or abort) "
+                                     "instead of failing."),
+]
+
+
+def _step_timeout_flag(value: float | None) -> float | None:
+    """``--step-timeout`` checked: finite seconds above 0 (UsageError otherwise)."""
+    try:
+        return None if value is None else check_seconds(value, "--step-timeout")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run(
+    file: Annotated[Path | None, typer.Argument(help="The plan file (YAML or JSON); or use --goal.",
+                                                show_default=False)] = None,
+    journal: JournalOption = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", help="Id for the new run (default: random).")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, help="Most steps running at once (default: the plan's).")
+    ] = None,
+    capacity: Annotated[
+        list[str] | None,
+        typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource; overrides the plan's (repeatable)."),
+    ] = None,
+    step_timeout: Annotated[float | None, typer.Option(
+        "--step-timeout", metavar="S",
+        help="Seconds per attempt for steps without their own timeout; overrides the plan's defaults.timeout "
+             "(default: the plan's, else 600; a step's own timeout: null means no limit; steps waiting on people "
+             "are exempt).")] = None,
+    virtual_clock: VirtualOption = False,
+    json_output: JsonOption = False,
+    tools: ToolsOption = None,
+    mcp: McpOption = None,
+    goal: Annotated[str | None, typer.Option("--goal", help="Plan this goal with a model instead of a file.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
+                        "the bundled local model).", envvar="PLANWEAVE_MODEL")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
+    max_replans: Annotated[int | None, typer.Option("--max-replans", min=0,
+                                                    help="Most re-plans of a --goal run (default 5).")] = None,
+    plan_max_tokens: Annotated[int | None, typer.Option(
+        "--plan-max-tokens", min=16, help="Most tokens the planner of a --goal run may write per call (default "
+                                          "2048).")] = None,
+    ask_human: AskHumanOption = False,
+    on_failure: Annotated[Literal["stop", "continue"] | None, typer.Option(
+        "--on-failure", help="A plan file's step failing for good: stop the run (cancel what runs, start nothing "
+                             "new) or continue the other branches (default: the plan's on_failure, else stop).",
+    )] = None,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    allow_env: AllowEnvOption = None,
+    root: RootOption = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Also serve the dashboard for this run.")] = False,
+    port: Annotated[int, typer.Option("--port", help="Port of --watch's dashboard.")] = 8765,
+    all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
+                                                         "failed and the slowest steps).")] = False,
+) -> None:
+    """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
+    with clean_errors(json_output):
+        if (file is None) == (goal is None):
+            raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
+        flags = parse_capacities(capacity or ())
+        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                      tuple(root or ()), tuple(allow_env or ())))
+        session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
+                          tuple(mcp or ()), port if watch else None, all_rows=all_rows)
+        begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
+        if file is not None:
+            plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
+                                              plan_max_tokens)
+            if ask_human:
+                raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
+                                 "escalation ladder (use approval: or human.input steps in the plan)")
+            spec = load_plan_file(file)
+            spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
+            capacities = {**spec.capacities, **flags}
+            if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
+                # engine validates at start.
+                # Check everything before the journal is opened: an invalid plan leaves no trace there.
+                validate_plan(spec, toolbox, capacities, source=str(file))
+            limits = Limits(concurrency or spec.concurrency or DEFAULT_CONCURRENCY, capacities)
+
+            async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
+                base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+                run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
+                tools = (await plan_model.toolbox(stack, base, run_limits.budget()) if plan_model is not None
+                         else None)
+                started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
+                                             on_failure=on_failure, limits=run_limits.journaled(
+                                                 engine.clock.now(), plan_model.model if plan_model else None))
+                if deadline is not None:
+                    from planweave.engine.runtime import cancel_at_deadline
+
+                    cancel_at_deadline(engine, started, deadline)
+                return started
+
+            begin = begin_file
+        else:
+            assert goal is not None
+            if step_timeout is not None:
+                raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
+                                 "its planner, with their own timeouts")
+            if on_failure is not None:
+                raise UsageError("--on-failure applies to plan files: a --goal run lets the other branches run on "
+                                 "while its planner repairs a failure, and fails only once the escalation ladder "
+                                 "is exhausted (see --max-replans and --ask-human)")
+            limits = Limits(concurrency or DEFAULT_CONCURRENCY, flags)
+            goal_text = goal
+
+            agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
+                               5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human)
+
+            async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
+                loop = await agent.planning_loop(engine, stack, toolbox)
+                return await loop.start(goal_text, run_id=run_id)
+
+            begin = begin_goal
+
+        async def fixed_limits(_journal: Journal) -> Limits:
+            return limits
+
+        with tool_output_to_stderr(json_output):
+            outcome = run_loop(follow_run(session, fixed_limits, begin, console_for(json_output)), virtual_clock)
+    report_outcome(outcome, session)
+    raise typer.Exit(outcome.exit_code)
+
+
+def resume(
+    run_id: Annotated[str, typer.Argument(help="The run to continue.", show_default=False)],
+    journal: JournalOption = None,
+    retry_unknown: Annotated[
+        bool,
+        typer.Option("--retry-unknown",
+                     help="Run again the non-idempotent steps that were running when the run was interrupted."),
+    ] = False,
+    json_output: JsonOption = False,
+    tools: ToolsOption = None,
+    mcp: McpOption = None,
+    virtual_clock: VirtualOption = False,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    allow_env: AllowEnvOption = None,
+    root: RootOption = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
+    max_replans: Annotated[int | None, typer.Option("--max-replans", min=0,
+                                                    help="Most re-plans of a --goal run (default 5).")] = None,
+    ask_human: AskHumanOption = False,
+    all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
+                                                         "failed and the slowest steps).")] = False,
+) -> None:
+    """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
+
+    The run keeps the values journaled when it started: its concurrency, capacities and step timeouts (the plan's
+    defaults.timeout, or the --step-timeout or built-in default it was run with) are not changed by a resume.
+    """
+    with clean_errors(json_output):
+        url = journal or default_journal_url()
+        if journal_file_missing(url):
+            raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                      tuple(root or ()), tuple(allow_env or ())))
+        session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()),
+                          all_rows=all_rows)
+
+        async def recorded_limits(opened: Journal) -> Limits:
+            # The engine must admit steps as the original run did: its limits are in run_created.
+            events = await opened.read(run_id)
+            if not events:
+                raise RunNotFound(f"no run '{run_id}' in the journal {url}")
+            options = events[0].data.get("options") or {}
+            return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
+
+        if ask_human and model is None:
+            raise UsageError("--ask-human applies to a --goal run resumed with its planner: give --model NAME too")
+        if max_replans is not None and model is None:
+            raise UsageError("--max-replans applies to a --goal run resumed with its planner: give --model NAME too")
+        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline)
+
+        async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
+            if model is not None:
+                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline,
+                                   5 if max_replans is None else max_replans, 2048, ask_human)
+                loop = await agent.planning_loop(engine, stack, toolbox)
+                return await loop.resume(run_id, retry_unknown=retry_unknown)
+            try:
+                return await given.resume(engine, stack, toolbox, run_id, retry_unknown)
+            except PlanInvalid as exc:
+                if any("unknown tool 'llm'" in str(p) for p in exc.problems):
+                    raise UsageError(f"{exc}\n(run '{run_id}' calls a model: resume it with --model NAME to "
+                                     "re-attach its model, planner and llm tool)") from None
+                raise
+
+        with tool_output_to_stderr(json_output):
+            outcome = run_loop(follow_run(session, recorded_limits, begin, console_for(json_output), "resumed"),
+                                virtual_clock)
+    report_outcome(outcome, session)
+    raise typer.Exit(outcome.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run`` and ``resume`` to ``app``."""
+    for command in (run, resume):
+        app.command()(command)

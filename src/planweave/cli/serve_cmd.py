@@ -1,0 +1,77 @@
+"""``planweave serve``: the HTTP API, the live event streams and the dashboard."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from planweave.cli.common import (
+    AllowEnvOption,
+    AllowExecOption,
+    Confinement,
+    JournalOption,
+    RootOption,
+    ToolsOption,
+    WorkdirOption,
+    clean_errors,
+    load_tools,
+    parse_capacities,
+)
+from planweave.extras import require
+
+
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Interface to bind (anything but 127.0.0.1 is exposed).")] =
+    "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 8765,
+    journal: JournalOption = None,
+    tools: ToolsOption = None,
+    concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="Most steps running at once.")] =
+    None,
+    capacity: Annotated[
+        list[str] | None, typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource (repeatable)."),
+    ] = None,
+    telemetry: Annotated[
+        bool | None, typer.Option("--telemetry/--no-telemetry",
+                                  help="OpenTelemetry spans (default: as the OTEL_* variables say)."),
+    ] = None,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    allow_env: AllowEnvOption = None,
+    root: RootOption = None,
+    model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    max_budget_usd: Annotated[float | None, typer.Option(
+        "--max-budget-usd", min=0, help="Cap on any run's budget_usd (also its default).")] = None,
+    max_budget_tokens: Annotated[int | None, typer.Option(
+        "--max-budget-tokens", min=0, help="Cap on any run's budget_tokens (also its default).")] = None,
+    max_deadline: Annotated[float | None, typer.Option(
+        "--max-deadline", min=0, help="Cap on any run's deadline in seconds (also its default).")] = None,
+    max_replans: Annotated[int | None, typer.Option(
+        "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
+) -> None:
+    """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token.
+
+    The ``--max-*`` caps bound what any ``POST /runs`` may ask for; a request without a limit gets the cap.
+    """
+    with clean_errors():
+        require("server", "the server")
+        from planweave.server import serve as serve_forever
+        from planweave.server.limits import LimitCaps
+
+        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                      tuple(root or ()), tuple(allow_env or ())))
+        caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
+        asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
+                                  capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
+                                  base_url=base_url, caps=caps))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``serve`` to ``app``."""
+    for command in (serve,):
+        app.command()(command)
