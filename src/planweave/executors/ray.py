@@ -119,9 +119,9 @@ def tool_reference(tool: ToolSpec, toolboxes: Sequence[str] = (BUILTIN_TOOLBOX,)
     Its own function comes first (a top-level function of an importable module, or a :class:`Tool` defined there);
     then each of ``toolboxes`` (``module:attr``) holding a tool of that name made from the same function.
     """
-    if not isinstance(tool, Tool):
+    if type(tool) is not Tool:  # a subclass keeps state of its own (a jailed shell's policy): it stays here
         raise ToolError(f"tool '{tool.name}' cannot run on Ray: it is a {type(tool).__name__} bound to this process "
-                        "(only Python tools ship, by reference); give the step executor: local",
+                        "(only plain Python tools ship, by reference); give the step executor: local",
                         kind="arguments", retryable=False)
     fn = tool.fn
     module, qualname = getattr(fn, "__module__", "?"), getattr(fn, "__qualname__", repr(fn))

@@ -1,0 +1,39 @@
+"""Tools for the Ray tests: top-level functions, so a Ray worker imports them by reference."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from planweave import Toolbox, builtin_tools, current_step
+
+
+async def where(note: str = "") -> dict[str, Any]:
+    """Say which process ran the call, and what Ray gave it (nothing outside Ray)."""
+    assigned: dict[str, float] = {}
+    try:
+        import ray
+
+        if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
+            assigned = {k: float(v) for k, v in ray.get_runtime_context().get_assigned_resources().items()}
+    except ImportError:
+        pass
+    return {"pid": os.getpid(), "assigned": assigned, "step": current_step().step_id, "note": note}
+
+
+def flaky(counter: str, token: str) -> dict[str, Any]:
+    """Fail on the first call (counted in the file ``counter``), then return ``token`` (a sync tool)."""
+    path = Path(counter)
+    calls = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(calls))
+    if calls == 1:
+        raise ConnectionError(f"first call fails, token {token}")
+    return {"calls": calls, "token": token}
+
+
+def toolbox() -> Toolbox:
+    box = builtin_tools()
+    box.add(where, idempotent=True)
+    box.add(flaky, idempotent=True)
+    return box
