@@ -15,8 +15,9 @@ async def where(note: str = "") -> dict[str, Any]:
     try:
         import ray
 
-        if ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE:
-            assigned = {k: float(v) for k, v in ray.get_runtime_context().get_assigned_resources().items()}
+        runtime: Any = ray.get_runtime_context() if ray.is_initialized() else None
+        if runtime is not None and runtime.worker.mode == ray.WORKER_MODE:
+            assigned = {k: float(v) for k, v in runtime.get_assigned_resources().items()}
     except ImportError:
         pass
     return {"pid": os.getpid(), "assigned": assigned, "step": current_step().step_id, "note": note}
