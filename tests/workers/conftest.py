@@ -24,7 +24,7 @@ class Schema:
     conn: psycopg.Connection[Any]
 
     def query(self, text: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        cur = self.conn.execute(sql.SQL(text).format(s=sql.Identifier(self.name)), params)  # type: ignore[arg-type]
+        cur = self.conn.execute(sql.SQL(text).format(s=sql.Identifier(self.name)), params)
         return cur.fetchall() if cur.description else []
 
 
