@@ -9,13 +9,21 @@ owner and each step's attempt log). Both edges fold the run's events with the en
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime as _dt
+import re
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from planweave.engine.report import Redact, outputs_summary
 from planweave.engine.state import RunState
 from planweave.journal.base import Journal
+from planweave.journal.summary import RunQuery, RunSummary
 from planweave.plan.defaults import unbounded_steps
+
+#: The statuses a run list shows and filters by: the stored ones, plus ``interrupted`` (running, its process gone).
+SHOWN_STATUSES = ("running", "interrupted", "succeeded", "failed", "cancelled", "unreadable")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def unbounded(state: RunState) -> list[str]:
@@ -83,3 +91,79 @@ async def stored_outputs(journal: Journal, state: RunState) -> dict[str, Any]:
             if rec.status == "succeeded" and rec.output_ref is not None}
     blobs = await journal.get_blobs(set(refs.values()))
     return {sid: blobs[ref] for sid, ref in refs.items() if ref in blobs}
+
+
+def summary_overview(summary: RunSummary, status: str) -> dict[str, Any]:
+    """The :func:`run_overview` item of a run from its journal summary (the same keys; no events are folded)."""
+    makespan = None
+    if summary.started_at is not None and summary.finished_at is not None:
+        makespan = summary.finished_at - summary.started_at
+    return {
+        "run_id": summary.run_id, "plan": summary.plan, "status": status, "started_at": summary.started_at,
+        "finished_at": summary.finished_at, "makespan_s": makespan, "error": summary.error,
+        "steps": dict(summary.steps), "waiting": dict(summary.waiting), "unbounded": list(summary.unbounded),
+        "tokens": summary.tokens, "cost_usd": summary.cost_usd,
+    }
+
+
+def check_statuses(statuses: Collection[str]) -> frozenset[str]:
+    """``statuses`` as a set; raises ValueError naming an unknown one and the known ones."""
+    wanted = frozenset(statuses)
+    unknown = sorted(wanted - set(SHOWN_STATUSES))
+    if unknown:
+        raise ValueError(f"unknown run status {', '.join(map(repr, unknown))}: use {', '.join(SHOWN_STATUSES)}")
+    return wanted
+
+
+def parse_since(text: str, now: float) -> float:
+    """``--since``/``since=`` as epoch seconds: an age (``90s``, ``30m``, ``2h``, ``7d``, ``1w``: that long before
+    ``now``), an ISO date or time (``2026-12-01``, ``2026-12-01T08:00``; UTC unless it says), or epoch seconds.
+
+    Raises ValueError saying what is accepted.
+    """
+    text = text.strip()
+    match = _DURATION.fullmatch(text)
+    if match:
+        return now - float(match.group(1)) * _UNIT_S[match.group(2)]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"since {text!r} is not an age (30m, 2h, 7d) or an ISO date or time "
+                         "(2026-12-01, 2026-12-01T08:00)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=_dt.UTC)
+    return when.timestamp()
+
+
+async def list_overviews(
+    journal: Journal, status_of: Callable[[RunSummary], str], *, statuses: Collection[str] | None = None,
+    since: float | None = None, limit: int | None = None, cursor: int | None = None,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """A page of run-list items (:func:`summary_overview`), newest first, and the cursor of the next page (None:
+    none).
+
+    ``status_of`` is the status shown for a summary (the edges tell ``interrupted`` from ``running`` by whether the
+    run's process is alive); ``statuses`` filters by it (checked: ValueError names an unknown one). The journal
+    reads only the runs shown (plus, for ``interrupted``, the running ones it skips).
+    """
+    wanted = None if statuses is None else check_statuses(statuses)
+    stored = None if wanted is None else frozenset("running" if s == "interrupted" else s for s in wanted)
+    rows: list[dict[str, Any]] = []
+    before = cursor
+    while True:
+        page = await journal.list_runs(RunQuery(stored, since, before, limit))
+        for i, summary in enumerate(page.runs):
+            shown = status_of(summary)
+            if wanted is not None and shown not in wanted:
+                continue
+            rows.append(summary_overview(summary, shown))
+            if limit is not None and len(rows) == limit:
+                more = i + 1 < len(page.runs) or page.next is not None
+                return rows, summary.seq if more else None
+        if page.next is None:
+            return rows, None
+        before = page.next

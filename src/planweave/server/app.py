@@ -18,6 +18,7 @@ import functools
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -49,11 +50,13 @@ from planweave.errors import (
     RunNotFound,
 )
 from planweave.journal import default_journal_url
+from planweave.journal.summary import RunSummary
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.defaults import with_default_timeout
 from planweave.plan.document import document_problems
 from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
+from planweave.runview import list_overviews, parse_since
 from planweave.server.limits import (
     LimitCaps,
     RunLimits,
@@ -322,15 +325,43 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
     return RunAccepted(run_id=run.id, status="running")
 
 
-@api.get("/runs", response_model=list[dict[str, Any]])
-async def list_runs(state: State, response: Response) -> list[dict[str, Any]]:
-    """Every run of the journal, oldest first: id, plan, status, times, error and step counts by state.
+@api.get("/runs", response_model=list[dict[str, Any]], responses={422: _ERRORS[422]})
+async def list_runs(
+    state: State, response: Response,
+    status: Annotated[list[str] | None, Query(description="Only runs in these statuses (repeat, or comma-separated):"
+                                                          " running, interrupted, succeeded, failed, cancelled.")]
+    = None,
+    since: Annotated[str | None, Query(description="Only runs started since: an age (30m, 2h, 7d) or an ISO "
+                                                   "date or time (UTC unless it says).")] = None,
+    limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many runs.")] = None,
+    cursor: Annotated[int | None, Query(ge=0, description="The `X-Next-Cursor` of the previous page.")] = None,
+) -> list[dict[str, Any]]:
+    """Runs of the journal, newest first, read from their summaries: id, plan, status, times, error and step
+    counts by state; filtered by ``status`` and ``since``, paged by ``limit`` and ``cursor``.
 
-    ``X-Journal-Position`` is the position the list is current to: follow ``GET /events`` from there.
+    ``X-Next-Cursor`` (when there are more) is the ``cursor`` of the next page. ``X-Journal-Position`` is the
+    position the list is current to: follow ``GET /events`` from there.
     """
-    position = await state.index.refresh()
-    response.headers["X-Journal-Position"] = str(position)
-    return _shown(state, [state.index.overview(run) for run in state.index.runs()])
+    statuses = None if status is None else [s.strip() for item in status for s in item.split(",") if s.strip()]
+    try:
+        started = None if since is None else parse_since(since, time.time())
+        rows, following = await list_overviews(
+            state.engine.journal, functools.partial(_summary_status, state), statuses=statuses, since=started,
+            limit=limit, cursor=cursor)
+    except ValueError as exc:
+        field = "query.since" if since is not None and "since" in str(exc) else "query.status"
+        raise PlanInvalid([PlanProblem("", field, str(exc))], "GET /runs") from None
+    response.headers["X-Journal-Position"] = str(await state.index.refresh())
+    if following is not None:
+        response.headers["X-Next-Cursor"] = str(following)
+    return _shown(state, rows)
+
+
+def _summary_status(state: AppState, summary: RunSummary) -> str:
+    """The status shown for a run summary: ``interrupted`` for a running run no live process runs."""
+    if summary.status == "running" and owner_gone(summary.owner, state.engine, summary.run_id):
+        return "interrupted"
+    return summary.status
 
 
 _Body = TypeVar("_Body")
