@@ -15,7 +15,7 @@ import pytest
 
 from planweave.server.runs import run_report
 
-from .conftest import Live, chain_plan, gated_tools, start_live
+from .conftest import Live, chain_plan, start_live
 
 
 async def submit(client: httpx.AsyncClient, plan: dict[str, Any], **extra: Any) -> str:
@@ -172,19 +172,22 @@ async def test_cancel_stops_a_running_run(live: Live) -> None:
 
 async def test_resume_continues_an_interrupted_run_keeping_finished_steps(journal_url: str) -> None:
     plan = {"steps": [{"id": "first", "tool": "noop", "args": {"n": 1}},
-                      {"id": "second", "tool": "gate", "after": ["first"]}]}
-    async with start_live(journal_url, tools=gated_tools(asyncio.Event())) as first:
+                      {"id": "second", "tool": "sleep", "args": {"seconds": 0.3}, "after": ["first"]}]}
+    async with start_live(journal_url) as first:
         async with first.client() as client:
             run_id = await submit(client, plan)
-        await first.until_step(run_id, "second", "running")  # at the closed gate as the server stops
-    gate = asyncio.Event()  # closed until the second resume request is answered: the run is still running then
-    async with start_live(journal_url, recover=False, tools=gated_tools(gate)) as second, second.client() as client:
+        run = first.run(run_id)
+        done_first = asyncio.Event()
+        run.subscribe(lambda e: done_first.set() if e.kind == "step_succeeded" and e.step == "first" else None)
+        if run.state.records["first"].status != "succeeded":
+            await asyncio.wait_for(done_first.wait(), 10)
+        assert run.state.records["second"].status == "running"
+    async with start_live(journal_url, recover=False) as second, second.client() as client:
         before = (await client.get(f"/runs/{run_id}")).json()
         resp = await client.post(f"/runs/{run_id}/resume", json={"retry_unknown": False})
         assert resp.status_code == 202, resp.text
         busy = await client.post(f"/runs/{run_id}/resume")
-        gate.set()
-        result = await second.wait(run_id)
+        result = await asyncio.wait_for(second.wait(run_id), 20)
     assert before["status"] == "interrupted"
     assert busy.status_code == 409 and "already running" in busy.json()["detail"]
     assert result.ok
@@ -214,14 +217,12 @@ async def test_openapi_and_dashboard_are_served(live: Live) -> None:
 
 
 async def test_runs_submitted_over_http_are_resumed_after_a_restart(journal_url: str) -> None:
-    plan = {"steps": [{"id": "gate", "tool": "gate"}, *chain_plan(2, 0.0)["steps"]]}
-    async with start_live(journal_url, tools=gated_tools(asyncio.Event())) as first, first.client() as client:
-        run_id = await submit(client, plan)
-        await first.until_step(run_id, "gate", "running")
-        # Stop the server while the run waits at the gate: the engine interrupts it, leaving it resumable.
-    async with start_live(journal_url, tools=gated_tools(None)) as second:
+    async with start_live(journal_url) as first, first.client() as client:
+        run_id = await submit(client, chain_plan(3, 0.2))
+            # Stop the server while the first step sleeps: the engine interrupts the run, leaving it resumable.
+    async with start_live(journal_url) as second:
         assert second.server.recovered == [run_id]
-        result = await second.wait(run_id)
+        result = await asyncio.wait_for(second.wait(run_id), 20)
         async with second.client() as client:
             body = (await client.get(f"/runs/{run_id}")).json()
     assert result.ok
