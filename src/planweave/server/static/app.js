@@ -230,9 +230,22 @@
   }
 
   // -- the runs list --------------------------------------------------------------------------------------------
+  // GET /runs pages (newest first, read from run summaries): the list shows RUNS_PAGE runs, more on request.
+  const RUNS_PAGE = 50;
+  let runsCursor = null;
+
+  function runsPath(limit, cursor) {
+    const query = new URLSearchParams({ limit: String(limit) });
+    const status = $("runs-status").value;
+    if (status) query.set("status", status);
+    if (cursor !== null) query.set("cursor", cursor);
+    return `/runs?${query}`;
+  }
+
   async function loadRuns() {
-    const { body, headers } = await api("/runs");
+    const { body, headers } = await api(runsPath(RUNS_PAGE, null));
     runs = new Map(body.map((run) => [run.run_id, run]));
+    runsCursor = headers.get("X-Next-Cursor");
     renderRuns();
     if (!globalStream) {
       const position = Number(headers.get("X-Journal-Position") || 0);
@@ -242,14 +255,24 @@
   }
 
   async function refreshRuns() {
-    const { body } = await api("/runs");
+    // As many runs as are shown (older pages the user opened stay), from the newest.
+    const { body, headers } = await api(runsPath(Math.max(RUNS_PAGE, runs.size), null));
     runs = new Map(body.map((run) => [run.run_id, run]));
+    runsCursor = headers.get("X-Next-Cursor");
+    renderRuns();
+  }
+
+  async function moreRuns() {
+    if (runsCursor === null) return;
+    const { body, headers } = await api(runsPath(RUNS_PAGE, runsCursor));
+    for (const run of body) runs.set(run.run_id, run);
+    runsCursor = headers.get("X-Next-Cursor");
     renderRuns();
   }
 
   function renderRuns() {
     const tbody = $("runs").querySelector("tbody");
-    const rows = [...runs.values()].reverse().map((run) => {
+    const rows = [...runs.values()].map((run) => {
       const row = el("tr", { class: "run-row", "data-run": run.run_id, onclick: () => navigate(run.run_id) },
         el("td", { class: "id", title: run.plan ? `${run.run_id} (${run.plan})` : run.run_id, text: run.run_id }),
         el("td", {}, el("span", { class: `badge status-${run.status}`, text: run.status }),
@@ -264,6 +287,7 @@
     });
     tbody.replaceChildren(...rows);
     $("runs-empty").hidden = runs.size > 0;
+    $("runs-more").hidden = runsCursor === null;
   }
 
   // -- routing --------------------------------------------------------------------------------------------------
@@ -806,6 +830,8 @@
     start();
   });
   $("logout").addEventListener("click", () => showLogin(""));
+  $("runs-status").addEventListener("change", () => { runs = new Map(); refreshRuns(); });
+  $("runs-more").addEventListener("click", moreRuns);
   $("submit-form").addEventListener("submit", submitRun);
   $("cancel-run").addEventListener("click", () => runAction("cancel"));
   $("resume-run").addEventListener("click", () => runAction("resume"));
