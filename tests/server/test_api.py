@@ -15,7 +15,7 @@ import pytest
 
 from planweave.server.runs import run_report
 
-from .conftest import Live, chain_plan, start_live
+from .conftest import Live, chain_plan, gated_tools, start_live
 
 
 async def submit(client: httpx.AsyncClient, plan: dict[str, Any], **extra: Any) -> str:
@@ -172,22 +172,19 @@ async def test_cancel_stops_a_running_run(live: Live) -> None:
 
 async def test_resume_continues_an_interrupted_run_keeping_finished_steps(journal_url: str) -> None:
     plan = {"steps": [{"id": "first", "tool": "noop", "args": {"n": 1}},
-                      {"id": "second", "tool": "sleep", "args": {"seconds": 0.3}, "after": ["first"]}]}
-    async with start_live(journal_url) as first:
+                      {"id": "second", "tool": "gate", "after": ["first"]}]}
+    async with start_live(journal_url, tools=gated_tools(asyncio.Event())) as first:
         async with first.client() as client:
             run_id = await submit(client, plan)
-        run = first.run(run_id)
-        done_first = asyncio.Event()
-        run.subscribe(lambda e: done_first.set() if e.kind == "step_succeeded" and e.step == "first" else None)
-        if run.state.records["first"].status != "succeeded":
-            await asyncio.wait_for(done_first.wait(), 10)
-        assert run.state.records["second"].status == "running"
-    async with start_live(journal_url, recover=False) as second, second.client() as client:
+        await first.until_step(run_id, "second", "running")  # at the closed gate as the server stops
+    gate = asyncio.Event()  # closed until the second resume request is answered: the run is still running then
+    async with start_live(journal_url, recover=False, tools=gated_tools(gate)) as second, second.client() as client:
         before = (await client.get(f"/runs/{run_id}")).json()
         resp = await client.post(f"/runs/{run_id}/resume", json={"retry_unknown": False})
         assert resp.status_code == 202, resp.text
         busy = await client.post(f"/runs/{run_id}/resume")
-        result = await asyncio.wait_for(second.wait(run_id), 20)
+        gate.set()
+        result = await second.wait(run_id)
     assert before["status"] == "interrupted"
     assert busy.status_code == 409 and "already running" in busy.json()["detail"]
     assert result.ok
@@ -217,12 +214,14 @@ async def test_openapi_and_dashboard_are_served(live: Live) -> None:
 
 
 async def test_runs_submitted_over_http_are_resumed_after_a_restart(journal_url: str) -> None:
-    async with start_live(journal_url) as first, first.client() as client:
-        run_id = await submit(client, chain_plan(3, 0.2))
-            # Stop the server while the first step sleeps: the engine interrupts the run, leaving it resumable.
-    async with start_live(journal_url) as second:
+    plan = {"steps": [{"id": "gate", "tool": "gate"}, *chain_plan(2, 0.0)["steps"]]}
+    async with start_live(journal_url, tools=gated_tools(asyncio.Event())) as first, first.client() as client:
+        run_id = await submit(client, plan)
+        await first.until_step(run_id, "gate", "running")
+        # Stop the server while the run waits at the gate: the engine interrupts it, leaving it resumable.
+    async with start_live(journal_url, tools=gated_tools(None)) as second:
         assert second.server.recovered == [run_id]
-        result = await asyncio.wait_for(second.wait(run_id), 20)
+        result = await second.wait(run_id)
         async with second.client() as client:
             body = (await client.get(f"/runs/{run_id}")).json()
     assert result.ok
@@ -262,6 +261,11 @@ def _stop(proc: subprocess.Popen[str], sig: int | None = None) -> int:
                 pipe.close()
 
 
+# Still waiting for its approval when the server is killed, however long the kill takes: no sleep to outlast.
+GATED_BY_A_PERSON = {"steps": [{"id": "gate", "tool": "noop", "approval": "go on?"},
+                               {"id": "then", "tool": "noop", "args": {"x": 1}, "after": ["gate"]}]}
+
+
 @pytest.mark.slow
 def test_serve_prints_the_token_once_and_resumes_runs_after_being_killed(tmp_path: Path) -> None:
     journal_url = f"sqlite:///{tmp_path / 'runs.db'}"
@@ -275,7 +279,7 @@ def test_serve_prints_the_token_once_and_resumes_runs_after_being_killed(tmp_pat
         assert token_file.read_text().strip() == token
         assert token_file.stat().st_mode & 0o777 == 0o600
         headers = {"Authorization": f"Bearer {token}"}
-        resp = httpx.post(url + "runs", json={"plan": chain_plan(2, 1.0)}, headers=headers)
+        resp = httpx.post(url + "runs", json={"plan": GATED_BY_A_PERSON}, headers=headers)
         assert resp.status_code == 201
         run_id = resp.json()["run_id"]
     finally:
@@ -288,6 +292,8 @@ def test_serve_prints_the_token_once_and_resumes_runs_after_being_killed(tmp_pat
         assert lines[-1] == f"resumed interrupted runs: {run_id}"
         url = lines[0].split(" serving ")[1].split(" ")[0]
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as client:
+            approved = client.post(f"/runs/{run_id}/steps/gate/approval", json={"approve": True})
+            assert approved.status_code == 200 and approved.json()["outcome"] == "applied", approved.text
             with client.stream("GET", f"/runs/{run_id}/events") as stream:
                 kinds = [line.split(": ", 1)[1] for line in stream.iter_lines() if line.startswith("event: ")]
             body = client.get(f"/runs/{run_id}").json()

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from typing import Any
 
-from planweave import open_engine
-from planweave.server.app import create_app
-from planweave.server.limits import open_server_model
-from planweave.server.live import LiveServer
-from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
-from tests.server.conftest import TOKEN, Live
+from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
+from tests.server.conftest import Live, start_live
 
 
 def script(req: RecordedRequest) -> Reply:
@@ -23,22 +16,10 @@ def script(req: RecordedRequest) -> Reply:
 
 
 async def test_a_goal_posted_to_runs_is_planned_with_the_servers_model(journal_url: str) -> None:
-    async with ScriptedLLM(script) as base_url, contextlib.AsyncExitStack() as stack:
-        engine = await stack.enter_async_context(open_engine(journal_url))
-        model = await open_server_model(stack, engine, "scripted", base_url)
-        app = create_app(engine, TOKEN, model=model)
-        server = await stack.enter_async_context(LiveServer(app, "127.0.0.1", 0, log_config=None))
-        live = Live(server, engine, journal_url)
-        async with live.client() as client:
-            accepted = await client.post("/runs", json={"goal": "do a then b"})
-            assert accepted.status_code == 201, accepted.text
-            run_id = accepted.json()["run_id"]
-            report: dict[str, Any] = {}
-            for _ in range(200):
-                report = (await client.get(f"/runs/{run_id}")).json()
-                if report["status"] != "running":
-                    break
-                await asyncio.sleep(0.05)
+    async with start_live(journal_url, model=script) as live, live.client() as client:
+        accepted = await client.post("/runs", json={"goal": "do a then b"})
+        assert accepted.status_code == 201, accepted.text
+        report = await live.finished(client, accepted.json()["run_id"])
     assert report["status"] == "succeeded"
     assert report["answer"] == "planned over HTTP"
     assert report["plan_versions"][0]["added"] == ["a", "b"]

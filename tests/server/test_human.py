@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
-
-import httpx
 
 from planweave import open_engine
+from tests.timing import step_is, until
 
 from .conftest import Live, start_live
 
@@ -22,24 +20,15 @@ INPUT_PLAN = {"steps": [
 ]}
 
 
-async def step_status(client: httpx.AsyncClient, run_id: str, step: str, wanted: str) -> dict[str, Any]:
-    body: dict[str, Any] = {}
-    for _ in range(400):
-        body = (await client.get(f"/runs/{run_id}", params={"outputs": False})).json()
-        if body.get("steps", {}).get(step, {}).get("status") == wanted:
-            return body
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"step {step} of {run_id} never became {wanted}: {body}")
-
-
 async def test_an_approval_over_http_lets_the_step_run(live: Live) -> None:
     async with live.client() as client:
         await client.post("/runs", json={"plan": APPROVAL_PLAN, "run_id": "a1"})
-        waiting = await step_status(client, "a1", "deploy", "waiting_approval")
+        await live.until_step("a1", "deploy", "waiting_approval")
+        waiting = (await client.get("/runs/a1", params={"outputs": False})).json()
         detail = (await client.get("/runs/a1/steps/deploy")).json()
         listed = (await client.get("/runs")).json()
         approved = await client.post("/runs/a1/steps/deploy/approval", json={"approve": True, "reason": "ok"})
-        result = await asyncio.wait_for(live.wait("a1"), 10)
+        result = await live.wait("a1")
         again = await client.post("/runs/a1/steps/deploy/approval", json={"approve": True})
     assert waiting["steps"]["deploy"]["prompt"] == "Deploy app-1.2 to production?"
     assert detail["status"] == "waiting_approval" and detail["prompt"] == "Deploy app-1.2 to production?"
@@ -54,10 +43,10 @@ async def test_an_approval_over_http_lets_the_step_run(live: Live) -> None:
 async def test_a_rejection_over_http_fails_the_step_with_the_reason(live: Live) -> None:
     async with live.client() as client:
         await client.post("/runs", json={"plan": APPROVAL_PLAN, "run_id": "a2"})
-        await step_status(client, "a2", "deploy", "waiting_approval")
+        await live.until_step("a2", "deploy", "waiting_approval")
         rejected = await client.post("/runs/a2/steps/deploy/approval",
                                      json={"approve": False, "reason": "freeze week"})
-        result = await asyncio.wait_for(live.wait("a2"), 10)
+        result = await live.wait("a2")
         detail = (await client.get("/runs/a2/steps/deploy")).json()
     assert rejected.status_code == 200, rejected.text
     assert result.status == "failed"
@@ -68,13 +57,14 @@ async def test_a_rejection_over_http_fails_the_step_with_the_reason(live: Live) 
 async def test_a_value_over_http_is_checked_against_the_schema_and_becomes_the_output(live: Live) -> None:
     async with live.client() as client:
         await client.post("/runs", json={"plan": INPUT_PLAN, "run_id": "i1"})
-        waiting = await step_status(client, "i1", "ask", "waiting_input")
+        await live.until_step("i1", "ask", "waiting_input")
+        waiting = (await client.get("/runs/i1", params={"outputs": False})).json()
         detail = (await client.get("/runs/i1/steps/ask")).json()
         wrong = await client.post("/runs/i1/steps/ask/input", json={"value": "three"})
         still = (await client.get("/runs/i1/steps/ask")).json()
         missing = await client.post("/runs/i1/steps/ask/input", json={})
         given = await client.post("/runs/i1/steps/ask/input", json={"value": 3})
-        result = await asyncio.wait_for(live.wait("i1"), 10)
+        result = await live.wait("i1")
     assert waiting["steps"]["ask"]["prompt"] == "How many replicas?"
     assert detail["input_schema"] == {"type": "integer"}
     assert wrong.status_code == 422
@@ -90,7 +80,7 @@ async def test_a_value_over_http_is_checked_against_the_schema_and_becomes_the_o
 async def test_unknown_runs_and_steps_are_404_and_steps_not_waiting_are_409(live: Live) -> None:
     async with live.client() as client:
         await client.post("/runs", json={"plan": APPROVAL_PLAN, "run_id": "a3"})
-        await step_status(client, "a3", "deploy", "waiting_approval")
+        await live.until_step("a3", "deploy", "waiting_approval")
         no_run = await client.post("/runs/nope/steps/deploy/approval", json={"approve": True})
         no_step = await client.post("/runs/a3/steps/deplo/approval", json={"approve": True})
         not_waiting = await client.post("/runs/a3/steps/build/approval", json={"approve": True})
@@ -106,8 +96,8 @@ async def test_unknown_runs_and_steps_are_404_and_steps_not_waiting_are_409(live
 async def test_an_approval_reaches_a_run_that_another_process_runs(journal_url: str) -> None:
     async with start_live(journal_url) as live, open_engine(journal_url) as other, live.client() as client:
         run = await other.start(APPROVAL_PLAN, run_id="elsewhere")
-        await other.journal.flush()
-        await step_status(client, "elsewhere", "deploy", "waiting_approval")
+        await until(run, step_is("deploy", "waiting_approval"), "the approval request")
+        await other.journal.flush()  # this server knows the other process's run only from the journal
         approved = await client.post("/runs/elsewhere/steps/deploy/approval", json={"approve": True})
         result = await asyncio.wait_for(run.wait(), 10)
     assert approved.status_code == 200 and approved.json()["outcome"] == "applied"

@@ -3,26 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
 import signal
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from planweave import open_engine
-from planweave.server.app import create_app
-from planweave.server.limits import LimitCaps, open_server_model
-from planweave.server.live import LiveServer, ServerError
-from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
-from tests.server.conftest import TOKEN, Live
+from planweave.server.limits import LimitCaps
+from planweave.server.live import ServerError
+from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
+from tests.server.conftest import TOKEN, start_live
 
 SLOW_PLAN = {"steps": [{"id": "slow", "tool": "sleep", "args": {"seconds": 3}}]}
 LLM_PLAN = {"steps": [{"id": "ask", "tool": "llm", "args": {"prompt": "say something long", "max_tokens": 500}}]}
@@ -34,33 +29,11 @@ def goal_script(req: RecordedRequest) -> Reply:
     return Text(plan_lines([{"id": "a", "tool": "noop", "args": {"x": 1}}]))
 
 
-@asynccontextmanager
-async def serving_with(journal_url: str, *, caps: LimitCaps | None = None, model: bool = False
-                       ) -> AsyncIterator[Live]:
-    async with contextlib.AsyncExitStack() as stack:
-        base_url = await stack.enter_async_context(ScriptedLLM(goal_script)) if model else None
-        engine = await stack.enter_async_context(open_engine(journal_url))
-        server_model = await open_server_model(stack, engine, "scripted", base_url) if base_url else None
-        app = create_app(engine, TOKEN, model=server_model, caps=caps or LimitCaps())
-        server = await stack.enter_async_context(LiveServer(app, "127.0.0.1", 0, log_config=None))
-        yield Live(server, engine, journal_url)
-
-
-async def finished(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
-    report: dict[str, Any] = {}
-    for _ in range(400):
-        report = (await client.get(f"/runs/{run_id}")).json()
-        if report["status"] != "running":
-            return report
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"run {run_id} still running: {report}")
-
-
 async def test_a_plan_posted_with_a_deadline_is_cancelled_when_it_passes(journal_url: str) -> None:
-    async with serving_with(journal_url) as live, live.client() as client:
+    async with start_live(journal_url) as live, live.client() as client:
         accepted = await client.post("/runs", json={"plan": SLOW_PLAN, "deadline": 0.2})
         assert accepted.status_code == 201, accepted.text
-        report = await finished(client, accepted.json()["run_id"])
+        report = await live.finished(client, accepted.json()["run_id"])
     assert report["status"] == "cancelled"
     assert report["error"] == "deadline of 0.2s reached"
     assert report["steps"]["slow"]["status"] == "cancelled"
@@ -68,7 +41,7 @@ async def test_a_plan_posted_with_a_deadline_is_cancelled_when_it_passes(journal
 
 async def test_a_request_above_a_cap_is_refused_naming_the_cap(journal_url: str) -> None:
     caps = LimitCaps(budget_usd=1.0, budget_tokens=1000, deadline=60, max_replans=2)
-    async with serving_with(journal_url, caps=caps, model=True) as live, live.client() as client:
+    async with start_live(journal_url, caps=caps, model=goal_script) as live, live.client() as client:
         refused = await client.post("/runs", json={"goal": "g", "deadline": 120, "budget_tokens": 5000,
                                                    "max_replans": 3, "budget_usd": 0.5})
         listed = await client.get("/runs")
@@ -83,47 +56,47 @@ async def test_a_request_above_a_cap_is_refused_naming_the_cap(journal_url: str)
 
 
 async def test_a_plan_without_a_deadline_gets_the_servers_cap(journal_url: str) -> None:
-    async with serving_with(journal_url, caps=LimitCaps(deadline=0.2)) as live, live.client() as client:
+    async with start_live(journal_url, caps=LimitCaps(deadline=0.2)) as live, live.client() as client:
         accepted = await client.post("/runs", json={"plan": SLOW_PLAN})
         assert accepted.status_code == 201, accepted.text
-        report = await finished(client, accepted.json()["run_id"])
+        report = await live.finished(client, accepted.json()["run_id"])
     assert report["status"] == "cancelled"
     assert report["error"] == "deadline of 0.2s reached"
 
 
 async def test_a_goal_without_a_budget_gets_the_servers_token_cap(journal_url: str) -> None:
-    async with serving_with(journal_url, caps=LimitCaps(budget_tokens=10), model=True) as live, \
+    async with start_live(journal_url, caps=LimitCaps(budget_tokens=10), model=goal_script) as live, \
             live.client() as client:
         accepted = await client.post("/runs", json={"goal": "do a"})
         assert accepted.status_code == 201, accepted.text
-        report = await finished(client, accepted.json()["run_id"])
+        report = await live.finished(client, accepted.json()["run_id"])
     assert report["status"] == "cancelled"
     assert "budget" in report["error"]
     assert report["tokens"] <= 10
 
 
 async def test_a_goal_within_its_limits_succeeds(journal_url: str) -> None:
-    async with serving_with(journal_url, caps=LimitCaps(budget_tokens=100_000, deadline=30), model=True) as live, \
+    async with start_live(journal_url, caps=LimitCaps(budget_tokens=100_000, deadline=30), model=goal_script) as live, \
             live.client() as client:
         accepted = await client.post("/runs", json={"goal": "do a", "budget_tokens": 50_000, "max_replans": 1})
         assert accepted.status_code == 201, accepted.text
-        report = await finished(client, accepted.json()["run_id"])
+        report = await live.finished(client, accepted.json()["run_id"])
     assert report["status"] == "succeeded", report
     assert report["answer"] == "done"
 
 
 async def test_the_llm_steps_of_a_posted_plan_spend_within_its_budget(journal_url: str) -> None:
-    async with serving_with(journal_url, model=True) as live, live.client() as client:
+    async with start_live(journal_url, model=goal_script) as live, live.client() as client:
         accepted = await client.post("/runs", json={"plan": LLM_PLAN, "budget_tokens": 50})
         assert accepted.status_code == 201, accepted.text
-        report = await finished(client, accepted.json()["run_id"])
+        report = await live.finished(client, accepted.json()["run_id"])
     assert report["status"] == "failed"
     step = report["steps"]["ask"]
     assert step["status"] == "failed" and "budget" in step["error"]
 
 
 async def test_limits_that_do_not_apply_to_a_plan_are_refused(journal_url: str) -> None:
-    async with serving_with(journal_url) as live, live.client() as client:
+    async with start_live(journal_url) as live, live.client() as client:
         replans = await client.post("/runs", json={"plan": SLOW_PLAN, "max_replans": 2})
         budget = await client.post("/runs", json={"plan": SLOW_PLAN, "budget_usd": 1})
         negative = await client.post("/runs", json={"plan": SLOW_PLAN, "deadline": -1})
@@ -152,13 +125,24 @@ async def test_planweave_serve_caps_apply_to_every_request(tmp_path: Path) -> No
             refused = await client.post("/runs", json={"plan": SLOW_PLAN, "deadline": 5})
             accepted = await client.post("/runs", json={"plan": SLOW_PLAN})
             assert accepted.status_code == 201, accepted.text
-            report = await finished(client, accepted.json()["run_id"])
+            report = await finished_over_http(client, accepted.json()["run_id"])
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
     assert refused.status_code == 422
     assert "--max-deadline" in refused.json()["problems"][0]["message"]
     assert report["status"] == "cancelled" and report["error"] == "deadline of 0.3s reached"
+
+
+async def finished_over_http(client: httpx.AsyncClient, run_id: str) -> dict[str, Any]:
+    """Follow ``run_id``'s event stream to its end (a server in another process: no engine to wait on here), then
+    return ``GET /runs/{run_id}``."""
+    async with asyncio.timeout(30), client.stream("GET", f"/runs/{run_id}/events") as stream:
+        async for line in stream.aiter_lines():
+            if line == "event: run_finished":
+                break
+    body: dict[str, Any] = (await client.get(f"/runs/{run_id}")).json()
+    return body
 
 
 def test_a_deadline_cap_must_leave_some_time() -> None:
