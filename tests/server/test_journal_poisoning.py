@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
-
-import httpx
 
 from planweave import builtin_tools
 from planweave.journal import open_journal
@@ -66,24 +63,15 @@ INPUT_PLAN = {"steps": [
 ]}
 
 
-async def _until_waiting(client: httpx.AsyncClient, run_id: str, step: str) -> None:
-    for _ in range(400):
-        body = (await client.get(f"/runs/{run_id}", params={"outputs": False})).json()
-        if body.get("steps", {}).get(step, {}).get("status") == "waiting_input":
-            return
-        await asyncio.sleep(0.02)  # the run is in this process's engine, but the test is a client over HTTP
-    raise AssertionError(f"step {step} of {run_id} never waited for input")
-
-
 async def test_a_value_that_cannot_be_journaled_is_422_and_the_step_keeps_waiting(live: Live) -> None:
     async with live.client() as client:
         await client.post("/runs", json={"plan": INPUT_PLAN, "run_id": "asks"})
-        await _until_waiting(client, "asks", "ask")
+        await live.until_step("asks", "ask", "waiting_input")
         bad = await client.post("/runs/asks/steps/ask/input", content=json.dumps({"value": ["ok", "\udfff"]}),
                                 headers={"Content-Type": "application/json"})
         listed = await client.get("/runs")
         good = await client.post("/runs/asks/steps/ask/input", json={"value": "Ada"})
-        result = await asyncio.wait_for(live.wait("asks"), 10)
+        result = await live.wait("asks")
     assert bad.status_code == 422, bad.text
     assert "surrogate" in bad.text, bad.text
     assert listed.status_code == 200
