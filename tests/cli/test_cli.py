@@ -24,6 +24,7 @@ from typer.testing import CliRunner
 from planweave import RunNotFound, VirtualClock, __version__, open_engine, run_virtual
 from planweave.cli.main import JournaledRun, app, read_run
 from planweave.cli.views import LiveRunView, format_duration, live_view
+from tests.processes import read_until, running
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -350,23 +351,16 @@ def test_cancel_stops_a_run_in_another_process(tmp_path: Path) -> None:
         {"id": "long", "tool": "sleep", "args": {"seconds": 600}, "after": ["quick"]},
         {"id": "never", "tool": "noop", "after": ["long"]},
     ]})
-    with subprocess.Popen(
-        cli_command("run", str(plan), "--journal", url, "--run-id", "victim", "--json"),
-        cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as proc:
-        try:
-            wait_for_step(url, "victim", "long", "running", proc)
-            cancelled = subprocess.run(cli_command("cancel", "victim", "--journal", url), cwd=tmp_path,
-                                       env=subprocess_env(), capture_output=True, text=True, timeout=60)
-            assert cancelled.returncode == 0, cancelled.stderr
-            assert "cancel requested" in cancelled.stdout
-            started = time.monotonic()
-            out, _err = proc.communicate(timeout=30)
-            assert time.monotonic() - started < 10  # the engine checks for requests twice a second
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    with running(cli_command("run", str(plan), "--journal", url, "--run-id", "victim", "--json"), cwd=tmp_path,
+                 env=subprocess_env()) as proc:
+        wait_for_step(url, "victim", "long", "running", proc)
+        cancelled = subprocess.run(cli_command("cancel", "victim", "--journal", url), cwd=tmp_path,
+                                   env=subprocess_env(), capture_output=True, text=True, timeout=60)
+        assert cancelled.returncode == 0, cancelled.stderr
+        assert "cancel requested" in cancelled.stdout
+        started = time.monotonic()
+        out, _err = proc.communicate(timeout=30)
+        assert time.monotonic() - started < 10  # the engine checks for requests twice a second
     assert proc.returncode == 1
     assert json.loads(out)["status"] == "cancelled"
     shown = subprocess.run(cli_command("show", "victim", "--journal", url, "--json"), cwd=tmp_path,
@@ -384,18 +378,11 @@ def test_interrupt_leaves_the_run_resumable(tmp_path: Path, signum: signal.Signa
         {"id": "first", "tool": "noop", "args": {"v": 1}},
         {"id": "second", "tool": "sleep", "args": {"seconds": 1.0, "result": "${first.v}"}},
     ]})
-    with subprocess.Popen(
-        cli_command("run", str(plan), "--journal", url, "--run-id", "paused"),
-        cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as proc:
-        try:
-            wait_for_step(url, "paused", "second", "running", proc)
-            proc.send_signal(signum)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
+    with running(cli_command("run", str(plan), "--journal", url, "--run-id", "paused"), cwd=tmp_path,
+                 env=subprocess_env()) as proc:
+        wait_for_step(url, "paused", "second", "running", proc)
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert f"interrupted: resume with planweave resume paused --journal {url}" in out
     assert "Traceback" not in err
@@ -424,15 +411,9 @@ def test_the_run_id_comes_first_and_from_then_on_a_killed_run_resumes(tmp_path: 
     plan = write_plan(tmp_path / "slow.yaml", SLOW)
     url = sqlite_url(tmp_path)
     args = cli_command("run", str(plan), "--journal", url, *(("--json",) if json_mode else ()))
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        stream = proc.stderr if json_mode else proc.stdout
-        assert stream is not None
-        first = stream.readline().rstrip("\n")
+    with running(args, env=subprocess_env()) as proc:
+        (first,) = read_until(proc, "", stream="stderr" if json_mode else "stdout")
         proc.send_signal(signal.SIGKILL)  # the moment the id is out: no clean shutdown, nothing more journaled
-    finally:
-        proc.kill()
-        proc.communicate(timeout=30)
     found = ANNOUNCED.match(first)
     assert found is not None, first
     assert found.group(2) == url
@@ -448,14 +429,8 @@ def test_runs_and_show_mark_the_steps_that_may_wait_forever(tmp_path: Path) -> N
         {"id": "long", "tool": "sleep", "args": {"seconds": 1}, "timeout": 2 * 86400, "after": ["bounded"]},
     ]})
     url = sqlite_url(tmp_path)
-    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "u1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        assert proc.stdout is not None
-        proc.stdout.readline()  # the run id: the run is journaled
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
+    with running(cli_command("run", str(plan), "--journal", url, "--run-id", "u1"), env=subprocess_env()) as proc:
+        read_until(proc, "")  # the run id: the run is journaled; leaving the block kills it
     listed = invoke("runs", "--journal", url)
     assert "⚠ no timeout: forever, long" in listed.stdout
     assert json.loads(invoke("runs", "--journal", url, "--json").stdout)[0]["unbounded"] == ["forever", "long"]
@@ -514,24 +489,10 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def read_until(proc: subprocess.Popen[str], needle: str) -> list[str]:
-    """Lines of ``proc``'s stdout up to the first one containing ``needle`` (the test's timeout bounds the wait)."""
-    assert proc.stdout is not None
-    seen: list[str] = []
-    while True:
-        line = proc.stdout.readline()
-        assert line, f"the run ended before printing {needle!r}: {seen}"
-        seen.append(line.rstrip("\n"))
-        if needle in line:
-            return seen
-
-
 def test_a_waiting_run_says_what_to_type_and_approve_and_send_answer_it(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "release.yaml", HUMAN)
     url = sqlite_url(tmp_path)
-    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "h1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
+    with running(cli_command("run", str(plan), "--journal", url, "--run-id", "h1"), env=subprocess_env()) as proc:
         lines = read_until(proc, "waiting for approval: deploy")
         assert lines[-1].endswith(f"Deploy v1? — planweave approve h1 deploy --journal {url}")
         listed = cli("runs", "--journal", url)
@@ -557,10 +518,6 @@ def test_a_waiting_run_says_what_to_type_and_approve_and_send_answer_it(tmp_path
         assert sent.returncode == 0, sent.stderr
         assert "sent the value to step 'ask' of run h1" in sent.stdout
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, out + err
     report = json.loads(cli("show", "h1", "--journal", url, "--json").stdout)
     assert report["outputs"]["report"] == {"replicas": 3, "deployed": "v1"}
@@ -571,17 +528,11 @@ def test_a_first_step_that_asks_is_announced_too(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "ask.yaml", {"steps": [
         {"id": "ask", "tool": "human.input", "args": {"prompt": "Replicas?", "schema": {"type": "integer"}}}]})
     url = sqlite_url(tmp_path)
-    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "h0"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
+    with running(cli_command("run", str(plan), "--journal", url, "--run-id", "h0"), env=subprocess_env()) as proc:
         lines = read_until(proc, "waiting for input: ask")
         assert lines[-1].endswith(f"Replicas? — planweave send h0 ask --value JSON --journal {url}")
         assert cli("send", "h0", "ask", "--value", "2", "--journal", url).returncode == 0
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 0, out + err
     assert sum("waiting for input: ask" in line for line in lines) + out.count("waiting for input: ask") == 1
 
@@ -589,13 +540,8 @@ def test_a_first_step_that_asks_is_announced_too(tmp_path: Path) -> None:
 def test_a_rejection_given_while_no_process_runs_the_run_applies_on_resume(tmp_path: Path) -> None:
     plan = write_plan(tmp_path / "release.yaml", HUMAN)
     url = sqlite_url(tmp_path)
-    proc = subprocess.Popen(cli_command("run", str(plan), "--journal", url, "--run-id", "h2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        read_until(proc, "waiting for approval: deploy")
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=30)
+    with running(cli_command("run", str(plan), "--journal", url, "--run-id", "h2"), env=subprocess_env()) as proc:
+        read_until(proc, "waiting for approval: deploy")  # then killed, as the block ends
     rejected = cli("approve", "h2", "deploy", "--reject", "--reason", "not today", "--journal", url)
     assert rejected.returncode == 0, rejected.stderr
     assert "rejected step 'deploy' of run h2" in rejected.stdout

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from planweave.server.runs import run_report
+from tests.processes import read_until, running
 
 from .conftest import Live, chain_plan, gated_tools, start_live
 
@@ -228,37 +228,10 @@ async def test_runs_submitted_over_http_are_resumed_after_a_restart(journal_url:
     assert body["status"] == "succeeded"
 
 
-def _serve(journal_url: str, env: dict[str, str]) -> subprocess.Popen[str]:
+def _serve(journal_url: str, env: dict[str, str]) -> list[str]:
     code = ("import asyncio; from planweave.server import serve; "
             f"asyncio.run(serve(port=0, journal={journal_url!r}))")
-    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-
-
-def _read_until(proc: subprocess.Popen[str], prefix: str) -> list[str]:
-    assert proc.stdout is not None
-    lines = []
-    while True:
-        line = proc.stdout.readline()
-        assert line, f"serve exited before printing {prefix!r}: {proc.stderr.read() if proc.stderr else ''}"
-        lines.append(line.rstrip("\n"))
-        if line.startswith(prefix):
-            return lines
-
-
-def _stop(proc: subprocess.Popen[str], sig: int | None = None) -> int:
-    """Signal ``proc`` (default: kill it), wait for it and close its pipes; return its exit status."""
-    try:
-        if proc.poll() is None:
-            if sig is None:
-                proc.kill()
-            else:
-                proc.send_signal(sig)
-        return proc.wait(timeout=20)
-    finally:
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+    return [sys.executable, "-c", code]
 
 
 # Still waiting for its approval when the server is killed, however long the kill takes: no sleep to outlast.
@@ -270,9 +243,8 @@ GATED_BY_A_PERSON = {"steps": [{"id": "gate", "tool": "noop", "approval": "go on
 def test_serve_prints_the_token_once_and_resumes_runs_after_being_killed(tmp_path: Path) -> None:
     journal_url = f"sqlite:///{tmp_path / 'runs.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PLANWEAVE_TOKEN", "OTEL_"))}
-    proc = _serve(journal_url, env)
-    try:
-        lines = _read_until(proc, "dashboard: ")
+    with running(_serve(journal_url, env), env=env) as proc:  # killed as the block ends: a crash
+        lines = read_until(proc, "dashboard: ", at_start=True)
         url = lines[0].split(" serving ")[1].split(" ")[0]
         token = lines[-1].rsplit("#token=", 1)[1]
         token_file = tmp_path / "server-token"
@@ -282,11 +254,8 @@ def test_serve_prints_the_token_once_and_resumes_runs_after_being_killed(tmp_pat
         resp = httpx.post(url + "runs", json={"plan": GATED_BY_A_PERSON}, headers=headers)
         assert resp.status_code == 201
         run_id = resp.json()["run_id"]
-    finally:
-        _stop(proc)  # SIGKILL: a crash, nothing is closed cleanly
-    proc = _serve(journal_url, env)
-    try:
-        lines = _read_until(proc, "resumed interrupted runs: ")
+    with running(_serve(journal_url, env), env=env) as proc:
+        lines = read_until(proc, "resumed interrupted runs: ", at_start=True)
         assert not any(token in line for line in lines)  # shown once only
         assert f"access token: in {token_file}" in lines
         assert lines[-1] == f"resumed interrupted runs: {run_id}"
@@ -299,6 +268,5 @@ def test_serve_prints_the_token_once_and_resumes_runs_after_being_killed(tmp_pat
             body = client.get(f"/runs/{run_id}").json()
         assert kinds[-1] == "run_finished" and "run_resumed" in kinds
         assert body["status"] == "succeeded"
-        assert _stop(proc, signal.SIGTERM) == 0
-    finally:
-        _stop(proc)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
