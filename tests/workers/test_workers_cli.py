@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -57,7 +58,8 @@ def test_workers_lists_each_worker_with_its_runs_and_lease_ages(pg_schema: Schem
             return result
 
         wait_until("w1 holding the run", lambda: listing()["runs"] == {"running": 1}, timeout=20)
-        [worker] = listing()["workers"]  # type: ignore[misc]
+        workers: list[dict[str, Any]] = listing()["workers"]  # type: ignore[assignment]
+        [worker] = workers
         assert (worker["name"], worker["alive"], worker["lease_s"]) == ("w1", True, 3.0)
         [run] = worker["runs"]
         assert (run["run_id"], run["epoch"], run["holder"]) == ("held", 1, "w1")

@@ -42,6 +42,9 @@ def serve(
     allow_exec: AllowExecOption = None,
     allow_env: AllowEnvOption = None,
     root: RootOption = None,
+    queue: Annotated[bool, typer.Option("--queue", help="POST /runs queues plans for `planweave worker` processes "
+                                                        "(a postgresql:// journal) instead of running them here.")]
+    = False,
     model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
@@ -68,7 +71,7 @@ def serve(
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
-                                  base_url=base_url, caps=caps))
+                                  base_url=base_url, caps=caps, queue=queue))
 
 
 def register(app: typer.Typer) -> None:

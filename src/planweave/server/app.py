@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
@@ -77,6 +77,9 @@ from planweave.server.runs import (
     stored_outputs,
 )
 from planweave.server.streams import ChangeFeed, StreamTiming, all_events, run_events
+
+if TYPE_CHECKING:
+    from planweave.journal.leases import LeaseStore
 from planweave.server.tokens import AccessToken, resolve_token
 from planweave.tools.safety import SecretRedactor, redact, secret_values
 
@@ -198,6 +201,7 @@ class AppState:
     redact: Redact | None = None  # what hides secrets in everything the API shows
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: list[str] = field(default_factory=list)
+    queue: LeaseStore | None = None  # serve --queue: POST /runs queues plans for the workers (server/queue.py)
 
 
 def _state(request: Request) -> AppState:
@@ -302,6 +306,8 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
 
     Budgets, deadline and re-plans are bounded by the server's caps (a missing one gets the cap).
     """
+    if state.queue is not None:  # serve --queue: recorded for the workers, which run it
+        return await _queue_run(state, submission, response)
     limits = state.caps.bound(submission.limits(), HTTP_SOURCE)
     if submission.goal is not None:
         if submission.plan is not None or submission.plan_yaml is not None:
@@ -323,6 +329,42 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
     await state.engine.journal.flush()
     response.headers["Location"] = f"/runs/{quote(run.id)}"
     return RunAccepted(run_id=run.id, status="running")
+
+
+async def _queue_run(state: AppState, submission: RunSubmission, response: Response) -> RunAccepted:
+    from planweave.server.queue import queue_plan
+    from planweave.tools import builtin_tools
+
+    assert state.queue is not None
+    if submission.goal is not None:
+        raise PlanInvalid([PlanProblem("", "goal", "this server queues plans for workers (--queue), which have no "
+                                                   "planner: POST a plan")], HTTP_SOURCE)
+    _check_plan_limits(submission, None)
+    rid = await queue_plan(state.queue, _checked_plan(submission), submission.run_id,
+                           state.engine.tools or builtin_tools(), dict(state.engine.capacities),
+                           deadline=submission.deadline)
+    response.headers["Location"] = f"/queue/{quote(rid)}"
+    return RunAccepted(run_id=rid, status="queued")
+
+
+@api.get("/workers", responses={404: _ERRORS[404]})
+async def list_workers(state: State) -> dict[str, Any]:
+    """The workers of the run queue (``serve --queue``), the runs each holds and their leases' ages."""
+    if state.queue is None:
+        raise HTTPException(404, "this server has no run queue: start it with `planweave serve --queue`")
+    from planweave.server.queue import worker_listing
+
+    return await worker_listing(state.queue)
+
+
+@api.get("/queue/{run_id}", responses={404: _ERRORS[404]})
+async def get_queued(state: State, run_id: str) -> dict[str, Any]:
+    """A queued run's row: state (queued, running, done), holder, epoch, lease ages and outcome."""
+    if state.queue is None:
+        raise HTTPException(404, "this server has no run queue: start it with `planweave serve --queue`")
+    from planweave.server.queue import queued_run
+
+    return await queued_run(state.queue, run_id)
 
 
 @api.get("/runs", response_model=list[dict[str, Any]], responses={422: _ERRORS[422]})
@@ -609,7 +651,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
 
 def create_app(
     engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None,
-    model: ServerModel | None = None, caps: LimitCaps | None = None,
+    model: ServerModel | None = None, caps: LimitCaps | None = None, queue: LeaseStore | None = None,
 ) -> FastAPI:
     """The planweave HTTP API and dashboard around an open ``engine``, accepting only ``token``.
 
@@ -622,7 +664,7 @@ def create_app(
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
-                     recover, model, caps or LimitCaps(), shown_redaction())
+                     recover, model, caps or LimitCaps(), shown_redaction(), queue=queue)
     engine.subscribe(state.feed.notify)
     app = FastAPI(
         title="planweave",
@@ -742,6 +784,7 @@ async def serving(
     quiet: bool = False,
     model: ServerModel | None = None,
     caps: LimitCaps | None = None,
+    queue: LeaseStore | None = None,
 ) -> AsyncIterator[LiveServer]:
     """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
 
@@ -752,7 +795,7 @@ async def serving(
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
-    app = create_app(engine, access, recover=recover, model=model, caps=caps)
+    app = create_app(engine, access, recover=recover, model=model, caps=caps, queue=queue)
     log_config = None if quiet else uvicorn.config.LOGGING_CONFIG
     async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
                           access_log=not quiet) as server:
@@ -774,8 +817,12 @@ async def serve(
     model: str | None = None,
     base_url: str | None = None,
     caps: LimitCaps | None = None,
+    queue: bool = False,
 ) -> None:
     """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
+
+    ``queue`` (a PostgreSQL journal): POST /runs queues plans for ``planweave worker`` processes instead of running
+    them here, and this server resumes nothing at startup (the workers take interrupted runs over).
 
     ``caps`` bound the budget, deadline and re-plans of every run submitted (:class:`LimitCaps`).
     Runs submitted over HTTP and interrupted by a previous stop are resumed at startup. Runs still going at the stop
@@ -800,9 +847,21 @@ async def serve(
 
                 instrument(engine, provider)
             server_model = await open_server_model(stack, engine, model, base_url) if model else None
-            async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=True,
-                               handle_signals=True, model=server_model, caps=caps) as server:
+            store = await _open_queue(stack, url) if queue else None
+            async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=not queue,
+                               handle_signals=True, model=server_model, caps=caps, queue=store) as server:
                 await server.wait()
     finally:
         if provider is not None:
             provider.shutdown()  # after the engine: the spans of interrupted runs are ended by then
+
+
+async def _open_queue(stack: contextlib.AsyncExitStack, url: str) -> LeaseStore:
+    """The run queue of the PostgreSQL journal at ``url`` (closed with ``stack``); ServerError for another journal."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ServerError(f"--queue needs a postgresql:// journal that the workers share, got {redact_url(url)}")
+    from planweave.journal.leases import LeaseStore
+
+    store = await LeaseStore.open(url)
+    stack.push_async_callback(store.close)
+    return store
