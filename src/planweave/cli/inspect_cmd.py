@@ -18,6 +18,7 @@ from planweave.cli.common import (
     ExitCode,
     JournalOption,
     JsonOption,
+    UsageError,
     clean_errors,
     journal_file_missing,
     print_json,
@@ -31,7 +32,8 @@ from planweave.engine.runtime import (
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanweaveError, RunNotFound
 from planweave.journal import default_journal_url, open_journal
-from planweave.runview import run_overview, run_report, stored_outputs
+from planweave.journal.summary import RunSummary
+from planweave.runview import list_overviews, parse_since, run_overview, run_report, stored_outputs
 
 
 # -- reading runs back from a journal ----------------------------------------------------------------------------
@@ -147,18 +149,59 @@ async def read_runs(url: str) -> list[JournaledRun]:
     return [_journaled(run_id, run_events) for run_id, run_events in by_run.items()]
 
 
-def runs(journal: JournalOption = None, json_output: JsonOption = False) -> None:
-    """List every run in the journal: status, start, duration and steps by state."""
+async def list_runs(url: str, statuses: list[str] | None, since: float | None, limit: int | None,
+                    cursor: int | None) -> tuple[list[dict[str, Any]], int | None]:
+    """A page of the ``runs`` list from the journal's run summaries, newest first, and the next page's cursor."""
+    if journal_file_missing(url):
+        return [], None
+    async with open_journal(url) as journal:
+        return await list_overviews(journal, _shown_status, statuses=statuses, since=since, limit=limit,
+                                    cursor=cursor)
+
+
+def _shown_status(summary: RunSummary) -> str:
+    """``interrupted`` for a running run whose process is gone, else the stored status."""
+    if summary.status == "running" and not process_alive(summary.owner):
+        return "interrupted"
+    return summary.status
+
+
+StatusOption = Annotated[list[str] | None, typer.Option(
+    "--status", metavar="STATUS", help="Only runs in this status (repeatable or comma-separated): running, "
+                                       "interrupted, succeeded, failed, cancelled.")]
+
+
+def runs(
+    journal: JournalOption = None, json_output: JsonOption = False, status: StatusOption = None,
+    since: Annotated[str | None, typer.Option("--since", metavar="WHEN", help=(
+        "Only runs started since: an age (30m, 2h, 7d) or an ISO date or time (UTC unless it says)."))] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many runs (newest first).")]
+    = None,
+    cursor: Annotated[int | None, typer.Option("--cursor", min=0, help=(
+        "Continue a list cut by --limit (the cursor it printed on stderr)."))] = None,
+) -> None:
+    """List the runs in the journal, newest first: status, start, duration and steps by state.
+
+    Read from the journal's run summaries, so a page costs the runs shown however big the journal is.
+    """
     with clean_errors(json_output):
         url = journal or default_journal_url()
-        found = asyncio.run(read_runs(url))
-    rows = [r.overview() for r in found]
+        statuses = None if status is None else [s.strip() for item in status for s in item.split(",") if s.strip()]
+        try:
+            started = None if since is None else parse_since(since, time.time())
+            rows, following = asyncio.run(list_runs(url, statuses, started, limit, cursor))
+        except ValueError as exc:
+            raise UsageError(f"--{'since' if 'since' in str(exc) else 'status'}: {exc}") from None
+    if following is not None:
+        flags = [*(["--status", ",".join(statuses)] if statuses else []), *(["--since", since] if since else []),
+                 "--limit", str(limit), "--cursor", str(following)]
+        typer.echo(f"more runs: planweave runs {' '.join(flags)}", err=True)
     if json_output:
         print_json(rows)
         return
     console = Console(highlight=False)
     if not rows:
-        console.print(f"no runs in the journal {url}", markup=False)
+        console.print(f"no runs in the journal {url}" + (" match" if statuses or since else ""), markup=False)
         return
     console.print(views.runs_table(rows))
 

@@ -46,6 +46,7 @@ __all__ = ["COMMAND_GROUPS", "ExitCode", "JournaledRun", "UsageError", "app", "b
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "planweave.cli.run_cmd": ("run", "resume"),
     "planweave.cli.inspect_cmd": ("runs", "show", "output"),
+    "planweave.cli.prune_cmd": ("prune",),
     "planweave.cli.reply_cmd": ("approve", "send", "cancel"),
     "planweave.cli.serve_cmd": ("serve",),
     "planweave.cli.tools_cmd": ("tools",),
