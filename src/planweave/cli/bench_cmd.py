@@ -16,7 +16,7 @@ from planweave.cli.common import (
     print_json,
 )
 
-bench_app = typer.Typer(help="Benchmarks: AsyncHow makespans, engine overhead, planning.", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks: AsyncHow makespans, engine overhead, planning, scale.", no_args_is_help=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -77,3 +77,16 @@ def bench_engine(ctx: typer.Context) -> None:
         raise typer.Exit(ExitCode.BAD_INPUT) from None
     bench_main: Callable[[list[str]], int] = module.main
     raise typer.Exit(bench_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "scale",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_scale(ctx: typer.Context) -> None:
+    """Many runs in one process vs asyncio tasks, or (--listing) listing a big journal; options go to
+    planweave.bench.scale (--help)."""
+    from planweave.bench.scale import main as scale_main
+
+    raise typer.Exit(scale_main(list(ctx.args)))
