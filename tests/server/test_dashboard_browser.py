@@ -7,16 +7,11 @@ Skipped when chromium or Playwright is missing, except under CI (``CI=true``), w
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
-import pytest
-
+from .browser import browser_page, require_browser
 from .conftest import Live
 
-CHROMIUM = os.environ.get("PLANWEAVE_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
 PLAN_YAML = """\
 name: dashboard demo
@@ -41,95 +36,66 @@ steps:
 """
 
 
-def _require_browser() -> None:
-    problem = None
-    try:
-        import playwright.async_api  # noqa: F401
-    except ImportError:
-        problem = "the playwright Python package is not installed"
-    if problem is None and not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
-        problem = f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)"
-    if problem is not None:
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"the dashboard test must run in CI, but {problem}")
-        pytest.skip(problem)
-
-
 async def test_the_dashboard_shows_a_run_progress_to_completion(live: Live, tmp_path: Path) -> None:
-    _require_browser()
-    from playwright.async_api import async_playwright, expect
+    require_browser()
+    from playwright.async_api import expect
 
-    async with async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-            viewport={"width": 1400, "height": 900},
-        )
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            await page.goto(live.url)
+    errors: list[str] = []
+    async with browser_page(tmp_path / "profile", errors) as page:
+        await page.goto(live.url)
 
-            # Log in once: the token is kept in localStorage.
-            await page.fill("#token-input", live.token)
-            await page.click("#login-button")
-            await expect(page.locator("#main")).to_be_visible()
+        # Log in once: the token is kept in localStorage.
+        await page.fill("#token-input", live.token)
+        await page.click("#login-button")
+        await expect(page.locator("#main")).to_be_visible()
 
-            # Start a run from the dashboard and follow it live.
-            await page.click("#new-run summary")
-            await page.fill("#plan-input", PLAN_YAML)
-            await page.click("#submit-button")
-            await expect(page.locator("#run")).to_be_visible()
-            run_id = (await page.locator("#run-title").inner_text()).strip()
-            await expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible()
+        # Start a run from the dashboard and follow it live.
+        await page.click("#new-run summary")
+        await page.fill("#plan-input", PLAN_YAML)
+        await page.click("#submit-button")
+        await expect(page.locator("#run")).to_be_visible()
+        run_id = (await page.locator("#run-title").inner_text()).strip()
+        await expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible()
 
-            nodes = page.locator("#dag .node")
-            await expect(nodes).to_have_count(4, timeout=10_000)
-            # It is seen running before it ends (live updates, not a reload).
-            await expect(page.locator('#dag .node[data-status="running"]').first).to_be_visible(timeout=10_000)
-            await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=20_000)
-            await expect(page.locator('#dag .node[data-status="succeeded"]')).to_have_count(4)
-            await expect(page.locator("#dag .node.critical")).to_have_count(3)  # fetch, parse, report
-            await expect(page.locator("#dag path.edge.critical")).to_have_count(2)
-            await expect(page.locator("#gantt rect.bar")).to_have_count(4)
-            await expect(page.locator("#gantt rect.bar.outcome-succeeded")).to_have_count(4)
-            await expect(page.locator(f'tr[data-run="{run_id}"] .badge')).to_have_text("succeeded")
-            await expect(page.locator("#version-select option")).to_have_count(1)
+        nodes = page.locator("#dag .node")
+        await expect(nodes).to_have_count(4, timeout=10_000)
+        # It is seen running before it ends (live updates, not a reload).
+        await expect(page.locator('#dag .node[data-status="running"]').first).to_be_visible(timeout=10_000)
+        await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=20_000)
+        await expect(page.locator('#dag .node[data-status="succeeded"]')).to_have_count(4)
+        await expect(page.locator("#dag .node.critical")).to_have_count(3)  # fetch, parse, report
+        await expect(page.locator("#dag path.edge.critical")).to_have_count(2)
+        await expect(page.locator("#gantt rect.bar")).to_have_count(4)
+        await expect(page.locator("#gantt rect.bar.outcome-succeeded")).to_have_count(4)
+        await expect(page.locator(f'tr[data-run="{run_id}"] .badge')).to_have_text("succeeded")
+        await expect(page.locator("#version-select option")).to_have_count(1)
 
-            # The token survives a reload (no second prompt).
-            await page.reload()
-            await expect(page.locator("#run-status")).to_have_text("succeeded")
-            await expect(page.locator("#login")).to_be_hidden()
+        # The token survives a reload (no second prompt).
+        await page.reload()
+        await expect(page.locator("#run-status")).to_have_text("succeeded")
+        await expect(page.locator("#login")).to_be_hidden()
 
-            shot = await page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
-            assert shot.startswith(b"\x89PNG")
-            # docs/dashboard.png is committed: rewrite it only when asked, so test runs leave the tree clean.
-            if os.environ.get("PLANWEAVE_UPDATE_SCREENSHOTS") == "1" or not SCREENSHOT.exists():
-                SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-                SCREENSHOT.write_bytes(shot)
-            assert errors == []
-        finally:
-            await context.close()
+        shot = await page.screenshot(path=str(tmp_path / "dashboard.png"), full_page=True)
+        assert shot.startswith(b"\x89PNG")
+        # docs/dashboard.png is committed: rewrite it only when asked, so test runs leave the tree clean.
+        if os.environ.get("PLANWEAVE_UPDATE_SCREENSHOTS") == "1" or not SCREENSHOT.exists():
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            SCREENSHOT.write_bytes(shot)
+    assert errors == []
     result = await live.wait(run_id)
     assert result.ok
 
 
 async def test_a_wrong_token_is_asked_for_again(live: Live, tmp_path: Path) -> None:
-    _require_browser()
-    from playwright.async_api import async_playwright, expect
+    require_browser()
+    from playwright.async_api import expect
 
-    async with async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            await page.goto(live.url)
-            await page.fill("#token-input", "not-the-token-at-all")
-            await page.click("#login-button")
-            await expect(page.locator("#login-error")).to_have_text("The token was not accepted.")
-            await expect(page.locator("#login")).to_be_visible()
-        finally:
-            await context.close()
+    async with browser_page(tmp_path / "profile", []) as page:
+        await page.goto(live.url)
+        await page.fill("#token-input", "not-the-token-at-all")
+        await page.click("#login-button")
+        await expect(page.locator("#login-error")).to_have_text("The token was not accepted.")
+        await expect(page.locator("#login")).to_be_visible()
 
 
 STEP_PLAN = {"steps": [
@@ -140,47 +106,39 @@ STEP_PLAN = {"steps": [
 
 
 async def test_clicking_a_step_shows_its_inputs_output_and_attempts(live: Live, tmp_path: Path) -> None:
-    _require_browser()
-    from playwright.async_api import async_playwright, expect
+    require_browser()
+    from playwright.async_api import expect
 
     async with live.client() as client:
         created = await client.post("/runs", json={"plan": STEP_PLAN, "run_id": "panel"})
         assert created.status_code == 201, created.text
-        async with async_playwright() as pw:
-            context = await pw.chromium.launch_persistent_context(
-                str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                viewport={"width": 1400, "height": 900})
-            try:
-                page = context.pages[0] if context.pages else await context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(f"{live.url}#token={live.token}")
-                await page.goto(f"{live.url}#/runs/panel")
-                await expect(page.locator('#dag .node[data-step="later"][data-status="running"]')).to_be_visible(
-                    timeout=10_000)
+        errors: list[str] = []
+        async with browser_page(tmp_path / "profile", errors) as page:
+            await page.goto(f"{live.url}#token={live.token}")
+            await page.goto(f"{live.url}#/runs/panel")
+            await expect(page.locator('#dag .node[data-step="later"][data-status="running"]')).to_be_visible(
+                timeout=10_000)
 
-                await page.click('#dag .node[data-step="count"]')
-                await expect(page.locator("#step-panel")).to_be_visible()
-                await expect(page.locator("#step-title")).to_have_text("count")
-                await expect(page.locator("#step-status")).to_have_text("succeeded")
-                await expect(page.locator("#step-output")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
-                await expect(page.locator("#step-args")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
-                await expect(page.locator("#step-attempts tbody tr")).to_have_count(1)
-                await expect(page.locator('#dag .node.selected[data-step="count"]')).to_have_count(1)
+            await page.click('#dag .node[data-step="count"]')
+            await expect(page.locator("#step-panel")).to_be_visible()
+            await expect(page.locator("#step-title")).to_have_text("count")
+            await expect(page.locator("#step-status")).to_have_text("succeeded")
+            await expect(page.locator("#step-output")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
+            await expect(page.locator("#step-args")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
+            await expect(page.locator("#step-attempts tbody tr")).to_have_count(1)
+            await expect(page.locator('#dag .node.selected[data-step="count"]')).to_have_count(1)
 
-                # The output is collapsible.
-                await page.click("#step-output-box summary")
-                await expect(page.locator("#step-output")).to_be_hidden()
+            # The output is collapsible.
+            await page.click("#step-output-box summary")
+            await expect(page.locator("#step-output")).to_be_hidden()
 
-                # A running step has no output yet; it shows once the step is cancelled with the run.
-                await page.click('#dag .node[data-step="later"]')
-                await expect(page.locator("#step-title")).to_have_text("later")
-                await expect(page.locator("#step-output")).to_have_text("(none: the step is running)")
-                await page.click("#cancel-run")
-                await expect(page.locator("#step-status")).to_have_text("cancelled", timeout=10_000)
-                assert errors == []
-            finally:
-                await context.close()
+            # A running step has no output yet; it shows once the step is cancelled with the run.
+            await page.click('#dag .node[data-step="later"]')
+            await expect(page.locator("#step-title")).to_have_text("later")
+            await expect(page.locator("#step-output")).to_have_text("(none: the step is running)")
+            await page.click("#cancel-run")
+            await expect(page.locator("#step-status")).to_have_text("cancelled", timeout=10_000)
+        assert errors == []
 
 
 HUMAN_PLAN = {"steps": [
@@ -194,47 +152,39 @@ HUMAN_PLAN = {"steps": [
 
 
 async def test_a_person_approves_a_step_and_gives_a_value_in_the_dashboard(live: Live, tmp_path: Path) -> None:
-    _require_browser()
-    from playwright.async_api import async_playwright, expect
+    require_browser()
+    from playwright.async_api import expect
 
     async with live.client() as client:
         created = await client.post("/runs", json={"plan": HUMAN_PLAN, "run_id": "human"})
         assert created.status_code == 201, created.text
-        async with async_playwright() as pw:
-            context = await pw.chromium.launch_persistent_context(
-                str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                viewport={"width": 1400, "height": 900})
-            try:
-                page = context.pages[0] if context.pages else await context.new_page()
-                errors: list[str] = []
-                page.on("pageerror", lambda exc: errors.append(str(exc)))
-                await page.goto(f"{live.url}#token={live.token}")
-                await page.goto(f"{live.url}#/runs/human")
+        errors: list[str] = []
+        async with browser_page(tmp_path / "profile", errors) as page:
+            await page.goto(f"{live.url}#token={live.token}")
+            await page.goto(f"{live.url}#/runs/human")
 
-                approval = page.locator('.waiting-item[data-step="deploy"]')
-                value = page.locator('.waiting-item[data-step="replicas"]')
-                await expect(approval.locator(".prompt")).to_have_text("Deploy app-1.2 to production?",
-                                                                       timeout=10_000)
-                await expect(value.locator(".prompt")).to_have_text("How many replicas?")
-                await expect(value.locator(".schema")).to_contain_text('"minimum":1')
-                await expect(page.locator('#dag .node[data-step="deploy"]')).to_have_attribute(
-                    "data-status", "waiting_approval")
-                await expect(page.locator('tr[data-run="human"] .waiting-badge')).to_have_text("2 waiting")
+            approval = page.locator('.waiting-item[data-step="deploy"]')
+            value = page.locator('.waiting-item[data-step="replicas"]')
+            await expect(approval.locator(".prompt")).to_have_text("Deploy app-1.2 to production?",
+                                                                   timeout=10_000)
+            await expect(value.locator(".prompt")).to_have_text("How many replicas?")
+            await expect(value.locator(".schema")).to_contain_text('"minimum":1')
+            await expect(page.locator('#dag .node[data-step="deploy"]')).to_have_attribute(
+                "data-status", "waiting_approval")
+            await expect(page.locator('tr[data-run="human"] .waiting-badge')).to_have_text("2 waiting")
 
-                # A value the schema refuses is explained, and the step keeps waiting.
-                await value.locator("textarea").fill("0")
-                await value.locator("button.send").click()
-                await expect(value.locator(".error-text")).to_contain_text("0 is less than the minimum of 1")
-                await value.locator("textarea").fill("3")
-                await value.locator("button.send").click()
-                await expect(value).to_have_count(0, timeout=10_000)
+            # A value the schema refuses is explained, and the step keeps waiting.
+            await value.locator("textarea").fill("0")
+            await value.locator("button.send").click()
+            await expect(value.locator(".error-text")).to_contain_text("0 is less than the minimum of 1")
+            await value.locator("textarea").fill("3")
+            await value.locator("button.send").click()
+            await expect(value).to_have_count(0, timeout=10_000)
 
-                await approval.locator("input.reason").fill("release window")
-                await approval.locator("button.approve").click()
-                await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=10_000)
-                await expect(page.locator("#waiting")).to_be_hidden()
-                assert errors == []
-            finally:
-                await context.close()
+            await approval.locator("input.reason").fill("release window")
+            await approval.locator("button.approve").click()
+            await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=10_000)
+            await expect(page.locator("#waiting")).to_be_hidden()
+        assert errors == []
     result = await live.wait("human")
     assert result.outputs["scale"] == {"n": 3, "deployed": "app-1.2"}

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .browser import browser_page, require_browser
 from .conftest import Live, chain_plan
-from .test_dashboard_browser import CHROMIUM, CHROMIUM_ARGS, _require_browser
 
 FAILING = {"steps": [{"id": "boom", "tool": "shell", "args": {"argv": ["false"]}}]}
 
 
 async def test_the_runs_list_pages_and_filters(live: Live, tmp_path: Path) -> None:
-    _require_browser()
-    from playwright.async_api import async_playwright, expect
+    require_browser()
+    from playwright.async_api import expect
 
     first = await live.engine.start(FAILING, run_id="old-bad")
     await first.wait()
@@ -21,27 +21,20 @@ async def test_the_runs_list_pages_and_filters(live: Live, tmp_path: Path) -> No
         await run.wait()
     await live.engine.journal.flush()
 
-    async with async_playwright() as pw:
-        context = await pw.chromium.launch_persistent_context(
-            str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = context.pages[0] if context.pages else await context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            await page.goto(live.url)
-            await page.fill("#token-input", live.token)
-            await page.click("#login-button")
-            rows = page.locator("#runs tbody tr")
-            await expect(rows).to_have_count(50)  # one page, newest first
-            await expect(rows.first).to_have_attribute("data-run", "ok-50")
-            await expect(page.locator("#runs-more")).to_be_visible()
-            await page.click("#runs-more")
-            await expect(rows).to_have_count(52)
-            await expect(rows.last).to_have_attribute("data-run", "old-bad")
-            await expect(page.locator("#runs-more")).to_be_hidden()
-            await page.select_option("#runs-status", "failed")
-            await expect(rows).to_have_count(1)
-            await expect(rows.first).to_have_attribute("data-run", "old-bad")
-            assert errors == []
-        finally:
-            await context.close()
+    errors: list[str] = []
+    async with browser_page(tmp_path / "profile", errors) as page:
+        await page.goto(live.url)
+        await page.fill("#token-input", live.token)
+        await page.click("#login-button")
+        rows = page.locator("#runs tbody tr")
+        await expect(rows).to_have_count(50)  # one page, newest first
+        await expect(rows.first).to_have_attribute("data-run", "ok-50")
+        await expect(page.locator("#runs-more")).to_be_visible()
+        await page.click("#runs-more")
+        await expect(rows).to_have_count(52)
+        await expect(rows.last).to_have_attribute("data-run", "old-bad")
+        await expect(page.locator("#runs-more")).to_be_hidden()
+        await page.select_option("#runs-status", "failed")
+        await expect(rows).to_have_count(1)
+        await expect(rows.first).to_have_attribute("data-run", "old-bad")
+    assert errors == []

@@ -1,0 +1,56 @@
+"""A real browser for the dashboard tests: Debian's chromium, headless, driven by Playwright.
+
+Tests call :func:`require_browser` first (a skip without chromium or Playwright, a failure under ``CI=true``), then
+open the dashboard in :func:`browser_page`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
+
+CHROMIUM = os.environ.get("PLANWEAVE_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def require_browser() -> None:
+    """Skip the test unless Playwright and chromium are there; under CI (``CI=true``) their absence fails it."""
+    problem = None
+    try:
+        import playwright.async_api  # noqa: F401
+    except ImportError:
+        problem = "the playwright Python package is not installed"
+    if problem is None and not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        problem = f"chromium is not installed at {CHROMIUM} (apt-get install -y chromium)"
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"the dashboard test must run in CI, but {problem}")
+        pytest.skip(problem)
+
+
+@asynccontextmanager
+async def browser_page(profile: Path, errors: list[str]) -> AsyncIterator[Page]:
+    """A page of a fresh headless chromium (its profile in ``profile``, a 1400x900 viewport) until the block ends;
+    every uncaught script error of the page is appended to ``errors``, for the test to assert after."""
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as pw:
+        context = await pw.chromium.launch_persistent_context(
+            str(profile), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+            viewport={"width": 1400, "height": 900})
+        try:
+            page = context.pages[0] if context.pages else await context.new_page()
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            yield page
+        finally:
+            await context.close()
