@@ -25,6 +25,7 @@ TOKEN = "queue-test-token-0123456789"
 
 @contextlib.asynccontextmanager
 async def queue_server(url: str, *, queue: bool = True) -> AsyncIterator[httpx.AsyncClient]:
+    """A server on the journal at ``url`` (``--queue`` unless told not); a client of it, at ``client.base_url``."""
     async with contextlib.AsyncExitStack() as stack:
         engine = await stack.enter_async_context(
             open_engine(url, tools=builtin_tools().merged(worker_tools.toolbox)))

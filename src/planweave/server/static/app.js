@@ -213,6 +213,8 @@
     view = null;
     if (ticker) clearInterval(ticker);
     ticker = null;
+    if (workersTimer) clearInterval(workersTimer);
+    workersTimer = null;
   }
 
   async function start() {
@@ -226,7 +228,40 @@
       return;
     }
     ticker = setInterval(tick, 1000); // only redraws what depends on the clock (running durations, open bars)
+    loadWorkers();
     route();
+  }
+
+  // -- the workers of a queue (serve --queue) ----------------------------------------------------------------------
+  // GET /workers: which worker runs what, and the age of each lease. Leases age with time, not with events, so the
+  // panel is re-read every few seconds; a server without a queue answers 404 and the panel stays hidden.
+  let workersTimer = null;
+
+  async function loadWorkers() {
+    let body;
+    try {
+      ({ body } = await api("/workers"));
+    } catch (err) {
+      if (err.status === 404 && workersTimer) clearInterval(workersTimer);
+      if (err.status === 404) workersTimer = null;
+      return;
+    }
+    if (!workersTimer) workersTimer = setInterval(loadWorkers, 2000);
+    renderWorkers(body);
+  }
+
+  function renderWorkers(body) {
+    $("workers").hidden = false;
+    const counts = Object.entries(body.runs || {}).map(([k, v]) => `${k} ${v}`).join(" · ");
+    $("workers-queue").textContent = counts ? `queue: ${counts}` : "queue: empty";
+    const list = $("workers-list");
+    list.replaceChildren(...body.workers.map((w) => el("li", { class: w.alive ? "worker" : "worker stale" },
+      el("span", { class: "worker-name", text: w.name }),
+      el("span", { class: "muted", text: ` ${w.alive ? "alive" : "not renewing"} · ${w.runs.length} run(s)` }),
+      el("ul", {}, ...w.runs.map((r) => el("li", {},
+        el("a", { href: `#/runs/${encodeURIComponent(r.run_id)}`, text: r.run_id }),
+        el("span", { class: "muted", text: ` epoch ${r.epoch} · lease ${formatDuration(r.expires_in_s)} left` })))))));
+    if (!body.workers.length) list.replaceChildren(el("li", { class: "muted", text: "no workers running" }));
   }
 
   // -- the runs list --------------------------------------------------------------------------------------------
