@@ -1,6 +1,7 @@
 """Tools that misbehave towards the process: they exit, interrupt, block, or leave threads behind.
 
-Imported by ``planweave run --tools exit_tools:toolbox`` in subprocesses (with this directory on PYTHONPATH).
+Imported by ``planweave run --tools exit_tools:toolbox`` in subprocesses (with this directory on PYTHONPATH), and
+by ``tests/tools/test_tool_faults.py`` for the same faults in-process.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ async def interrupt_async() -> None:
     raise KeyboardInterrupt
 
 
+def interrupt_sync() -> None:
+    """Raise KeyboardInterrupt in a worker thread."""
+    raise KeyboardInterrupt
+
+
 def block(seconds: float) -> dict[str, float]:
     """Block the worker thread (a sync tool that ignores cancellation)."""
     time.sleep(seconds)
@@ -48,5 +54,5 @@ def stuck(seconds: float, pidfile: str) -> None:
 
 
 toolbox = Toolbox()
-for fn in (exit_async, exit_sync, interrupt_async, block, leave_thread, stuck):
+for fn in (exit_async, exit_sync, interrupt_async, interrupt_sync, block, leave_thread, stuck):
     toolbox.add(fn)

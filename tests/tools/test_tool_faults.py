@@ -2,30 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
 from planweave import Event, RunResult, Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
-
-
-async def exit_async(code: int = 3) -> None:
-    """Raise SystemExit from the event loop's thread."""
-    raise SystemExit(code)
-
-
-def exit_sync(code: int = 3) -> None:
-    """Call sys.exit in a worker thread."""
-    sys.exit(code)
-
-
-async def interrupt_async() -> None:
-    raise KeyboardInterrupt
-
-
-def interrupt_sync() -> None:
-    raise KeyboardInterrupt
+from tests.cli.exit_tools import exit_async, exit_sync, interrupt_async, interrupt_sync
 
 
 def faulty_tools() -> Toolbox:
