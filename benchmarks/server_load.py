@@ -28,12 +28,13 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from planweave.testing.server import chain_plan, read_sse
 
 TOKEN = "server-load-benchmark-token-0123456789"
 Seen = tuple[int, str, str | None]  # (journal position, event kind, step)
@@ -127,28 +128,6 @@ class ServerProcess:
 
 
 # -- the clients --------------------------------------------------------------------------------------------------
-async def sse(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """``text/event-stream`` frames as ``{"id", "event", "data"}`` (comments skipped)."""
-    frame: dict[str, Any] = {}
-    async for line in response.aiter_lines():
-        if not line:
-            if "data" in frame:
-                frame["data"] = json.loads(frame["data"])
-                yield frame
-            frame = {}
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        frame[name] = value[1:] if value.startswith(" ") else value
-
-
-def chain(steps: int, seconds: float) -> dict[str, Any]:
-    return {"steps": [{"id": f"s{i}", "tool": "sleep", "args": {"seconds": seconds}, **({"after": [f"s{i - 1}"]}
-                                                                                          if i else {})}
-                      for i in range(steps)]}
-
-
 RETRYABLE = (httpx.TransportError, httpx.RemoteProtocolError)
 
 
@@ -186,7 +165,7 @@ async def follow(client: httpx.AsyncClient, run_id: str, figures: Figures) -> No
                     raise httpx.TransportError(f"status {resp.status_code}")
                 figures.reconnects += dropped
                 dropped = False
-                async for frame in sse(resp):
+                async for frame in read_sse(resp):
                     last = int(frame["id"])
                     figures.saw(run_id, (last, frame["event"], frame["data"].get("step")))
                     if frame["event"] == "run_finished":
@@ -270,7 +249,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         await server.start()
         try:
             async with asyncio.timeout(args.timeout):
-                plan = chain(args.steps, args.step_seconds)
+                plan = chain_plan(args.steps, args.step_seconds)
                 clients = [client_loop(i, server.url, args.runs, plan, figures) for i in range(args.clients)]
                 await asyncio.gather(crash_and_restart(server, figures), *clients)
         finally:

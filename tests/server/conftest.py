@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,9 +24,12 @@ from planweave.plan.catalog import ToolCatalog
 from planweave.server import LiveServer, StreamTiming, create_app
 from planweave.server.limits import LimitCaps, open_server_model
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM
+from planweave.testing.server import chain_plan, read_sse
 from tests.timing import step_is, until
 
 TOKEN = "test-token-0123456789abcdef"
+sse = read_sse  # the tests' name for the stream parser
+__all__ = ["TOKEN", "Live", "RunTracker", "chain_plan", "gated_tools", "sse", "start_live"]
 
 
 class RunTracker:
@@ -107,37 +109,6 @@ def gated_tools(gate: asyncio.Event | None) -> Toolbox:
 
     box.add(gate_tool, name="gate", idempotent=True)
     return box
-
-
-def chain_plan(n: int, seconds: float = 0.05, prefix: str = "s") -> dict[str, Any]:
-    """``n`` sleep steps, each after the previous one."""
-    steps: list[dict[str, Any]] = []
-    for i in range(n):
-        step: dict[str, Any] = {"id": f"{prefix}{i}", "tool": "sleep", "args": {"seconds": seconds}}
-        if i:
-            step["after"] = [f"{prefix}{i - 1}"]
-        steps.append(step)
-    return {"steps": steps}
-
-
-async def sse(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
-    """Parse a ``text/event-stream`` response into ``{"id", "event", "data"}`` dicts (comments skipped)."""
-    frame: dict[str, Any] = {}
-    async for line in response.aiter_lines():
-        if not line:
-            if "data" in frame:
-                frame["data"] = json.loads(frame["data"])
-                yield frame
-            frame = {}
-            continue
-        if line.startswith(":"):
-            continue
-        name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
-        if name == "data" and "data" in frame:
-            frame["data"] += "\n" + value
-        else:
-            frame[name] = value
 
 
 @pytest.fixture
