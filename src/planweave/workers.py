@@ -23,15 +23,36 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planweave.engine.runtime import Engine
-from planweave.errors import PlanweaveError, RunError
+from planweave.errors import PlanweaveError, RunError, RunNotFound
 from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
 from planweave.journal.postgres import PostgresJournal
 from planweave.plan.catalog import ToolCatalog
 
-__all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "default_worker_name"]
+__all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "cancel_queued", "default_worker_name"]
 
 #: Runs a worker holds at once unless told otherwise (``planweave worker --max-runs``).
 DEFAULT_MAX_RUNS = 16
+
+
+async def cancel_queued(url: str, run_id: str, reason: str = "cancelled by user") -> None:
+    """Cancel a run still waiting in the queue of the PostgreSQL journal at ``url`` (no worker claimed it).
+
+    Raises RunNotFound if it was never queued, RunError if a worker holds it (cancel it again: its engine applies
+    it) or it ended.
+    """
+    store = await LeaseStore.open(url)
+    try:
+        if await store.cancel_queued(run_id, reason):
+            return
+        lease = await store.state(run_id)
+    except RunNotFound:
+        raise RunNotFound(f"no run '{run_id}' in the journal {store.url} (nor in its queue)") from None
+    finally:
+        await store.close()
+    if lease.state == "done":
+        raise RunError(f"run '{run_id}' already ended: {lease.outcome}")
+    raise RunError(f"run '{run_id}' was just claimed by worker {lease.holder}: cancel it again (that worker's engine "
+                   "applies it)")
 
 
 def default_worker_name() -> str:

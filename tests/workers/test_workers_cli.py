@@ -80,3 +80,16 @@ def test_workers_lists_each_worker_with_its_runs_and_lease_ages(pg_schema: Schem
     finally:
         gate.touch()
         w.stop()
+
+
+def test_cancel_takes_a_run_nobody_claimed_off_the_queue(pg_schema: Schema, tmp_path: Path) -> None:
+    queued = cli("submit", str(plan_file(tmp_path, tmp_path / "gate")), "--journal", pg_schema.url, "--tools", TOOLS,
+                 "--run-id", "unwanted")
+    assert queued.returncode == 0, queued
+    cancelled = cli("cancel", "unwanted", "--journal", pg_schema.url)
+    assert cancelled.returncode == 0 and "was still queued" in cancelled.stdout, cancelled
+    assert pg_schema.query("SELECT state, outcome FROM {s}.planweave_leases") == [("done", "cancelled")]
+    again = cli("cancel", "unwanted", "--journal", pg_schema.url)
+    assert again.returncode == 2 and "already ended: cancelled" in again.stderr, again
+    unknown = cli("cancel", "never-was", "--journal", pg_schema.url)
+    assert unknown.returncode == 2 and "no run 'never-was'" in unknown.stderr, unknown

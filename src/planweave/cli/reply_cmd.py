@@ -92,10 +92,20 @@ def cancel(
 
         async def go() -> str:
             async with open_journal(url) as opened:
-                return await request_cancel(opened, run_id)
+                try:
+                    return await request_cancel(opened, run_id)
+                except RunNotFound:
+                    if not url.startswith(("postgresql://", "postgres://")):
+                        raise
+                    from planweave.workers import cancel_queued  # a run no worker has claimed yet
+
+                    await cancel_queued(url, run_id)
+                    return "dequeued"
 
         done = asyncio.run(go())
-    if done == "requested":
+    if done == "dequeued":
+        typer.echo(f"run {run_id} was still queued: no worker will run it")
+    elif done == "requested":
         typer.echo(f"cancel requested: the process running run {run_id} stops it within a second")
     else:
         typer.echo(f"run {run_id} had no live process (it was interrupted or had failed): marked it cancelled")
