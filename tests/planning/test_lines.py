@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
-from planweave import builtin_tools, open_engine
+from planweave import RunResult, VirtualClock, builtin_tools, open_engine
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop
 from planweave.planning.lines import LineParser
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.planning.test_loop import purpose
+from tests.timing import on_virtual_clock
 
 STEPS = [{"id": "one", "tool": "noop", "args": {"n": 1}}, {"id": "two", "tool": "noop", "args": {"n": "${one.n}"}}]
 
@@ -59,23 +61,30 @@ def test_the_parser_counts_step_lines() -> None:
     assert parser.step_lines == 1  # an explicit empty plan is an answer, not prose
 
 
+async def copy_a_number(script: Callable[[RecordedRequest], Reply]) -> tuple[RunResult, ScriptedLLM]:
+    """The goal "copy a number" planned by ``script`` (on the virtual clock); the result and the model server."""
+    tools = builtin_tools()
+    server = ScriptedLLM(script)
+    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
+            open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
+        return await PlanningLoop(engine, client, tools).run("copy a number"), server
+
+
+@on_virtual_clock
 async def test_prose_and_fences_around_a_plan_cost_no_extra_model_call() -> None:
     reply = "Here is the plan:\n```json\n" + plan_lines(STEPS) + "```\n"
 
     def script(req: RecordedRequest) -> Reply:
         return Text(reply) if purpose(req) == "plan" else Text(json.dumps({"answer": "1"}))
 
-    tools = builtin_tools()
-    server = ScriptedLLM(script)
-    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://", tools=tools) as engine:
-        result = await PlanningLoop(engine, client, tools).run("copy a number")
+    result, server = await copy_a_number(script)
     assert result.ok, result.error
     assert [purpose(r) for r in server.chat_requests] == ["plan", "join"]
     assert result.state.escalations == []
     assert result.outputs["two"] == {"n": 1}
 
 
+@on_virtual_clock
 async def test_a_reply_without_any_step_line_is_fed_back() -> None:
     def script(req: RecordedRequest) -> Reply:
         p = purpose(req)
@@ -85,11 +94,7 @@ async def test_a_reply_without_any_step_line_is_fed_back() -> None:
             return Text(plan_lines(STEPS))
         return Text(json.dumps({"answer": "1"}))
 
-    tools = builtin_tools()
-    server = ScriptedLLM(script)
-    async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
-            open_engine("memory://", tools=tools) as engine:
-        result = await PlanningLoop(engine, client, tools).run("copy a number")
+    result, server = await copy_a_number(script)
     assert result.ok, result.error
     assert [purpose(r) for r in server.chat_requests] == ["plan", "fix", "join"]
     fix = next(r for r in server.chat_requests if purpose(r) == "fix")
