@@ -34,6 +34,8 @@ class StepContext(NamedTuple):
     to call from a worker thread (sync tools) and do nothing outside a run. ``isolation`` is the step's
     ``isolation`` key (``thread``, ``process`` or None): how a sync Python tool is to run; ``executor`` and
     ``resources`` are the step's keys of those names (where its call is to run, what it claims), for executors.
+    ``priority`` is the run's priority and ``slack`` the seconds the step may start late without delaying its
+    plan: model calls are queued by them (:mod:`planweave.models.admission`).
     """
 
     run_id: str
@@ -44,6 +46,8 @@ class StepContext(NamedTuple):
     isolation: str | None = None
     executor: StepExecutor | None = None
     resources: Mapping[str, int] = NO_RESOURCES
+    priority: float = 0.0
+    slack: float | None = None
 
     def report_usage(self, usage: Mapping[str, Any]) -> None:
         """Journal one model call (``model``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``, ...)."""

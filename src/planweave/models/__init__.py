@@ -17,6 +17,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from planweave.models.admission import (
+    Admission,
+    CallClass,
+    EndpointLimits,
+    EndpointStats,
+    call_context,
+    load_model_limits,
+)
 from planweave.models.base import (
     Chunk,
     Completion,
@@ -32,6 +40,7 @@ from planweave.models.base import (
 from planweave.models.budget import Budget, Reservation
 from planweave.models.errors import (
     BudgetExceeded,
+    CallRefused,
     LocalModelUnavailable,
     MalformedOutput,
     ModelError,
@@ -70,12 +79,17 @@ async def resolve_model(name: str, **options: Any) -> AsyncIterator[ModelClient]
 __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_MAX_TOKENS",
+    "Admission",
     "Budget",
     "BudgetExceeded",
+    "CallClass",
+    "CallRefused",
     "Chunk",
     "Completion",
     "CompletionRequest",
     "Delta",
+    "EndpointLimits",
+    "EndpointStats",
     "LocalModelUnavailable",
     "MalformedOutput",
     "Message",
@@ -93,7 +107,9 @@ __all__ = [
     "UsageSource",
     "approx_prompt_tokens",
     "approx_tokens",
+    "call_context",
     "check_schema",
+    "load_model_limits",
     "resolve_model",
     "worst_case",
 ]

@@ -58,6 +58,12 @@ class MalformedOutput(ModelError):
         self.text = text
 
 
+class CallRefused(ModelError):
+    """The call can never be admitted at its endpoint (it needs more tokens than the endpoint's tokens per minute)."""
+
+    retryable = False
+
+
 class LocalModelUnavailable(ModelError):
     """The local model cannot be started: llama-cpp-python or the model package is missing, or the server failed."""
 

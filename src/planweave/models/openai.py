@@ -11,7 +11,11 @@
   ``{"type": "json_object", "schema": ...}``, then with the schema in the prompt only. The reply is parsed and checked
   against the schema client-side in every mode. What a server accepts is remembered per base URL, as are
   ``stream_options`` (for usage in streams) and ``max_tokens`` versus ``max_completion_tokens``.
-* **A concurrency limit per model** (an :class:`asyncio.Semaphore` per model name, held for the whole call).
+* **Admission control**: every attempt of a call waits for a slot from its endpoint's scheduler
+  (:mod:`planweave.models.admission`: concurrency, requests and tokens per minute, optionally an adaptive window,
+  priority by run and critical-path slack), held for the attempt (the whole stream), not while backing off; it is
+  told how the attempt ended (status, time to first token, tokens). Clients given the same
+  :class:`~planweave.models.admission.Admission` share the schedulers.
 * **Timeouts**: connect, read (the whole reply when not streaming; the first chunk when streaming) and stall (the
   longest gap between two chunks of a stream).
 * **Usage and cost**: token counts from the server (``stream_options.include_usage`` for streams) or, if it sends
@@ -38,6 +42,7 @@ import httpx
 import jsonschema
 import orjson
 
+from planweave.models.admission import Admission, CallClass, CallTooLarge, EndpointLimits, Grant, call_class
 from planweave.models.base import (
     Chunk,
     Completion,
@@ -49,6 +54,7 @@ from planweave.models.base import (
     check_schema,
 )
 from planweave.models.errors import (
+    CallRefused,
     MalformedOutput,
     ModelError,
     ModelTimeout,
@@ -56,7 +62,7 @@ from planweave.models.errors import (
     ProviderError,
     RateLimited,
 )
-from planweave.models.pricing import PriceTable, approx_prompt_tokens, approx_tokens
+from planweave.models.pricing import DEFAULT_MAX_TOKENS, PriceTable, approx_prompt_tokens, approx_tokens
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 BODY_EXCERPT = 300  # characters of an error body kept in ProviderError
@@ -160,9 +166,10 @@ class OpenAIChatClient:
     Use it as ``async with OpenAIChatClient("gpt-4o-mini") as client`` (or call :meth:`aclose`). ``base_url`` and
     ``api_key`` default to ``OPENAI_BASE_URL`` (else https://api.openai.com/v1) and ``OPENAI_API_KEY``.
     ``concurrency`` limits calls in flight per model: an int for every model, or a mapping of model name to limit
-    (key ``"*"`` for the others); None for no limit. ``fold_system`` merges system messages into the first user
-    message, for chat templates without a system role (Gemma). An ``http`` client passed in keeps its own timeouts
-    and is not closed by this one.
+    (key ``"*"`` for the others); None for no limit: a fixed limit, first come first served. ``admission`` replaces
+    it with shared schedulers and their limits (:class:`~planweave.models.admission.Admission`). ``fold_system``
+    merges system messages into the first user message, for chat templates without a system role (Gemma). An
+    ``http`` client passed in keeps its own timeouts and is not closed by this one.
     """
 
     def __init__(
@@ -178,6 +185,7 @@ class OpenAIChatClient:
         fold_system: bool = False,
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self._model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
@@ -188,8 +196,7 @@ class OpenAIChatClient:
         self.backoff = backoff
         self.prices = prices or PriceTable()
         self.fold_system = fold_system
-        self._concurrency = concurrency
-        self._semaphores: dict[str, asyncio.Semaphore] = {}
+        self.admission = admission if admission is not None else _fixed_admission(concurrency)
         self._own_http = http is None
         self._http = http
         self._rng = rng or random.Random()
@@ -227,23 +234,24 @@ class OpenAIChatClient:
         return self._http
 
     def concurrency_limit(self, model: str) -> int | None:
-        """How many calls to ``model`` this client lets run at once (None: no limit)."""
-        c = self._concurrency
-        if c is None or isinstance(c, int):
-            return c
-        return c.get(model, c.get("*"))
+        """How many calls to ``model`` this client lets run at once at most (None: no limit)."""
+        return self.admission.limits_for(model).max_concurrency
 
     @asynccontextmanager
-    async def _slot(self, model: str) -> AsyncIterator[None]:
-        limit = self.concurrency_limit(model)
-        if limit is None:
-            yield
-            return
-        sem = self._semaphores.get(model)
-        if sem is None:
-            sem = self._semaphores[model] = asyncio.Semaphore(limit)
-        async with sem:
-            yield
+    async def _slot(self, model: str, call: CallClass, tokens: int, since: float) -> AsyncIterator[Grant]:
+        """Hold an admission slot of ``model``'s endpoint for one attempt; tell the scheduler how it ended."""
+        scheduler = self.admission.endpoint(self.base_url, model)
+        try:
+            async with scheduler.slot(call, tokens, since=since) as grant:
+                try:
+                    yield grant
+                except ModelError as exc:
+                    if grant.outcome is None:
+                        status, retry_after = _status_of(exc)
+                        grant.done(status, retry_after=retry_after)
+                    raise
+        except CallTooLarge as exc:
+            raise CallRefused(str(exc), model=model, base_url=self.base_url) from None
 
     # -- the request --------------------------------------------------------------------------------------------
     def _payload(
@@ -479,11 +487,12 @@ class OpenAIChatClient:
         if request.schema is not None:
             check_schema(request.schema)
         loop = asyncio.get_running_loop()
-        async with self._slot(model):
-            started = loop.time()
-            attempt = 0
-            while True:
-                try:
+        call, tokens = call_class(), _admission_tokens(request)
+        started = loop.time()
+        attempt = 0
+        while True:
+            try:
+                async with self._slot(model, call, tokens, started) as grant:
                     response, mode = await self._open(request, model, stream=False)
                     try:
                         data = orjson.loads(response.content)
@@ -492,16 +501,17 @@ class OpenAIChatClient:
                     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
                         raise self._bad_reply(model, "reply is not a chat completion", response.status_code,
                                               response.text) from None
+                    grant.done(response.status_code, tokens=_server_tokens(data.get("usage")))
                     return self._finish(request, model=data.get("model") or model, text=text,
                                         usage=data.get("usage"), finish_reason=choice.get("finish_reason"),
                                         mode=mode, started=started, first_token=None)
-                except _Adapted:
-                    continue
-                except ModelError as exc:
-                    if isinstance(exc, MalformedOutput):
-                        raise
-                    attempt += 1
-                    await self._pause(exc, attempt)
+            except _Adapted:
+                continue
+            except ModelError as exc:
+                if isinstance(exc, MalformedOutput):
+                    raise
+                attempt += 1
+                await self._pause(exc, attempt)
 
     async def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
         """Run the request streaming: yield :class:`Delta` items as text arrives, then the :class:`Completion`.
@@ -513,12 +523,14 @@ class OpenAIChatClient:
         if request.schema is not None:
             check_schema(request.schema)
         loop = asyncio.get_running_loop()
-        async with self._slot(model):
-            started = loop.time()
-            attempt = 0
-            while True:
-                yielded = False
-                try:
+        call, tokens = call_class(), _admission_tokens(request)
+        started = loop.time()
+        attempt = 0
+        while True:
+            yielded = False
+            try:
+                async with self._slot(model, call, tokens, started) as grant:
+                    sent = loop.time()
                     response, mode = await self._open(request, model, stream=True)
                     chunks = response.aiter_bytes()
                     state = _StreamState(model)
@@ -556,17 +568,21 @@ class OpenAIChatClient:
                     finally:
                         await _close(chunks)
                         await response.aclose()
-                    yield self._finish(request, model=state.model, text="".join(state.pieces), usage=state.usage,
-                                       finish_reason=state.finish, mode=mode, started=started,
-                                       first_token=first_token, text_events=state.text_events)
-                    return
-                except _Adapted:
-                    continue
-                except ModelError as exc:
-                    if yielded or isinstance(exc, MalformedOutput):
-                        raise
-                    attempt += 1
-                    await self._pause(exc, attempt)
+                    grant.done(response.status_code, first_token_s=None if first_token is None else first_token - sent,
+                               tokens=_server_tokens(state.usage))
+                    completion = self._finish(request, model=state.model, text="".join(state.pieces),
+                                              usage=state.usage, finish_reason=state.finish, mode=mode,
+                                              started=started, first_token=first_token,
+                                              text_events=state.text_events)
+                yield completion  # the slot is free once the reply is whole
+                return
+            except _Adapted:
+                continue
+            except ModelError as exc:
+                if yielded or isinstance(exc, MalformedOutput):
+                    raise
+                attempt += 1
+                await self._pause(exc, attempt)
 
 
 @dataclass(slots=True)
@@ -601,6 +617,40 @@ async def _close(iterator: AsyncIterator[bytes]) -> None:
     close = getattr(iterator, "aclose", None)  # httpx's byte iterator is an async generator
     if close is not None:
         await close()
+
+
+def _fixed_admission(concurrency: int | Mapping[str, int] | None) -> Admission:
+    """The admission of a client given only ``concurrency``: a fixed limit per model, first come first served."""
+    if concurrency is None or isinstance(concurrency, int):
+        return Admission(default=EndpointLimits(max_concurrency=concurrency, order="fcfs"))
+    return Admission({name: EndpointLimits(max_concurrency=limit, order="fcfs") for name, limit in concurrency.items()},
+                     default=EndpointLimits(max_concurrency=None, order="fcfs"))
+
+
+def _admission_tokens(request: CompletionRequest) -> int:
+    """The tokens a call is admitted with (what providers count against tokens per minute: prompt plus max_tokens)."""
+    out = request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS
+    return approx_prompt_tokens(m.content for m in request.messages) + out
+
+
+def _server_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    if not usage:
+        return None
+    prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    return prompt + completion if isinstance(prompt, int) and isinstance(completion, int) else None
+
+
+def _status_of(exc: ModelError) -> tuple[int | None, float | None]:
+    """The HTTP status an attempt's error stands for, for the admission window, and a 429's Retry-After."""
+    if isinstance(exc, RateLimited):
+        return 429, exc.retry_after
+    if isinstance(exc, ProviderError):
+        return exc.status, None
+    if isinstance(exc, ModelTimeout):
+        return 504, None  # no answer in time: the endpoint is overloaded as surely as with a 5xx
+    if isinstance(exc, MalformedOutput):
+        return 200, None
+    return None, None
 
 
 def _text(data: bytes) -> str:

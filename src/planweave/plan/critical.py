@@ -35,3 +35,24 @@ def critical_path(
         step = max(dependents[step], key=lambda s: rank[s])
         path.append(step)
     return rank[path[0]], path
+
+
+def slacks(
+    order: Sequence[str],
+    deps: Mapping[str, Sequence[str]],
+    rank: Mapping[str, float],
+    duration: Mapping[str, float],
+    bound: float,
+) -> dict[str, float]:
+    """Return, per step, how many seconds it may start late without delaying the plan (0 on a critical path).
+
+    A step's earliest start is the longest chain of durations above it; its slack is the makespan lower bound
+    ``bound`` minus that start and its upward rank.
+    """
+    earliest: dict[str, float] = {}
+    out: dict[str, float] = {}
+    for step in order:
+        start = max((earliest[d] + duration[d] for d in deps.get(step, ())), default=0.0)
+        earliest[step] = start
+        out[step] = max(0.0, bound - start - rank[step])
+    return out

@@ -14,7 +14,7 @@ from pydantic_core import PydanticSerializationError
 
 from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan.catalog import ToolCatalog
-from planweave.plan.critical import critical_path, upward_ranks
+from planweave.plan.critical import critical_path, slacks, upward_ranks
 from planweave.plan.defaults import step_with_defaults
 from planweave.plan.model import Claim, PlanSpec, Step, StepDefaults
 from planweave.plan.refs import Compiled, Interpolation, Ref, RefSyntaxError, compile_args
@@ -62,6 +62,13 @@ class Plan:
         for sid in self.order:
             prints[sid] = _fingerprint(self.steps[sid], self.templates[sid], self.deps[sid], prints)
         return prints
+
+    @cached_property
+    def slack(self) -> Mapping[str, float]:
+        """Per step, the seconds it may start late without delaying the plan (0 on the critical path), from the
+        steps' estimated durations. Computed on first use (model calls queue by it)."""
+        durations = {sid: self.steps[sid].duration_estimate for sid in self.order}
+        return slacks(self.order, self.deps, self.rank, durations, self.makespan_lower_bound)
 
     def to_document(self) -> dict[str, Any]:
         """The plan as a JSON-ready plan-file document (as written: defaults are not folded into the steps).

@@ -23,7 +23,17 @@ from planweave.engine.events import Event
 from planweave.engine.runtime import Engine, Run, RunResult
 from planweave.engine.splice import StaleProposal
 from planweave.errors import PlanInvalid, RunError
-from planweave.models import Budget, BudgetExceeded, Completion, CompletionRequest, Delta, Message, ModelClient
+from planweave.models import (
+    Budget,
+    BudgetExceeded,
+    CallClass,
+    Completion,
+    CompletionRequest,
+    Delta,
+    Message,
+    ModelClient,
+    call_context,
+)
 from planweave.models.errors import ModelError, ModelTimeout, ModelUnavailable, ProviderError
 from planweave.models.pricing import approx_prompt_tokens
 from planweave.plan.catalog import ToolCatalog
@@ -605,11 +615,14 @@ class PlanningLoop:
             estimate = prices.cost(self.client.model, prompt_tokens, max_tokens) if prices is not None else None
             reservation = self.budget.reserve(estimate or 0.0, prompt_tokens + max_tokens)
         started = self.engine.clock.now()
+        # The planner's and joiner's calls hold up the whole run: queued at its priority with no slack.
+        call = CallClass(priority=run.priority, slack=0.0, run_id=run.id, purpose=purpose)
         try:
-            if on_text is None:
-                completion = await self.client.complete(request)
-            else:
-                completion = await _consume(self.client.stream(request), on_text)
+            with call_context(call):
+                if on_text is None:
+                    completion = await self.client.complete(request)
+                else:
+                    completion = await _consume(self.client.stream(request), on_text)
         except BaseException:
             if reservation is not None and self.budget is not None:
                 self.budget.release(reservation)

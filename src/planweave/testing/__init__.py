@@ -1,11 +1,13 @@
 """Test infrastructure shipped with planweave: a scripted OpenAI-compatible server for client tests and benchmarks."""
 
 from planweave.testing.scripted_llm import (
+    Congestion,
     Drop,
     HttpError,
     RecordedRequest,
     Reply,
     ScriptedLLM,
+    ServedCall,
     Stall,
     Text,
     plan_lines,
@@ -13,11 +15,13 @@ from planweave.testing.scripted_llm import (
 )
 
 __all__ = [
+    "Congestion",
     "Drop",
     "HttpError",
     "RecordedRequest",
     "Reply",
     "ScriptedLLM",
+    "ServedCall",
     "Stall",
     "Text",
     "plan_lines",

@@ -7,6 +7,11 @@ Replies are :class:`Text` (any text: prose, JSON, JSON-lines plans, malformed ou
 ``Retry-After``, 500, ...), :class:`Stall` (stop sending mid-stream) and :class:`Drop` (cut the connection). Time to
 first token and tokens per second are configurable. Every request is recorded in :attr:`ScriptedLLM.requests`.
 
+A :class:`Congestion` model (off by default) makes it behave like an overloaded endpoint: past a concurrency knee
+each call is slower (time to first token up, tokens per second down, so throughput falls), past a hard limit calls
+get HTTP 429 at once. Every chat call's start, end, status, concurrency and tokens are kept in
+:attr:`ScriptedLLM.served`, for tests that check what a client really sent.
+
     server = ScriptedLLM([Text("hello"), HttpError(429, retry_after=1), Text("again")])
     async with server as base_url:          # http://127.0.0.1:PORT/v1
         ...
@@ -96,6 +101,45 @@ Reply = Text | HttpError | Stall | Drop
 
 
 @dataclass(frozen=True, slots=True)
+class Congestion:
+    """An endpoint that degrades under load. With ``c`` chat calls in flight (this one included): past ``knee``, a
+    call's time to first token is multiplied and its tokens per second divided by ``(c / knee) ** exponent``
+    (``exponent`` > 1: throughput falls past the knee); past ``hard_limit`` it is answered HTTP 429 at once, with
+    ``Retry-After: retry_after`` when that is set. The factor is taken when the call arrives."""
+
+    knee: int
+    hard_limit: int | None = None
+    exponent: float = 2.0
+    retry_after: float | None = 1.0
+
+    def __post_init__(self) -> None:
+        if self.knee < 1:
+            raise ValueError(f"Congestion knee must be at least 1, got {self.knee}")
+        if self.hard_limit is not None and self.hard_limit < self.knee:
+            raise ValueError(f"Congestion hard_limit {self.hard_limit} is below the knee {self.knee}")
+
+    def slowdown(self, concurrency: int) -> float:
+        return float(max(1.0, concurrency / self.knee) ** self.exponent)
+
+
+@dataclass(slots=True)
+class ServedCall:
+    """One chat call as the server saw it: when it arrived and ended (loop time), its HTTP status, how many chat
+    calls were in flight when it arrived (itself included), and the tokens it was billed (0 for errors)."""
+
+    started: float
+    concurrency: int
+    ended: float | None = None
+    status: int | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedRequest:
     """A request the server received: ``body`` is the parsed JSON body (None if there was none or it is not JSON)."""
 
@@ -165,6 +209,7 @@ class ScriptedLLM:
         models: Sequence[str] = ("scripted",),
         host: str = "127.0.0.1",
         port: int = 0,
+        congestion: Congestion | None = None,
     ) -> None:
         self._function: ScriptFunction | None = script if callable(script) else None
         self._queue: deque[Reply] = deque() if callable(script) else deque(script)
@@ -176,6 +221,9 @@ class ScriptedLLM:
         self.host = host
         self.port = port
         self.requests: list[RecordedRequest] = []
+        self.congestion = congestion
+        self.served: list[ServedCall] = []
+        self.in_flight = 0
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._ids = itertools.count(1)
@@ -294,7 +342,30 @@ class ScriptedLLM:
                 "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}",
                 "internal_server_error"))
             return True
+        self.in_flight += 1
+        call = ServedCall(asyncio.get_running_loop().time(), self.in_flight)
+        self.served.append(call)
+        try:
+            return await self._chat(conn, reader, writer, req, call)
+        finally:
+            self.in_flight -= 1
+            call.ended = asyncio.get_running_loop().time()
+
+    async def _chat(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    req: RecordedRequest, call: ServedCall) -> bool:
+        """Answer one chat call (recorded in ``call``); False if the connection must end."""
+        congestion = self.congestion
+        slowdown = 1.0
+        if congestion is not None:
+            if congestion.hard_limit is not None and call.concurrency > congestion.hard_limit:
+                call.status = 429
+                await self._send_error(conn, writer, HttpError(
+                    429, f"overloaded: {call.concurrency} calls in flight, limit {congestion.hard_limit}",
+                    retry_after=congestion.retry_after))
+                return True
+            slowdown = congestion.slowdown(call.concurrency)
         reply = await self._next_reply(req)
+        call.status = reply.status if isinstance(reply, HttpError) else 200
         if isinstance(reply, HttpError):
             await self._send_error(conn, writer, reply)
             return True
@@ -306,9 +377,9 @@ class ScriptedLLM:
                 return False
             reply = Text(reply.after + reply.then)
         if req.stream:
-            return await self._stream(conn, reader, writer, req, reply)
+            return await self._stream(conn, reader, writer, req, reply, call, slowdown)
         assert isinstance(reply, Text)
-        await self._complete(conn, writer, req, reply)
+        await self._complete(conn, writer, req, reply, call, slowdown)
         return True
 
     async def _next_reply(self, req: RecordedRequest) -> Reply:
@@ -354,11 +425,14 @@ class ScriptedLLM:
         return False
 
     # -- chat completions ----------------------------------------------------------------------------------------
-    def _usage(self, req: RecordedRequest, reply: Text, completion_tokens: int) -> dict[str, int]:
+    def _usage(self, req: RecordedRequest, reply: Text, completion_tokens: int,
+               call: ServedCall | None = None) -> dict[str, int]:
         prompt = reply.prompt_tokens
         if prompt is None:
             prompt = sum(math.ceil(len(str(m.get("content") or "")) / 4) + 4 for m in req.messages) + 2
         completion = reply.completion_tokens if reply.completion_tokens is not None else completion_tokens
+        if call is not None:
+            call.prompt_tokens, call.completion_tokens = prompt, completion
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     def _model(self, req: RecordedRequest) -> str:
@@ -366,10 +440,11 @@ class ScriptedLLM:
         return model if isinstance(model, str) and model else self.models[0]
 
     async def _complete(self, conn: h11.Connection, writer: asyncio.StreamWriter, req: RecordedRequest,
-                        reply: Text) -> None:
+                        reply: Text, call: ServedCall, slowdown: float = 1.0) -> None:
         pieces = split_tokens(reply.text)
-        ttft = self.ttft if reply.ttft is None else reply.ttft
+        ttft = (self.ttft if reply.ttft is None else reply.ttft) * slowdown
         tps = self.tokens_per_second if reply.tokens_per_second is None else reply.tokens_per_second
+        tps = tps / slowdown if tps else tps
         delay = ttft + (len(pieces) / tps if tps else 0.0)
         if delay > 0:
             await asyncio.sleep(delay)
@@ -381,17 +456,19 @@ class ScriptedLLM:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
                          "finish_reason": reply.finish_reason}],
         }
+        usage = self._usage(req, reply, len(pieces), call)
         if reply.usage:
-            body["usage"] = self._usage(req, reply, len(pieces))
+            body["usage"] = usage
         await self._send_json(conn, writer, 200, body)
 
     async def _stream(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                      req: RecordedRequest, reply: Reply) -> bool:
+                      req: RecordedRequest, reply: Reply, call: ServedCall, slowdown: float = 1.0) -> bool:
         assert not isinstance(reply, HttpError)
         text = reply.text if isinstance(reply, Text) else reply.after
         timing = reply if isinstance(reply, Text) else Text("")
-        ttft = self.ttft if timing.ttft is None else timing.ttft
+        ttft = (self.ttft if timing.ttft is None else timing.ttft) * slowdown
         tps = self.tokens_per_second if timing.tokens_per_second is None else timing.tokens_per_second
+        tps = tps / slowdown if tps else tps
         cid = f"chatcmpl-scripted-{next(self._ids)}"
         created = int(time.time())
         model = self._model(req)
@@ -440,6 +517,7 @@ class ScriptedLLM:
         finish = reply.finish_reason
         writer.write(conn.send(h11.Data(data=event({}, finish))))
         options = req.body.get("stream_options") if isinstance(req.body, dict) else None
+        self._usage(req, reply, len(pieces), call)
         if reply.usage and isinstance(options, dict) and options.get("include_usage"):
             usage = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                      "choices": [], "usage": self._usage(req, reply, len(pieces))}
@@ -482,7 +560,8 @@ async def _serve(args: argparse.Namespace) -> None:
         script = lambda _request: next(cycle)  # noqa: E731
     server = ScriptedLLM(script, default=default, ttft=args.ttft, tokens_per_second=args.tps,
                          json_schema=not args.no_json_schema, models=tuple(args.model or ["scripted"]),
-                         host=args.host, port=args.port)
+                         host=args.host, port=args.port,
+                         congestion=Congestion(args.knee, args.hard_limit) if args.knee else None)
     async with server as base_url:
         print(f"scripted LLM server at {base_url} ({len(replies)} scripted replies)", flush=True)
         await asyncio.Event().wait()
@@ -501,6 +580,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--tps", type=float, default=None, help="tokens per second (default: as fast as possible)")
     parser.add_argument("--no-json-schema", action="store_true", help="answer json_schema response_format with 500")
     parser.add_argument("--model", action="append", help="model name listed by /v1/models (repeatable)")
+    parser.add_argument("--knee", type=int, default=None, help="congestion: calls in flight before it slows down")
+    parser.add_argument("--hard-limit", type=int, default=None, help="congestion: calls in flight past which: 429")
     args = parser.parse_args(argv)
     try:
         asyncio.run(_serve(args))
