@@ -137,6 +137,7 @@ class Run:
         self.id = run_id
         self.state = state
         self.outputs: dict[str, Any] = {}
+        self.priority = 0.0  # the run's priority for shared resources (model calls queue by it): higher first
         self._host = host
         self._journal = host.journal
         self._clock = host.clock
@@ -346,7 +347,7 @@ class Run:
                 await self._journal.flush()
             tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
             call = ToolCall(tool, args, StepContext(self.id, sid, attempt, self._clock, self, step.isolation,
-                                                    step.executor, step.resources))
+                                                    step.executor, step.resources, self.priority, plan.slack[sid]))
             if step.timeout is None and step.heartbeat is None:
                 output = await self._executor.execute(call)
             else:
@@ -872,8 +873,11 @@ class Engine:
         on_event: EventListener | None = None,
         on_failure: OnFailure | None = None,
         limits: Mapping[str, Any] | None = None,
+        priority: float = 0.0,
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
+
+        ``priority`` orders the run's model calls against other runs' at a shared endpoint (higher first).
 
         ``hold=True`` starts the run holding it open even with nothing to do (a planner will add steps); the
         caller must call :meth:`Run.release` once. ``on_event`` sees every event of the run from the first one
@@ -906,6 +910,7 @@ class Engine:
         state = RunState(run_id, validated, idempotent)
         on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")
         run = Run(self._host, run_id, catalog, state, holds=int(hold))
+        run.priority = priority
         if on_event is not None:
             run.subscribe(on_event)
         self._runs[run_id] = run
