@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,25 @@ def flaky(counter: str, token: str) -> dict[str, Any]:
     return {"calls": calls, "token": token}
 
 
-def toolbox() -> Toolbox:
-    box = builtin_tools()
-    box.add(where, idempotent=True)
-    box.add(flaky, idempotent=True)
+def own_tools() -> Toolbox:
+    """These tools alone (``--tools tests.ray.ray_tools:own_tools``: the CLI adds the built-ins)."""
+    box = Toolbox()
+    for fn in (where, flaky, gated):
+        box.add(fn, idempotent=True)
     return box
+
+
+def toolbox() -> Toolbox:
+    """The built-ins and these tools."""
+    return builtin_tools().merged(own_tools())
+
+
+def gated(log: str, gate: str) -> str:
+    """Record that it started, then wait until the file ``gate`` exists (the test opens it); a sync tool."""
+    step = current_step()
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"{step.step_id} {os.getpid()}\n")
+    while not Path(gate).exists():  # another process opens the gate: nothing to wait on but the file
+        step.heartbeat()
+        time.sleep(0.02)
+    return step.step_id

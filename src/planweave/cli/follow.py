@@ -24,6 +24,7 @@ from planweave.cli.common import (
     print_json,
     shown_redaction,
 )
+from planweave.cli.executor_flags import NO_EXECUTOR_FLAGS, ExecutorFlags
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
 from planweave.engine.report import outputs_summary
 from planweave.engine.runtime import (
@@ -62,6 +63,7 @@ class Session:
     mcp_flags: tuple[str, ...] = ()
     watch_port: int | None = None  # serve the dashboard for this run (``--watch``)
     all_rows: bool = False  # the final view shows every step (``--all``), not the summary
+    executor: ExecutorFlags = NO_EXECUTOR_FLAGS  # ``--executor``, ``--ray-address``
 
     def resume_command(self, run_id: str) -> str:
         """The command that continues ``run_id`` with the same journal and tools."""
@@ -72,6 +74,7 @@ class Session:
             parts += ["--tools", flag]
         for flag in self.mcp_flags:
             parts += ["--mcp", shlex.quote(flag)]
+        parts += [shlex.quote(flag) for flag in self.executor.resume_flags()]
         return " ".join(parts)
 
 
@@ -208,7 +211,7 @@ async def follow_run(
                 secrets = SecretRedactor()  # also keeps secrets written in the plan out of the journal
                 async with Engine(
                     journal, clock=clock, concurrency=limit.concurrency, capacities=limit.capacities,
-                    tools=tools, redact=secrets,
+                    tools=tools, redact=secrets, executor=session.executor.executor(),
                 ) as engine:
                     server = await _observe(engine, session, stack)
                     run = await begin(engine, stack)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -27,6 +27,7 @@ from planweave.cli.common import (
     load_tools,
     parse_capacities,
 )
+from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.cli.follow import (
     Limits,
     Session,
@@ -223,6 +224,8 @@ def run(
     port: Annotated[int, typer.Option("--port", help="Port of --watch's dashboard.")] = 8765,
     all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
+    executor: ExecutorOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -232,7 +235,8 @@ def run(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
-                          tuple(mcp or ()), port if watch else None, all_rows=all_rows)
+                          tuple(mcp or ()), port if watch else None, all_rows=all_rows,
+                          executor=ExecutorFlags(executor, ray_address, tuple(tools or ())))
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
@@ -242,6 +246,7 @@ def run(
                                  "escalation ladder (use approval: or human.input steps in the plan)")
             spec = load_plan_file(file)
             spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
+            session = replace(session, executor=session.executor.for_plan(spec))
             capacities = {**spec.capacities, **flags}
             if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
                 # engine validates at start.
@@ -322,6 +327,8 @@ def resume(
     ask_human: AskHumanOption = False,
     all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
+    executor: ExecutorOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
 
@@ -335,7 +342,7 @@ def resume(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()),
-                          all_rows=all_rows)
+                          all_rows=all_rows, executor=ExecutorFlags(executor, ray_address, tuple(tools or ())))
 
         async def recorded_limits(opened: Journal) -> Limits:
             # The engine must admit steps as the original run did: its limits are in run_created.

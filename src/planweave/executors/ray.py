@@ -42,6 +42,7 @@ import importlib
 import logging
 import os
 import queue
+import socket
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
@@ -330,13 +331,20 @@ class RayExecutor:
         import ray
 
         if not ray.is_initialized():
+            _check_reachable(self.address)
             options: dict[str, Any] = {"logging_level": logging.ERROR, "configure_logging": False}
             options.update(self._init_options)
+            # Connected from a thread, Ray warns that it leaves SIGTERM alone: as it should (the CLI owns SIGTERM).
+            worker_log = logging.getLogger("ray._private.worker")
+            level = worker_log.level
+            worker_log.setLevel(logging.ERROR)
             try:
                 ray.init(address=self.address, **options)
             except Exception as exc:  # Ray raises many kinds; all mean "not reachable from here"
                 where = f"at {self.address}" if self.address else "(a local Ray)"
                 raise RayUnavailable(f"cannot connect to Ray {where}: {type(exc).__name__}: {exc}") from None
+            finally:
+                worker_log.setLevel(level)
             self._connected_here = True
         self._ray = ray
         self._task = ray.remote(num_returns="streaming", max_retries=0)(run_step)
@@ -412,6 +420,24 @@ async def _drain(generator: Any) -> None:
         async for item in generator:
             with contextlib.suppress(Exception):
                 await item
+
+
+CONNECT_TIMEOUT_S = 5.0
+
+
+def _check_reachable(address: str | None) -> None:
+    """Refuse at once a ``host:port`` nothing answers on (``ray.init`` would retry for a minute)."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RayUnavailable(f"--ray-address {address!r}: expected HOST:PORT (as `ray start --head` prints it)")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise RayUnavailable(f"cannot connect to Ray at {address}: nothing answers there ({exc.strerror or exc}); "
+                             "start a cluster with `ray start --head`, or leave the address out to start a local "
+                             "Ray") from None
 
 
 def _first_line(exc: BaseException) -> str:

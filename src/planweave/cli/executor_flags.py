@@ -1,0 +1,65 @@
+"""``--executor local|thread|ray`` and ``--ray-address`` of ``run`` and ``resume``: which executor the engine gets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Annotated, Literal
+
+import typer
+
+from planweave.engine.executor import Executor, InProcessExecutor, ThreadExecutor
+from planweave.extras import installed, require
+from planweave.plan import PlanSpec
+
+ExecutorKind = Literal["local", "thread", "ray"]
+
+ExecutorOption = Annotated[ExecutorKind | None, typer.Option(
+    "--executor", help="Where tool calls run: local (the engine's loop), thread (a worker thread) or ray (Ray tasks; "
+                       "a step's own executor: key wins). Default local; steps that say executor: ray go to Ray "
+                       "whatever this is.")]
+RayAddressOption = Annotated[str | None, typer.Option(
+    "--ray-address", metavar="ADDR", envvar="RAY_ADDRESS",
+    help="The Ray cluster (host:port as `ray start --head` prints it; default $RAY_ADDRESS, else a local Ray is "
+         "started).")]
+
+
+@dataclass(frozen=True)
+class ExecutorFlags:
+    """The executor flags of a ``run`` or ``resume``, the ``--tools`` references Ray workers may import, and whether
+    the plan has steps that say ``executor: ray`` (None: not known before it runs, a resume or a goal)."""
+
+    kind: ExecutorKind | None = None
+    ray_address: str | None = None
+    tool_flags: tuple[str, ...] = ()
+    ray_steps: bool | None = None
+
+    def for_plan(self, spec: PlanSpec) -> ExecutorFlags:
+        """These flags, knowing the plan's steps."""
+        return replace(self, ray_steps=any(step.executor == "ray" for step in spec.steps))
+
+    def executor(self) -> Executor:
+        """The engine's executor: a Ray executor (connected on its first Ray step) for ``--executor ray``,
+        ``--ray-address`` or a plan with Ray steps, and when the plan is not known but Ray is installed (its steps
+        may say ray); else the local one. Raises MissingExtra when Ray is asked for and not installed."""
+        local: Executor = ThreadExecutor() if self.kind == "thread" else InProcessExecutor()
+        asked = self.kind == "ray" or bool(self.ray_address) or bool(self.ray_steps)
+        if asked or (self.ray_steps is None and installed("ray")):
+            require("ray", "--executor ray (steps on Ray)")
+            from planweave.executors.ray import RayExecutor
+
+            return RayExecutor(self.ray_address, default="ray" if self.kind == "ray" else "local", local=local,
+                               toolboxes=self.tool_flags)
+        return local
+
+    def resume_flags(self) -> Sequence[str]:
+        """The flags a resume command line repeats."""
+        flags: list[str] = []
+        if self.kind is not None:
+            flags += ["--executor", self.kind]
+        if self.ray_address:
+            flags += ["--ray-address", self.ray_address]
+        return flags
+
+
+NO_EXECUTOR_FLAGS = ExecutorFlags()
