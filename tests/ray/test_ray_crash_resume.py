@@ -46,16 +46,16 @@ def test_a_killed_driver_resumes_without_running_finished_steps(ray_cluster: Loc
     driver = subprocess.Popen(planweave("run", str(plan), "--journal", journal, "--run-id", "crash", "--json",
                                         cluster=ray_cluster),
                               cwd=REPO, env=ray_cluster.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              start_new_session=True)
+                              start_new_session=True, text=True)
     try:
         wait_until("the second step to start on Ray",
                    lambda: lines(log) == ["first", "second"] or driver.poll() is not None)
         assert driver.poll() is None, driver.communicate()
     finally:
         os.killpg(driver.pid, signal.SIGKILL)
-        _, err = driver.communicate(timeout=30)
+        _, killed_err = driver.communicate(timeout=30)
     assert driver.returncode == -signal.SIGKILL
-    assert "resume with: planweave resume crash" in err.decode() and "--executor ray" in err.decode()
+    assert "resume with: planweave resume crash" in killed_err and "--executor ray" in killed_err
 
     gate.touch()
     resumed = subprocess.Popen(planweave("resume", "crash", "--journal", journal, "--json", cluster=ray_cluster),
