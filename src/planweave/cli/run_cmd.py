@@ -70,19 +70,18 @@ class AgentFlags:
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox) -> PlanningLoop:
         """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``."""
-        from planweave.models import Budget, resolve_model
-        from planweave.planning import PlanningLoop, PlanningOptions
-        from planweave.tools.llm import llm_tool
+        from planweave.models import resolve_model
+        from planweave.planning import build_planning_loop
 
         options: dict[str, Any] = {"base_url": self.base_url} if self.base_url else {}
         client = await stack.enter_async_context(resolve_model(self.model, **options))
-        budget = (Budget(usd=self.budget_usd, tokens=self.budget_tokens)
-                  if (self.budget_usd or self.budget_tokens) else None)
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-        catalog = base if "llm" in base else base.merged(Toolbox({"llm": llm_tool(client, budget)}))
-        return PlanningLoop(engine, client, catalog, budget=budget, options=PlanningOptions(
-            deadline_s=self.deadline, max_replans=self.max_replans, plan_max_tokens=self.plan_max_tokens,
-            join_max_tokens=min(1024, self.plan_max_tokens), ask_human=self.ask_human))
+        return build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
+                                   ask_human=self.ask_human)
+
+    def limits(self) -> RunLimits:
+        """The run's limits as the server gets them from a request (a zero budget is a budget)."""
+        return RunLimits(self.budget_usd, self.budget_tokens, self.deadline, self.max_replans)
 
 
 DEFAULT_GOAL_MODEL = "gpt-4o-mini"

@@ -22,6 +22,7 @@ from planweave.tools.registry import Toolbox
 
 if TYPE_CHECKING:
     from planweave.models import Budget, ModelClient
+    from planweave.planning import PlanningLoop
 
 T = TypeVar("T")
 
@@ -97,16 +98,16 @@ class ServerModel:
         return await self.engine.start(document, tools=self.tools(limits.budget()), run_id=run_id, source=source,
                                        limits=limits.journaled(self.engine.clock.now(), self.client.model))
 
+    def planning_loop(self, limits: RunLimits) -> PlanningLoop:
+        """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
+        ``planweave run --goal`` builds it (the same budget, deadline, re-plans and planning options)."""
+        from planweave.planning import build_planning_loop
+
+        return build_planning_loop(self.engine, self.client, self.base, limits)
+
     async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits) -> Run:
         """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans)."""
-        from planweave.planning import PlanningLoop, PlanningOptions
-
-        budget = limits.budget()
-        options = PlanningOptions(deadline_s=limits.deadline)
-        if limits.max_replans is not None:
-            options = PlanningOptions(deadline_s=limits.deadline, max_replans=limits.max_replans)
-        loop = PlanningLoop(self.engine, self.client, self.tools(budget), budget=budget, options=options)
-        return await loop.start(goal, run_id=run_id)
+        return await self.planning_loop(limits).start(goal, run_id=run_id)
 
 
 async def open_server_model(

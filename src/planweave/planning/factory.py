@@ -1,0 +1,59 @@
+"""The one way to build a :class:`PlanningLoop` for a goal run, used by ``planweave run --goal`` and the server.
+
+Both edges hand over the run's :class:`~planweave.engine.limits.RunLimits` (budget, deadline, re-plans) and the
+planning flags; this module turns them into the loop's budget, its ``llm`` tool and its :class:`PlanningOptions`,
+so a limit given to either edge means the same thing. A zero budget is a budget (every model call is refused), not
+"no budget": only a limit left out (None) is unlimited.
+"""
+
+from __future__ import annotations
+
+from planweave.engine.limits import RunLimits
+from planweave.engine.runtime import Engine
+from planweave.models import Budget, ModelClient
+from planweave.planning.loop import PlanningLoop, PlanningOptions
+from planweave.tools import Toolbox
+from planweave.tools.llm import llm_tool
+
+__all__ = ["DEFAULT_PLAN_MAX_TOKENS", "build_planning_loop", "planning_options"]
+
+#: The planner's most tokens per call unless ``--plan-max-tokens`` says otherwise (PlanningOptions' default).
+DEFAULT_PLAN_MAX_TOKENS = PlanningOptions().plan_max_tokens
+
+
+def planning_options(limits: RunLimits, *, plan_max_tokens: int | None = None,
+                     ask_human: bool = False) -> PlanningOptions:
+    """The loop's options for a run within ``limits``: its deadline and re-plans (the loop's default when None),
+    the planner's token cap and the joiner's (at most 1024, never above the planner's), and the ladder's last rung."""
+    defaults = PlanningOptions()
+    plan_tokens = DEFAULT_PLAN_MAX_TOKENS if plan_max_tokens is None else plan_max_tokens
+    return PlanningOptions(
+        deadline_s=limits.deadline,
+        max_replans=defaults.max_replans if limits.max_replans is None else limits.max_replans,
+        plan_max_tokens=plan_tokens,
+        join_max_tokens=min(defaults.join_max_tokens, plan_tokens),
+        ask_human=ask_human,
+    )
+
+
+def build_planning_loop(
+    engine: Engine,
+    client: ModelClient,
+    tools: Toolbox,
+    limits: RunLimits,
+    *,
+    plan_max_tokens: int | None = None,
+    ask_human: bool = False,
+    budget: Budget | None = None,
+) -> PlanningLoop:
+    """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
+
+    The planner, the joiner and the run's ``llm`` steps all spend one budget: ``budget`` if given (a resumed run's,
+    already charged with what it spent), else a fresh one of ``limits`` (None when ``limits`` has no budget). A
+    catalog that has an ``llm`` tool of its own keeps it. Raises ValueError for ``ask_human`` without the
+    ``human.input`` tool in ``tools``.
+    """
+    spend = budget if budget is not None else limits.budget()
+    catalog = tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, spend)}))
+    options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
+    return PlanningLoop(engine, client, catalog, budget=spend, options=options)
