@@ -107,3 +107,16 @@ def test_an_engine_without_ray_refuses_a_step_that_says_ray() -> None:
     failed = [e.data for e in events if e.kind == "step_failed"]
     assert result.status == "failed"
     assert failed[0]["kind"] == "arguments" and "step 'r' says executor: ray" in failed[0]["error"]
+
+
+def test_executor_ray_without_the_ray_extra_names_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "one.yaml").write_text("steps:\n  - {id: a, tool: noop}\n")
+    code = ("import sys\nsys.modules['ray'] = None\n"
+            "sys.argv = ['planweave', 'run', 'one.yaml', '--journal', 'memory://', '--executor', 'ray']\n"
+            "from planweave.cli.main import main\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "needs the 'ray' extra: pip install 'planweave[ray]'" in proc.stderr and "Traceback" not in proc.stderr
