@@ -97,3 +97,22 @@ def test_a_command_line_typer_refuses_is_one_error_object_too(
     assert value["status"] == "error"
     assert reason in value["error"]
     assert reason in err  # the usual usage message still goes to stderr
+
+
+def test_run_json_is_the_read_model_that_show_json_prints(tmp_path: Path) -> None:
+    """``run --json`` is :func:`planweave.runview.run_report`, as ``show --json`` (which adds only the owner)."""
+    plan = write_plan(tmp_path / "two.yaml", {"name": "two", "steps": [
+        {"id": "talk", "tool": "noop", "args": {"word": "hello"}},
+        {"id": "fail", "tool": "shell", "args": {"argv": ["false"]}},
+    ], "on_failure": "continue"})
+    url = sqlite_url(tmp_path)
+    code, ran, _ = run_cli("run", str(plan), "--journal", url, "--json", "--virtual-clock")
+    assert code == 1
+    old_keys = {"run_id", "status", "started_at", "finished_at", "makespan_s", "error", "steps", "answer",
+                "partial_answer", "tokens", "cost_usd", "plan_versions", "root_cause", "unbounded", "outputs"}
+    assert old_keys <= set(ran)
+    assert ran["plan"] == "two" and ran["waiting"] == {} and ran["root_cause"] == "fail"
+    assert ran["steps"]["talk"]["attempt_log"][0]["outcome"] == "succeeded"
+    _, shown, _ = run_cli("show", ran["run_id"], "--journal", url, "--json")
+    assert shown.pop("owner")
+    assert ran == shown

@@ -26,7 +26,6 @@ from planweave.cli.common import (
 )
 from planweave.cli.executor_flags import NO_EXECUTOR_FLAGS, ExecutorFlags
 from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
-from planweave.engine.report import outputs_summary
 from planweave.engine.runtime import (
     Engine,
     Run,
@@ -35,7 +34,7 @@ from planweave.engine.runtime import (
 from planweave.engine.state import RunState
 from planweave.extras import require
 from planweave.journal import Journal, default_journal_url, open_journal
-from planweave.runview import unbounded
+from planweave.runview import run_report
 from planweave.tools import Toolbox
 from planweave.tools.isolation import ToolThreads
 from planweave.tools.safety import SecretRedactor
@@ -232,21 +231,18 @@ async def follow_run(
             task.uncancel()
     # Interrupted: the engine has closed and the journal holds everything the run did.
     state = run.state if run is not None else None
-    report: dict[str, Any] = state.summary() if state is not None else {"run_id": None, "steps": {}}
-    report["status"] = "interrupted"
-    if state is not None:
-        report["unbounded"] = unbounded(state)
+    report: dict[str, Any] = (run_report(state, "interrupted") if state is not None
+                              else {"run_id": None, "status": "interrupted", "steps": {}})
     if run is not None and durable:
         report["resume"] = session.resume_command(run.id)
     return Outcome(run.id if run else None, "interrupted", None, report, state, durable)
 
 
 def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
-    report = dict(result.summary)
-    report["root_cause"] = state.root_cause
-    report["unbounded"] = unbounded(state)
+    """The ``run --json`` object: :func:`planweave.runview.run_report` (as ``show --json`` and ``GET /runs/{id}``),
+    everything in it redacted of this process's secrets."""
+    report = run_report(state, result.status, result.outputs)
     hide = shown_redaction()
-    report["outputs"] = outputs_summary(state, result.outputs)
     if hide is not None:
         report = hide(report)
     return Outcome(result.run_id, result.status, result.error, report, state, durable)
