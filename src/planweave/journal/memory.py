@@ -46,7 +46,9 @@ class MemoryJournal:
 
     def append(self, event: Event) -> None:
         # The event is kept as given (its pos is its index + 1, set on read): no copy on the engine's hot path.
-        data = encode_event(event, self.url)
+        # A copy of exactly its size: orjson's result keeps its 4 KiB working buffer, and this journal keeps every
+        # event for good (10,000 runs of 5 steps: 500 MiB of buffers; bench scale).
+        data = bytes(memoryview(encode_event(event, self.url)))
         index = len(self._events)
         self._events.append((event, data))
         mine = self._by_run.get(event.run_id)
@@ -57,7 +59,8 @@ class MemoryJournal:
 
     def put_blob(self, value: Any) -> str:
         ref, data = encode_blob(value)
-        self._blobs.setdefault(ref, data)
+        if ref not in self._blobs:
+            self._blobs[ref] = bytes(memoryview(data))  # exactly its size, as for events
         return ref
 
     async def flush(self) -> None:
