@@ -90,3 +90,28 @@ def bench_scale(ctx: typer.Context) -> None:
     from planweave.bench.scale import main as scale_main
 
     raise typer.Exit(scale_main(list(ctx.args)))
+
+
+@bench_app.command("ray")
+def bench_ray(
+    chain: Annotated[int, typer.Option("--chain", min=2, help="No-op steps in the chain (per-step latency).")] = 100,
+    fan_out: Annotated[int, typer.Option("--fan-out", min=3, help="No-op steps in the fan-out (throughput).")] = 200,
+    cpu_steps: Annotated[int, typer.Option("--cpu-steps", min=1, help="CPU-bound steps in parallel.")] = 4,
+    cpu_loops: Annotated[int, typer.Option("--cpu-loops", min=1, help="Pure-Python loops per CPU-bound step.")
+                         ] = 3_000_000,
+    num_cpus: Annotated[int, typer.Option("--num-cpus", min=1, help="CPUs of the cluster it starts.")] = 2,
+    address: Annotated[str | None, typer.Option(
+        "--address", metavar="ADDR", help="A running cluster to use (default: start one, stop it after).")] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Steps on Ray against Ray's own tasks: per-step overhead, latency DAGs, CPU-bound steps vs threads."""
+    with clean_errors(json_output):
+        from planweave.bench.ray_steps import Settings, render, run_bench
+
+        settings = Settings(chain=chain, fan_out=fan_out, cpu_steps=cpu_steps, cpu_loops=cpu_loops,
+                            num_cpus=num_cpus, address=address)
+        results = run_bench(settings, progress=lambda message: typer.echo(message, err=True))
+    if json_output:
+        print_json(results)
+    else:
+        typer.echo(render(results))
