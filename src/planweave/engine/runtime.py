@@ -748,24 +748,35 @@ class Engine:
         return self
 
     async def _watch_control(self, interval: float = 0.5) -> None:
-        """Apply cancellations that other processes wrote to the shared journal (``planweave cancel``).
+        """Apply cancellations and replies that other processes wrote to the shared journal (``planweave cancel``,
+        ``approve``, ``send``).
 
-        This is the control plane, not dispatch: steps are never started by it, so a coarse interval is fine.
+        This is the control plane, not dispatch: steps are never started by it, so a coarse interval is fine. Each
+        turn reads the new events of each kind across all runs, so it costs the requests written, not the runs
+        active (two reads per run per turn did not keep up with 10,000 runs: bench scale). A run resumed since the
+        last turn first catches up on its own events after its fold, which an all-runs read may have passed.
         """
-        seen: dict[str, int] = {}  # per run: the journal position read up to (reads use the (run_id, pos) index)
-        replied: dict[str, int] = {}  # the same for step_reply: a resumed run already applied the older ones
+        cursors: dict[EventKind, int] = {"step_reply": 0, "run_cancel_requested": 0}  # positions read up to
+        known: set[str] = set()  # runs the all-runs reads serve
         while True:
             await asyncio.sleep(interval)
-            for run_id, run in list(self._runs.items()):
-                after = replied.setdefault(run_id, run.state.last_pos)
-                for event in await self.journal.read(run_id, after=after, kind="step_reply"):
-                    replied[run_id] = max(replied[run_id], event.pos or 0)
-                    if event.step is not None and not run.finished:
-                        run.apply_reply(event.step, event.data)
-                for event in await self.journal.read(run_id, after=seen.get(run_id, 0), kind="run_cancel_requested"):
-                    seen[run_id] = max(seen.get(run_id, 0), event.pos or 0)
-                    if event.kind == "run_cancel_requested" and event.at >= (run.state.created_at or 0.0):
-                        run.cancel(event.data.get("reason", "cancelled from another process"))
+            resumed = [run for run_id, run in self._runs.items() if run_id not in known and run.state.last_pos]
+            known.update(self._runs)
+            known.difference_update(run.id for run in resumed)
+            for kind in cursors:
+                events = await self.journal.read(None, after=cursors[kind], kind=kind)
+                if events:
+                    cursors[kind] = max(cursors[kind], events[-1].pos or 0)
+                for event in events:
+                    run = self._runs.get(event.run_id)
+                    if run is not None and event.run_id in known:
+                        _apply_control(run, event)
+            for run in resumed:
+                for event in (*await self.journal.read(run.id, after=run.state.last_pos, kind="step_reply"),
+                              *await self.journal.read(run.id, kind="run_cancel_requested")):
+                    _apply_control(run, event)
+                known.add(run.id)
+            known.intersection_update(self._runs)  # ended runs are dropped from the engine: forget them too
 
     def _stalled(self, task: asyncio.Task[object] | None, frame: FrameType | None, since: float) -> None:
         """The event loop is blocked (:class:`LoopWatch`, in its thread): name the step whose tool blocks it.
@@ -999,6 +1010,16 @@ def _location(frame: FrameType | None) -> str:
         return "unknown code"
     code = frame.f_code
     return f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
+
+
+def _apply_control(run: Run, event: Event) -> None:
+    """Apply a ``step_reply`` or ``run_cancel_requested`` another process journaled for ``run``."""
+    if event.kind == "step_reply":
+        # A reply at or before the run's fold point was folded already (a resumed run applied it).
+        if event.step is not None and not run.finished and (event.pos or 0) > run.state.last_pos:
+            run.apply_reply(event.step, event.data)
+    elif event.at >= (run.state.created_at or 0.0):
+        run.cancel(event.data.get("reason", "cancelled from another process"))
 
 
 def process_alive(owner: Mapping[str, Any]) -> bool:
