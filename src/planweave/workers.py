@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planweave.engine.runtime import Engine
-from planweave.errors import PlanweaveError, RunError, RunNotFound
+from planweave.errors import JournalError, PlanweaveError, RunError, RunNotFound
 from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
 from planweave.journal.postgres import PostgresJournal
 from planweave.plan.catalog import ToolCatalog
@@ -129,6 +129,7 @@ class Worker:
         self._ending: set[str] = set()  # runs whose outcome is known: a renewal that misses them is no loss
         self._lost: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._journal_lost: JournalError | None = None
 
     @property
     def name(self) -> str:
@@ -159,6 +160,8 @@ class Worker:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._hand_back()
+        if self._journal_lost is not None:
+            raise self._journal_lost
         self.tally.refused_events = self.fence.refused_events
         return self.tally
 
@@ -170,15 +173,17 @@ class Worker:
                 failure = task.exception() if task.done() and not task.cancelled() else None
                 if failure is not None:
                     raise failure
-            await self.journal.flush()  # raises once the journal lost a write: stop claiming, exit
+            if self._journal_lost is not None:  # stop claiming, exit: the leases expire for other workers
+                raise self._journal_lost
             self._wake.clear()
             free = opts.max_runs - len(self._claims)
-            for claim in await self.store.claim(self.name, free, opts.lease_s):
+            claims = await self.store.claim(self.name, free, opts.lease_s)
+            for claim in claims:
                 self._start(claim)
             if self._stopping:
                 break
             delay = opts.poll_s
-            if len(self._claims) < opts.max_runs:  # with a free slot, wake at the next lease expiry too
+            if len(claims) < free:  # the queue is drained: wake at the next lease expiry too
                 expiry = await self.store.next_expiry()
                 if expiry is not None:
                     delay = min(delay, max(expiry, 0.0) + 0.05)
@@ -209,6 +214,9 @@ class Worker:
                 if rid in self._lost or self._stopping:
                     keep = self._stopping and rid not in self._lost
                     return  # lost: logged where noticed; stopping: handed back
+                if await self._journal_failed():
+                    keep = True
+                    return  # the run stopped because the journal cannot be written: the worker stops
                 outcome, error = "error", str(exc)
             except PlanweaveError as exc:  # e.g. the plan needs tools this worker lacks: say so in the queue
                 outcome, error = "error", str(exc)
@@ -226,11 +234,23 @@ class Worker:
             self._lost.discard(rid)
             self._wake.set()  # a slot is free
 
+    async def _journal_failed(self) -> bool:
+        try:
+            await self.journal.flush()
+        except JournalError as exc:
+            if self._journal_lost is None:
+                self._journal_lost = exc
+                self._log(f"worker {self.name}: the journal cannot be written ({exc}); stopping")
+            self.stop()
+            return True
+        return False
+
     async def _run(self, claim: Claim) -> tuple[str, str | None]:
         """Start the claimed run, or resume it if an earlier holder began it; its outcome."""
         rid = claim.run_id
         ended: str | None = None
-        events = await self.journal.read(rid)
+        # Epoch 1: nobody held the run before, so it has no events (submit refuses an id the journal has).
+        events = [] if claim.epoch == 1 else await self.journal.read(rid)
         for event in events:
             if event.kind == "run_finished":
                 ended = str(event.data.get("status"))

@@ -46,16 +46,16 @@ def test_a_paused_worker_that_lost_its_lease_cannot_write(pg_schema: Schema, tmp
     a = start_worker(pg_schema.url, "A", tmp_path, "--lease", "2", "--renew-every", "30")
     b = None
     try:
-        wait_until("A running the first step", lambda: started_under(pg_schema, 1), timeout=20)
+        wait_until("A running the first step", lambda: started_under(pg_schema, 1), timeout=60)
         a.signal(signal.SIGSTOP)
         b = start_worker(pg_schema.url, "B", tmp_path, "--lease", "2")
-        wait_until("B running the first step again", lambda: started_under(pg_schema, 2), timeout=20)
+        wait_until("B running the first step again", lambda: started_under(pg_schema, 2), timeout=60)
         gate.touch()
-        wait_until("B finishing the run", lambda: done(pg_schema) == 1, timeout=20)
+        wait_until("B finishing the run", lambda: done(pg_schema) == 1, timeout=60)
         a.signal(signal.SIGCONT)
         wait_until("A's write refused (or, if the fence failed, stored)", lambda: "journal refused its events" in
                    a.text() or bool(pg_schema.query("SELECT 1 FROM {s}.planweave_events WHERE lease_epoch = 1 AND "
-                                                    "kind = 'step_succeeded'")), timeout=20)
+                                                    "kind = 'step_succeeded'")), timeout=60)
     finally:
         codes = {"A": a.stop(), **({"B": b.stop()} if b is not None else {})}
     assert codes == {"A": 0, "B": 0}, (codes, a.text(), b.text() if b else "")

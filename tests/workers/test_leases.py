@@ -118,3 +118,22 @@ async def test_claims_go_first_come_first_served_and_each_run_to_one_worker(pg_s
     finally:
         await journal.close()
         await store.close()
+
+
+async def test_a_batch_is_queued_all_or_none(pg_schema: Schema) -> None:
+    journal = await PostgresJournal.open(pg_schema.url)
+    store = await LeaseStore.open(pg_schema.url)
+    try:
+        await store.submit(queued("a"), queued("b"))
+        with pytest.raises(RunError, match="'b' is already queued"):
+            await store.submit(queued("c"), queued("b"))
+        with pytest.raises(RunError, match="'d' is given twice"):
+            await store.submit(queued("d"), queued("d"))
+        journal.append(Event("e", "run_created", 1.0, None, {}))
+        await journal.flush()
+        with pytest.raises(RunError, match="'e' is already in the journal"):
+            await store.submit(queued("f"), queued("e"))
+        assert [v.run_id for v in await store.leases()] == ["a", "b"]  # c and f were not queued either
+    finally:
+        await journal.close()
+        await store.close()

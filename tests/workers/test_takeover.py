@@ -40,8 +40,7 @@ async def submit_all(url: str, count: int) -> None:
     store = await LeaseStore.open(url)
     rng = random.Random(11)
     try:
-        for i in range(count):
-            await store.submit(QueuedRun(f"run{i:03d}", small_plan(rng), "test", {}))
+        await store.submit(*(QueuedRun(f"run{i:03d}", small_plan(rng), "test", {}) for i in range(count)))
     finally:
         await store.close()
         await journal.close()

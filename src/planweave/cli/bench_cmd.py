@@ -115,3 +115,16 @@ def bench_ray(
         print_json(results)
     else:
         typer.echo(render(results))
+
+
+@bench_app.command(
+    "workers",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_workers(ctx: typer.Context) -> None:
+    """Runs through worker processes on a PostgreSQL journal vs one engine, and a takeover after SIGKILL; options
+    go to planweave.bench.workers (--help)."""
+    from planweave.bench.workers import main as workers_main
+
+    raise typer.Exit(workers_main(list(ctx.args)))

@@ -280,22 +280,34 @@ class LeaseStore:
             raise JournalError(f"the run queue in the journal {self.url} failed: {exc}") from exc
 
     # -- submitting -----------------------------------------------------------------------------------------------
-    async def submit(self, run: QueuedRun) -> None:
-        """Queue ``run`` for the workers; raises RunError if its id is already queued or in the journal."""
+    async def submit(self, *runs: QueuedRun) -> None:
+        """Queue ``runs`` for the workers, in one transaction (all or none); raises RunError naming an id that is
+        already queued or in the journal."""
+        if not runs:
+            return
+        ids = [run.run_id for run in runs]
+        if len(set(ids)) < len(ids):
+            twice = next(r for r in ids if ids.count(r) > 1)
+            raise RunError(f"run id '{twice}' is given twice")
         try:
             async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
-                await cur.execute("SELECT 1 FROM planweave_events WHERE run_id = %s LIMIT 1", (run.run_id,))
-                if await cur.fetchone() is not None:
-                    raise RunError(f"run id '{run.run_id}' is already in the journal {self.url}")
+                await cur.execute("SELECT run_id FROM planweave_events WHERE run_id = ANY(%s) LIMIT 1", (ids,))
+                found = await cur.fetchone()
+                if found is not None:
+                    raise RunError(f"run id '{found[0]}' is already in the journal {self.url}")
                 await cur.execute(
                     "INSERT INTO planweave_leases (run_id, state, source, plan, options) "
-                    "VALUES (%s, 'queued', %s, %s, %s) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
-                    (run.run_id, run.source, Jsonb(dict(run.plan)), Jsonb(dict(run.options))))
-                if await cur.fetchone() is None:
-                    raise RunError(f"run id '{run.run_id}' is already queued in the journal {self.url}")
+                    "SELECT r, 'queued', s, p, o FROM unnest(%s::text[], %s::text[], %s::jsonb[], %s::jsonb[]) "
+                    "AS u(r, s, p, o) ON CONFLICT (run_id) DO NOTHING RETURNING run_id",
+                    (ids, [run.source for run in runs], [Jsonb(dict(run.plan)) for run in runs],
+                     [Jsonb(dict(run.options)) for run in runs]))
+                inserted = {r for (r,) in await cur.fetchall()}
+                if len(inserted) < len(runs):
+                    taken = next(r for r in ids if r not in inserted)
+                    raise RunError(f"run id '{taken}' is already queued in the journal {self.url}")
                 await cur.execute("SELECT pg_notify(%s, '')", (CHANNEL,))
         except psycopg.Error as exc:
-            raise JournalError(f"could not queue run '{run.run_id}' in the journal {self.url}: {exc}") from exc
+            raise JournalError(f"could not queue run '{ids[0]}' in the journal {self.url}: {exc}") from exc
 
     async def state(self, run_id: str) -> LeaseView:
         """The queue row of ``run_id``; raises RunNotFound if it was never submitted."""
