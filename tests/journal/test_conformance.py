@@ -752,3 +752,32 @@ async def test_prune_removes_ended_runs_and_the_outputs_only_they_used(backend: 
     assert [s.run_id for s in left] == ["gated"]  # a running run is never pruned
     if backend.name == "sqlite":
         assert first.file_bytes_freed is not None
+
+
+async def test_a_long_running_run_lists_as_its_events_fold_while_it_runs_and_when_it_ends(backend: Backend) -> None:
+    # 300 steps: above the size summarised in every batch, so its summary is refreshed at most every 0.25 s.
+    reached, gate = asyncio.Event(), asyncio.Event()
+    tools = _summary_tools()
+
+    async def hold(at: int) -> int:
+        """Stop at the gate."""
+        reached.set()
+        await gate.wait()
+        return at
+
+    tools.add(hold)
+    steps: list[dict[str, Any]] = [{"id": f"s{i}", "tool": "noop", **({"after": [f"s{i - 1}"]} if i else {})}
+                                   for i in range(300)]
+    steps[150] = {"id": "s150", "tool": "hold", "args": {"at": 150}, "after": ["s149"]}
+    async with open_journal(backend.url) as journal, Engine(journal, tools=tools) as engine:
+        run = await engine.start({"steps": steps}, run_id="long")
+        async with asyncio.timeout(20):
+            await reached.wait()
+            (during,) = (await journal.list_runs()).runs
+            folded = fold_summary("long", await journal.read("long"), during.seq)
+            gate.set()
+            await run.wait()
+            (after,) = (await journal.list_runs()).runs
+            folded_after = fold_summary("long", await journal.read("long"), after.seq)
+    assert during == folded and dict(during.steps) == {"succeeded": 150, "running": 1, "pending": 149}
+    assert after == folded_after and dict(after.steps) == {"succeeded": 300} and after.status == "succeeded"

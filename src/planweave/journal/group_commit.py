@@ -10,6 +10,7 @@ whether it carries one event or ten thousand, and throughput grows with load ins
 from __future__ import annotations
 
 import asyncio
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Iterable
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,13 @@ from planweave.journal.summary import (
 if TYPE_CHECKING:
     from planweave.engine.state import RunState
 
+#: A tracked run with more steps than this is summarised at most every _SUMMARY_INTERVAL_S (a summary counts its
+#: steps, so a long chain written in many small batches would pay its length per batch), unless the batch holds a
+#: run-level or people event; in between its row is marked stale, and a listing meanwhile folds it instead.
+_CHEAP_STEPS = 200
+_SUMMARY_INTERVAL_S = 0.25
+_LOUD_KINDS = frozenset({"run_created", "run_resumed", "run_finished", "approval_requested", "approval_given",
+                         "input_requested", "input_given"})
 #: Above this many stale summaries, a backfill reads them in one pass over the journal rather than run by run.
 _BACKFILL_CHUNK = 200
 
@@ -118,7 +126,8 @@ class GroupCommitJournal(ABC):
         self._released = False
         self._stopping = False
         self._writer: asyncio.Task[None] | None = None
-        # run -> [its live state, events it had applied when tracked, events of the run batched since]
+        # run -> [its live state, events it had applied when tracked, events of the run batched since, when it was
+        # last summarised (monotonic)]
         self._tracked: dict[str, list[Any]] = {}
 
     # -- the hot path ---------------------------------------------------------------------------------------------
@@ -180,7 +189,7 @@ class GroupCommitJournal(ABC):
 
     def track(self, run_id: str, state: RunState) -> None:
         """Summarise ``run_id`` from ``state`` once per batch that carries its events (see :meth:`_batch_runs`)."""
-        self._tracked[run_id] = [state, state.events_applied, 0]
+        self._tracked[run_id] = [state, state.events_applied, 0, 0.0]
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
         """Runs matching ``query``, newest first, read from their summaries (stale ones are folded first)."""
@@ -272,6 +281,7 @@ class GroupCommitJournal(ABC):
         not per event) while every event of the run went through that state; otherwise it is stale."""
         found: dict[str, BatchRun] = {}
         counts: dict[str, int] = {}
+        loud: set[str] = set()
         for i, (event, _) in enumerate(events):
             run_id = event.run_id
             run = found.get(run_id)
@@ -282,22 +292,28 @@ class GroupCommitJournal(ABC):
                 run.last = i
                 counts[run_id] += 1
             kind = event.kind
+            if kind in _LOUD_KINDS:
+                loud.add(run_id)
             if kind == "run_created" or kind == "run_resumed":
                 run.owner = dict(event.data.get("owner") or {})
                 if kind == "run_created":
                     run.source = str(event.data.get("source", ""))
         tracked = self._tracked
+        now = time.monotonic()
         for run_id, run in found.items():
             entry = tracked.get(run_id)
             if entry is None:
                 continue
-            state, applied, seen = entry
+            state, applied, seen, last = entry
             entry[2] = seen = seen + counts[run_id]
             # The engine appends an event, then applies it: a count that differs means another writer's event
             # (a cancel from outside the engine) is in the run, and only a fold of the stored events is right.
             if state.events_applied - applied != seen:
                 del tracked[run_id]
                 continue
+            if len(state.records) > _CHEAP_STEPS and run_id not in loud and now - last < _SUMMARY_INTERVAL_S:
+                continue  # stale until the next summary (see _CHEAP_STEPS)
+            entry[3] = now
             run.summary = summarise(state, updated_at=events[run.last][0].at)
             if state.status in ENDED:
                 del tracked[run_id]  # a resume tracks it again

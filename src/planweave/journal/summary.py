@@ -11,8 +11,10 @@ starts stale and the first listing folds each once.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, Literal, cast
 
 from planweave.engine.events import Event
@@ -174,6 +176,7 @@ def select_page(newest_first: Iterable[RunSummary], query: RunQuery) -> RunPage:
     return RunPage(shown, None)
 
 
+_status_of = attrgetter("status")
 _unbounded_cache: dict[int, tuple[Plan, tuple[str, ...]]] = {}
 
 
@@ -192,13 +195,11 @@ def _unbounded(plan: Plan) -> tuple[str, ...]:
 def summarise(state: RunState, *, updated_at: float | None, seq: int = 0, owner: Mapping[str, Any] | None = None,
               source: str = "") -> RunSummary:
     """The summary of a run whose fold is ``state`` (no I/O; proportional to the run's steps)."""
-    counts: dict[str, int] = {}
+    counts = dict(Counter(map(_status_of, state.records.values())))  # counted in C: a summary is per batch
     waiting: dict[str, str] = {}
-    for rec in state.records.values():
-        status = rec.status
-        counts[status] = counts.get(status, 0) + 1
-        if status == "waiting_approval" or status == "waiting_input":
-            waiting[rec.id] = status
+    if "waiting_approval" in counts or "waiting_input" in counts:
+        waiting = {r.id: r.status for r in state.records.values()
+                   if r.status == "waiting_approval" or r.status == "waiting_input"}
     stored = cast(StoredStatus, state.status if state.status in _STORED else "running")
     return RunSummary(
         state.run_id, stored, seq, state.plan.spec.name or None, state.created_at, state.finished_at, updated_at,
