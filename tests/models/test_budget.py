@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
+from planweave import run_virtual
 from planweave.errors import PlanweaveError
 from planweave.models.budget import Budget, Reservation
 from planweave.models.errors import BudgetExceeded
@@ -185,3 +186,92 @@ def test_concurrent_calls_never_overshoot_and_totals_are_exact(
     assert budget.reserved_usd == 0 and budget.reserved_tokens == 0
     assert budget.spent_usd == sum(n for n, _ in charged) / NANO
     assert budget.spent_tokens == sum(t for _, t in charged)
+
+
+# -- acquire: waiting for room, then what remains down to a floor ------------------------------------------------
+def test_a_call_that_does_not_fit_beside_an_open_reservation_waits_for_it_to_settle() -> None:
+    budget = Budget(tokens=2000)
+    planner = budget.reserve(0.0, 1900)  # a streaming planner's worst case
+    got: list[tuple[float, int]] = []
+
+    async def planner_finishes() -> None:
+        await asyncio.sleep(5)
+        budget.settle(planner, 0.0, 400)
+
+    async def step() -> None:
+        reservation = await budget.acquire(0.0, 300)
+        got.append((asyncio.get_running_loop().time(), reservation.tokens))
+
+    async def main() -> None:
+        async with asyncio.timeout(60):  # virtual: a missed wake-up fails here, not at the pytest timeout
+            await asyncio.gather(planner_finishes(), step())
+
+    run_virtual(main())
+    assert got == [(5.0, 300)]  # in as soon as the planner settled, with its whole worst case
+    assert budget.reserved_tokens == 300 and budget.spent_tokens == 400
+
+
+def test_a_release_and_a_settle_in_a_worker_thread_wake_waiting_calls_too() -> None:
+    budget = Budget(tokens=100)
+    first, second = budget.reserve(0.0, 60), budget.reserve(0.0, 40)
+
+    async def main() -> list[int]:
+        async with asyncio.timeout(60):
+            waiting = asyncio.ensure_future(budget.acquire(0.0, 90))
+            await asyncio.sleep(1)
+            budget.release(first)  # 60 free: 90 still does not fit, and 'second' is open, so it keeps waiting
+            await asyncio.sleep(1)
+            assert not waiting.done()
+            await asyncio.to_thread(budget.settle, second, 0.0, 5)
+            return [(await waiting).tokens, budget.open_reservations]
+
+    assert run_virtual(main()) == [90, 1]
+
+
+def test_with_nothing_in_flight_a_call_gets_what_remains_down_to_its_floor() -> None:
+    budget = Budget(tokens=1000)
+    budget.settle(budget.reserve(0.0, 700), 0.0, 700)
+
+    async def main() -> tuple[int, str]:
+        lowered = await budget.acquire(0.0, 500, floor_tokens=200)  # 300 remain: the call lowers max_tokens
+        budget.settle(lowered, 0.0, 250)
+        with pytest.raises(BudgetExceeded) as refused:  # 50 remain, below the floor of 200
+            await budget.acquire(0.0, 500, floor_tokens=200)
+        return lowered.tokens, str(refused.value)
+
+    tokens, message = run_virtual(main())
+    assert tokens == 300
+    assert message == ("budget exceeded: 500 tokens do not fit: 950 spent and 0 reserved of 1000 "
+                       "(below the floor of 200)")
+    assert budget.spent_tokens == 950 and budget.open_reservations == 0
+
+
+def test_without_a_floor_or_with_dollars_short_acquire_refuses_once_nothing_is_in_flight() -> None:
+    async def main() -> list[str]:
+        messages = []
+        for budget, floor in ((Budget(tokens=100), None), (Budget(usd=0.01, tokens=1000), 10)):
+            with pytest.raises(BudgetExceeded) as refused:
+                await budget.acquire(0.02 if budget.usd_limit else 0.0, 500, floor_tokens=floor)
+            messages.append(str(refused.value))
+            assert budget.open_reservations == 0
+        return messages
+
+    no_floor, no_dollars = run_virtual(main())
+    assert no_floor == "budget exceeded: 500 tokens do not fit: 0 spent and 0 reserved of 100"
+    assert no_dollars == "budget exceeded: $0.02 does not fit: $0 spent and $0 reserved of $0.01"
+
+
+def test_a_cancelled_wait_holds_nothing() -> None:
+    budget = Budget(tokens=100)
+    held = budget.reserve(0.0, 80)
+
+    async def main() -> None:
+        waiting = asyncio.ensure_future(budget.acquire(0.0, 50))
+        await asyncio.sleep(1)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        budget.release(held)
+
+    run_virtual(main())
+    assert budget.open_reservations == 0 and budget.reserved_tokens == 0

@@ -5,14 +5,23 @@ fit raises :class:`BudgetExceeded`. When the call ends it settles with the actua
 reservation; a call that fails before costing anything releases it. So at any moment ``spent + reserved <= limit``
 as long as the actual usage stays within the reservation, however many calls run at once.
 
-Pure bookkeeping: no I/O, no asyncio. The lock only makes it safe for tools that run in worker threads. Dollars are
-counted in integer nano-dollars, so totals are exact whatever the order of settlement.
+:meth:`Budget.acquire` is the waiting form of ``reserve`` for calls that share a budget (a streaming planner beside
+``llm`` steps): a worst case that does not fit while other reservations are open waits until one of them settles or
+is released, instead of failing while room is about to come back; once nothing is in flight, a call that still does
+not fit gets what remains, down to the floor it declares (it lowers its ``max_tokens`` to the reservation's
+``tokens``), and only below that floor is it refused.
+
+Bookkeeping with no I/O: ``reserve``, ``settle`` and ``release`` never wait; the lock makes them safe for tools that
+run in worker threads, and a settle in a thread wakes the calls waiting in ``acquire`` through their loop. Dollars
+are counted in integer nano-dollars, so totals are exact whatever the order of settlement.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planweave.models.errors import BudgetExceeded
@@ -59,6 +68,7 @@ class Budget:
         self._open: dict[int, Reservation] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._wakers: list[Callable[[], None]] = []  # calls waiting in acquire() for a reservation to end
 
     # -- reading -------------------------------------------------------------------------------------------------
     @property
@@ -100,30 +110,85 @@ class Budget:
         """Hold the estimates for a call about to start; raise BudgetExceeded if they do not fit in what is left."""
         if estimate_usd < 0 or estimate_tokens < 0:
             raise ValueError(f"estimates must be >= 0, got ${estimate_usd} and {estimate_tokens} tokens")
-        nanos = _nanos(estimate_usd)
         with self._lock:
-            short = []
-            if self._usd_limit_nanos is not None and (
-                self._spent_nanos + self._reserved_nanos + nanos > self._usd_limit_nanos
-            ):
-                short.append(
-                    f"${estimate_usd:.6g} does not fit: ${self.spent_usd:.6g} spent and ${self.reserved_usd:.6g} "
-                    f"reserved of ${self.usd_limit:.6g}"
-                )
-            if self.token_limit is not None and (
-                self._spent_tokens + self._reserved_tokens + estimate_tokens > self.token_limit
-            ):
-                short.append(
-                    f"{estimate_tokens} tokens do not fit: {self._spent_tokens} spent and {self._reserved_tokens} "
-                    f"reserved of {self.token_limit}"
-                )
+            short = self._shortfall(_nanos(estimate_usd), estimate_tokens)
             if short:
                 raise BudgetExceeded("budget exceeded: " + "; ".join(short))
-            reservation = Reservation(next(self._ids), nanos, estimate_tokens)
-            self._open[reservation.id] = reservation
-            self._reserved_nanos += nanos
-            self._reserved_tokens += estimate_tokens
-            return reservation
+            return self._hold(_nanos(estimate_usd), estimate_tokens)
+
+    async def acquire(self, estimate_usd: float, estimate_tokens: int, *, floor_tokens: int | None = None
+                      ) -> Reservation:
+        """Reserve the estimates as :meth:`reserve` does, waiting while they do not fit and other reservations are
+        open (each settle or release re-checks). With none open, a worst case that still does not fit in tokens is
+        granted what remains if that is at least ``floor_tokens`` (the returned reservation's ``tokens`` says how
+        much: the call lowers its ``max_tokens`` to it); otherwise, or if the dollars do not fit, BudgetExceeded.
+
+        Cancelling the waiting call leaves nothing held. Must run on an event loop; settles from other threads wake it.
+        """
+        if estimate_usd < 0 or estimate_tokens < 0:
+            raise ValueError(f"estimates must be >= 0, got ${estimate_usd} and {estimate_tokens} tokens")
+        if floor_tokens is not None and not 0 <= floor_tokens <= estimate_tokens:
+            raise ValueError(f"floor_tokens must be between 0 and the estimate {estimate_tokens}, got {floor_tokens}")
+        nanos = _nanos(estimate_usd)
+        loop = asyncio.get_running_loop()
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+
+            def wake(_woken: asyncio.Future[None] = woken) -> None:
+                loop.call_soon_threadsafe(lambda: None if _woken.done() else _woken.set_result(None))
+
+            with self._lock:  # checking and registering at once: a settle in between cannot be missed
+                short = self._shortfall(nanos, estimate_tokens)
+                if not short:
+                    return self._hold(nanos, estimate_tokens)
+                if not self._open:
+                    return self._lowered(nanos, estimate_tokens, floor_tokens, short)
+                self._wakers.append(wake)
+            try:
+                await woken
+            finally:
+                with self._lock:
+                    if wake in self._wakers:
+                        self._wakers.remove(wake)
+
+    def _shortfall(self, nanos: int, tokens: int) -> list[str]:
+        """Why ``nanos`` and ``tokens`` do not fit now (empty if they do); call with the lock held."""
+        short = []
+        if self._usd_limit_nanos is not None and (
+            self._spent_nanos + self._reserved_nanos + nanos > self._usd_limit_nanos
+        ):
+            short.append(
+                f"${_usd(nanos):.6g} does not fit: ${self.spent_usd:.6g} spent and ${self.reserved_usd:.6g} "
+                f"reserved of ${self.usd_limit:.6g}"
+            )
+        if self.token_limit is not None and self._spent_tokens + self._reserved_tokens + tokens > self.token_limit:
+            short.append(
+                f"{tokens} tokens do not fit: {self._spent_tokens} spent and {self._reserved_tokens} "
+                f"reserved of {self.token_limit}"
+            )
+        return short
+
+    def _hold(self, nanos: int, tokens: int) -> Reservation:
+        reservation = Reservation(next(self._ids), nanos, tokens)
+        self._open[reservation.id] = reservation
+        self._reserved_nanos += nanos
+        self._reserved_tokens += tokens
+        return reservation
+
+    def _lowered(self, nanos: int, tokens: int, floor: int | None, short: list[str]) -> Reservation:
+        """With nothing in flight: what remains of the tokens, if the dollars fit and it reaches ``floor``."""
+        remaining = None if self.token_limit is None else self.token_limit - self._spent_tokens - self._reserved_tokens
+        usd_fits = not self._shortfall(nanos, 0)
+        if floor is None or remaining is None or not usd_fits or remaining < max(floor, 1):
+            below = f" (below the floor of {floor})" if floor is not None and usd_fits and remaining is not None else ""
+            raise BudgetExceeded("budget exceeded: " + "; ".join(short) + below)
+        return self._hold(nanos, min(tokens, remaining))
+
+    def _wake_all(self) -> None:
+        """Tell the calls waiting in acquire() that a reservation ended; call with the lock held."""
+        for wake in self._wakers:
+            wake()
+        self._wakers.clear()
 
     def settle(self, reservation: Reservation, actual_usd: float, actual_tokens: int) -> None:
         """Charge a finished call's actual usage and free its reservation; the actual amount is charged even if larger.
@@ -139,6 +204,7 @@ class Budget:
             self._reserved_tokens -= reservation.tokens
             self._spent_nanos += _nanos(actual_usd)
             self._spent_tokens += actual_tokens
+            self._wake_all()
 
     def release(self, reservation: Reservation) -> None:
         """Free a reservation without charging anything; releasing one that is no longer open does nothing."""
@@ -148,6 +214,7 @@ class Budget:
             del self._open[reservation.id]
             self._reserved_nanos -= reservation.usd_nanos
             self._reserved_tokens -= reservation.tokens
+            self._wake_all()
 
     def __repr__(self) -> str:
         return (
