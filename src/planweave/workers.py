@@ -28,7 +28,8 @@ from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
 from planweave.journal.postgres import PostgresJournal
 from planweave.plan.catalog import ToolCatalog
 
-__all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "cancel_queued", "default_worker_name"]
+__all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "cancel_queued", "default_worker_name",
+           "refuse_if_queued"]
 
 #: Runs a worker holds at once unless told otherwise (``planweave worker --max-runs``).
 DEFAULT_MAX_RUNS = 16
@@ -53,6 +54,19 @@ async def cancel_queued(url: str, run_id: str, reason: str = "cancelled by user"
         raise RunError(f"run '{run_id}' already ended: {lease.outcome}")
     raise RunError(f"run '{run_id}' was just claimed by worker {lease.holder}: cancel it again (that worker's engine "
                    "applies it)")
+
+
+async def refuse_if_queued(url: str, run_id: str) -> None:
+    """Raise RunError if ``run_id`` belongs to the workers' queue and has not ended there: a ``planweave resume``
+    by hand would run it beside the worker holding it, unfenced."""
+    from planweave.journal.leases import queued_state
+
+    lease = await queued_state(url, run_id)
+    if lease is None or lease.state == "done":
+        return
+    holder = f"worker {lease.holder} holds it" if lease.state == "running" else "it waits in the queue"
+    raise RunError(f"run '{run_id}' was submitted to the workers and {holder}: a worker resumes it (planweave "
+                   "workers shows which); cancel it with planweave cancel")
 
 
 def default_worker_name() -> str:

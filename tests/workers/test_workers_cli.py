@@ -69,6 +69,9 @@ def test_workers_lists_each_worker_with_its_runs_and_lease_ages(pg_schema: Schem
 
         twin = cli("worker", "--journal", pg_schema.url, "--name", "w1", "--tools", TOOLS)
         assert twin.returncode == 2 and "already running" in twin.stderr, twin
+        by_hand = cli("resume", "held", "--journal", pg_schema.url, "--tools", TOOLS)
+        assert by_hand.returncode == 2 and "worker w1 holds it" in by_hand.stderr, by_hand
+        assert "Traceback" not in by_hand.stderr
 
         w.signal(signal.SIGTERM)  # a clean stop hands the run back to the queue at once
         assert w.stop() == 0

@@ -348,6 +348,10 @@ def resume(
             events = await opened.read(run_id)
             if not events:
                 raise RunNotFound(f"no run '{run_id}' in the journal {url}")
+            if url.startswith(("postgresql://", "postgres://")):
+                from planweave.workers import refuse_if_queued  # a worker's run is resumed by the workers
+
+                await refuse_if_queued(url, run_id)
             options = events[0].data.get("options") or {}
             return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
 

@@ -33,7 +33,7 @@ from psycopg.types.json import Jsonb
 from planweave.errors import JournalError, RunError, RunNotFound
 from planweave.journal.postgres import parse_url
 
-__all__ = ["DEFAULT_LEASE_S", "Claim", "Fence", "LeaseStore", "LeaseView", "QueuedRun", "WorkerView"]
+__all__ = ["DEFAULT_LEASE_S", "Claim", "Fence", "LeaseStore", "LeaseView", "QueuedRun", "WorkerView", "queued_state"]
 
 #: Seconds a lease lasts unless renewed (``planweave worker --lease``).
 DEFAULT_LEASE_S = 10.0
@@ -435,6 +435,25 @@ class LeaseStore:
             by_holder.setdefault(lease.holder or "", []).append(lease)
         return [WorkerView(name, pid, host, lease_s, float(seen), stopped, tuple(by_holder.get(name, ())))
                 for name, pid, host, lease_s, seen, stopped in rows]
+
+
+async def queued_state(url: str, run_id: str) -> LeaseView | None:
+    """The queue row of ``run_id`` in the journal at ``url``, None if it was never queued (or there is no queue:
+    nothing is created)."""
+    conninfo, schema, safe_url = parse_url(url)
+    try:
+        conn = await _connect(conninfo, schema)
+    except psycopg.Error as exc:
+        raise JournalError(f"could not connect to the journal {safe_url}: {exc}") from exc
+    try:
+        cur = await conn.execute("SELECT to_regclass('planweave_leases') IS NOT NULL")
+        row = await cur.fetchone()
+        if not row or not row[0]:
+            return None
+        views = await LeaseStore(safe_url, conn, conninfo, schema).leases(run_id)
+        return views[0] if views else None
+    finally:
+        await conn.close()
 
 
 def _seconds(value: Any) -> float | None:
