@@ -53,6 +53,8 @@ async def test_post_runs_queues_the_plan_and_a_worker_runs_it(pg_schema: Schema,
         bad = await client.post("/runs", json={"plan": {"steps": [{"id": "x", "tool": "nope"}]}})
         assert bad.status_code == 422 and "nope" in bad.text
         assert (await client.get("/queue/nope")).status_code == 404
+        resumed = await client.post("/runs/via-http/resume")
+        assert resumed.status_code == 409 and "workers' queue" in resumed.text, resumed.text
 
         worker = start_worker(pg_schema.url, "w1", tmp_path, "--lease", "2")
         try:
