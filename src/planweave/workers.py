@@ -278,8 +278,8 @@ class Worker:
                                           on_failure=options.get("on_failure"))
         else:
             run = await self.engine.resume(rid, tools=self.tools, retry_unknown=bool(options.get("retry_unknown")))
-        if self._claims.get(rid) is not claim:
-            self.engine.interrupt(rid)  # the lease was lost while the run was being started: stop it here
+        if self._claims.get(rid) is not claim or self._stopping:
+            self.engine.interrupt(rid)  # lost, or the worker began stopping, while the run was being started
         result = await run.wait()
         return result.status, result.error
 
