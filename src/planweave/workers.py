@@ -18,10 +18,11 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from planweave.engine.events import Event
 from planweave.engine.runtime import Engine
 from planweave.errors import JournalError, PlanweaveError, RunError, RunNotFound
 from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
@@ -262,22 +263,25 @@ class Worker:
     async def _run(self, claim: Claim) -> tuple[str, str | None]:
         """Start the claimed run, or resume it if an earlier holder began it; its outcome."""
         rid = claim.run_id
-        ended: str | None = None
         # Epoch 1: nobody held the run before, so it has no events (submit refuses an id the journal has).
         events = [] if claim.epoch == 1 else await self.journal.read(rid)
-        for event in events:
-            if event.kind == "run_finished":
-                ended = str(event.data.get("status"))
-            elif event.kind == "run_resumed":
-                ended = None
+        ended = _outcome(events)
         if ended is not None:
             return ended, None  # the last holder finished it but died before saying so in the queue
         options = claim.run.options
-        if not events:
-            run = await self.engine.start(claim.run.plan, tools=self.tools, run_id=rid, source=claim.run.source,
-                                          on_failure=options.get("on_failure"))
-        else:
-            run = await self.engine.resume(rid, tools=self.tools, retry_unknown=bool(options.get("retry_unknown")))
+        try:
+            if not events:
+                run = await self.engine.start(claim.run.plan, tools=self.tools, run_id=rid,
+                                              source=claim.run.source, on_failure=options.get("on_failure"))
+            else:
+                run = await self.engine.resume(rid, tools=self.tools,
+                                               retry_unknown=bool(options.get("retry_unknown")))
+        except RunError:
+            # Ended meanwhile from outside (`planweave cancel` of a run whose worker had died): that is its outcome.
+            ended = _outcome(await self.journal.read(rid))
+            if ended is None:
+                raise
+            return ended, None
         if self._claims.get(rid) is not claim or self._stopping:
             self.engine.interrupt(rid)  # lost, or the worker began stopping, while the run was being started
         result = await run.wait()
@@ -329,3 +333,13 @@ class Worker:
             self._claims.clear()
             await self.store.retire(self.name)
 
+
+def _outcome(events: Sequence[Event]) -> str | None:
+    """The status of the last ``run_finished`` not followed by a ``run_resumed`` (None: the run has not ended)."""
+    ended: str | None = None
+    for event in events:
+        if event.kind == "run_finished":
+            ended = str(event.data.get("status"))
+        elif event.kind == "run_resumed":
+            ended = None
+    return ended

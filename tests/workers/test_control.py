@@ -79,3 +79,21 @@ def test_approval_and_cancel_reach_runs_taken_over_by_another_worker(pg_schema: 
     rows = pg_schema.query("SELECT run_id, outcome, holder, epoch FROM {s}.planweave_leases ORDER BY run_id")
     assert rows == [("approve-me", "succeeded", "B", 2), ("cancel-me", "cancelled", "B", 2)]
     assert has(pg_schema, "approve-me", "approval_given", 2)
+
+
+def test_a_run_cancelled_after_its_worker_died_ends_cancelled_in_the_queue(pg_schema: Schema, tmp_path: Path) -> None:
+    asyncio.run(submit(pg_schema.url, tmp_path / "never"))
+    a = start_worker(pg_schema.url, "A", tmp_path, "--lease", "1.5")
+    b = None
+    try:
+        wait_until("A running the stuck step", lambda: has(pg_schema, "cancel-me", "step_started", 1))
+        a.kill()
+        cancelled = cli("cancel", "cancel-me", "--journal", pg_schema.url)  # A is gone: marked cancelled directly
+        assert cancelled.returncode == 0 and "marked it cancelled" in cancelled.stdout, cancelled
+        b = start_worker(pg_schema.url, "B", tmp_path, "--lease", "1.5")
+        wait_until("B ending the cancelled run in the queue", lambda: pg_schema.query(
+            "SELECT outcome FROM {s}.planweave_leases WHERE run_id = 'cancel-me'") == [("cancelled",)], timeout=30)
+    finally:
+        code = b.stop() if b is not None else None
+    assert code == 0, b.text() if b else ""
+    assert not has(pg_schema, "cancel-me", "run_resumed", 2)  # B did not run it again
