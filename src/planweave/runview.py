@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from collections.abc import Callable, Collection, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from planweave.engine.report import Redact, outputs_summary
 from planweave.engine.state import RunState
@@ -139,12 +139,20 @@ def parse_since(text: str, now: float) -> float:
     return when.timestamp()
 
 
+class RunList(NamedTuple):
+    """A page of run-list items, the cursor of the next page (None: none) and the journal position it is current
+    to (follow ``GET /events`` from there)."""
+
+    rows: list[dict[str, Any]]
+    next: int | None
+    position: int
+
+
 async def list_overviews(
     journal: Journal, status_of: Callable[[RunSummary], str], *, statuses: Collection[str] | None = None,
     since: float | None = None, limit: int | None = None, cursor: int | None = None,
-) -> tuple[list[dict[str, Any]], int | None]:
-    """A page of run-list items (:func:`summary_overview`), newest first, and the cursor of the next page (None:
-    none).
+) -> RunList:
+    """A page of run-list items (:func:`summary_overview`), newest first: a :class:`RunList`.
 
     ``status_of`` is the status shown for a summary (the edges tell ``interrupted`` from ``running`` by whether the
     run's process is alive); ``statuses`` filters by it (checked: ValueError names an unknown one). The journal
@@ -154,8 +162,10 @@ async def list_overviews(
     stored = None if wanted is None else frozenset("running" if s == "interrupted" else s for s in wanted)
     rows: list[dict[str, Any]] = []
     before = cursor
+    position: int | None = None
     while True:
         page = await journal.list_runs(RunQuery(stored, since, before, limit))
+        position = page.position if position is None else position
         for i, summary in enumerate(page.runs):
             shown = status_of(summary)
             if wanted is not None and shown not in wanted:
@@ -163,7 +173,7 @@ async def list_overviews(
             rows.append(summary_overview(summary, shown))
             if limit is not None and len(rows) == limit:
                 more = i + 1 < len(page.runs) or page.next is not None
-                return rows, summary.seq if more else None
+                return RunList(rows, summary.seq if more else None, position)
         if page.next is None:
-            return rows, None
+            return RunList(rows, None, position)
         before = page.next

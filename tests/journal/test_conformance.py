@@ -650,6 +650,8 @@ async def test_run_summaries_list_newest_first_and_equal_the_fold_of_the_events(
         async with asyncio.timeout(20):
             page = await journal.list_runs()
             folded = {s.run_id: fold_summary(s.run_id, await journal.read(s.run_id), s.seq) for s in page.runs}
+            last_pos = (await journal.read())[-1].pos
+    assert page.position == last_pos  # the list is current to the journal's last event
     assert [s.run_id for s in page.runs] == ["gated", "bad", "ok"] and page.next is None
     ok, bad, gated = page.runs[2], page.runs[1], page.runs[0]
     assert (ok.status, ok.plan, dict(ok.steps)) == ("succeeded", "fine", {"succeeded": 2})

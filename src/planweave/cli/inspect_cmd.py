@@ -155,8 +155,9 @@ async def list_runs(url: str, statuses: list[str] | None, since: float | None, l
     if journal_file_missing(url):
         return [], None
     async with open_journal(url) as journal:
-        return await list_overviews(journal, _shown_status, statuses=statuses, since=since, limit=limit,
-                                    cursor=cursor)
+        found = await list_overviews(journal, _shown_status, statuses=statuses, since=since, limit=limit,
+                                     cursor=cursor)
+    return found.rows, found.next
 
 
 def _shown_status(summary: RunSummary) -> str:

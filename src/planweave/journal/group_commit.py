@@ -76,7 +76,7 @@ def run_filter(query: RunQuery, mark: str) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(where) if where else ""), params
 
 
-def run_page(rows: list[tuple[Any, ...]], query: RunQuery) -> RunPage:
+def run_page(rows: list[tuple[Any, ...]], query: RunQuery, position: int) -> RunPage:
     """The page of summary rows (``run_id, seq, status, started_at, finished_at, owner, source, summary``; one more
     than the limit if there is a next page)."""
     more = query.limit is not None and len(rows) > query.limit
@@ -85,7 +85,7 @@ def run_page(rows: list[tuple[Any, ...]], query: RunQuery) -> RunPage:
         RunSummary.from_row(run_id, seq, status, started, finished, _json(owner), source, _json(doc) or {})
         for run_id, seq, status, started, finished, owner, source, doc in shown
     ]
-    return RunPage(runs, runs[-1].seq if more else None)
+    return RunPage(runs, runs[-1].seq if more else None, position)
 
 
 def _json(value: Any) -> Any:

@@ -85,7 +85,7 @@ class MemoryJournal:
         self._tracked[run_id] = (state, state.events_applied, len(self._by_run.get(run_id, ())))
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
-        return select_page([self._summary(run_id) for run_id in reversed(self._by_run)], query)
+        return select_page([self._summary(run_id) for run_id in reversed(self._by_run)], query, len(self._events))
 
     def _summary(self, run_id: str) -> RunSummary:
         indices = self._by_run[run_id]

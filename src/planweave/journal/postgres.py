@@ -230,9 +230,10 @@ class PostgresJournal(GroupCommitJournal):
     async def _select_runs(self, query: RunQuery) -> RunPage:
         where, params = run_filter(query, "%s")
         limit = "" if query.limit is None else f" LIMIT {int(query.limit) + 1}"
+        ((position,),) = await self._fetch("SELECT coalesce(max(pos), 0) FROM planweave_events", ())  # first
         rows = await self._fetch(f"SELECT {_RUN_COLUMNS} FROM planweave_runs{where} ORDER BY seq DESC{limit}",
                                  tuple(params))
-        return run_page(rows, query)
+        return run_page(rows, query, int(position))
 
     async def _select_stale(self) -> list[tuple[str, int]]:
         rows = await self._fetch("SELECT run_id, seq FROM planweave_runs WHERE stale = 1 ORDER BY seq", ())

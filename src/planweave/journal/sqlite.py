@@ -271,10 +271,11 @@ def _select_runs(conn: sqlite3.Connection, url: str, query: RunQuery) -> RunPage
     where, params = run_filter(query, "?")
     limit = "" if query.limit is None else f" LIMIT {int(query.limit) + 1}"
     try:
+        (position,) = conn.execute("SELECT coalesce(max(pos), 0) FROM events").fetchone()  # first: nothing missed
         rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC{limit}", params).fetchall()
     except sqlite3.Error as exc:
         raise JournalError(f"could not read the journal {url}: {exc}") from exc
-    return run_page(rows, query)
+    return run_page(rows, query, int(position))
 
 
 def _store_summaries(conn: sqlite3.Connection, url: str, summaries: list[tuple[RunSummary, int]]) -> None:

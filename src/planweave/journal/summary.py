@@ -142,10 +142,12 @@ def check_prunable(statuses: Collection[str]) -> frozenset[str]:
 
 @dataclass(frozen=True)
 class RunPage:
-    """A page of runs, newest first; ``next`` is the cursor of the following page (None: this is the last)."""
+    """A page of runs, newest first; ``next`` is the cursor of the following page (None: this is the last);
+    ``position``: the journal position read before the page (every event up to it is in the summaries)."""
 
     runs: list[RunSummary]
     next: int | None
+    position: int = 0
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,7 @@ class PruneResult:
     file_bytes_freed: int | None = None
 
 
-def select_page(newest_first: Iterable[RunSummary], query: RunQuery) -> RunPage:
+def select_page(newest_first: Iterable[RunSummary], query: RunQuery, position: int = 0) -> RunPage:
     """The page of ``query`` among summaries given newest first (journals that filter in memory use it)."""
     shown: list[RunSummary] = []
     for summary in newest_first:
@@ -171,9 +173,9 @@ def select_page(newest_first: Iterable[RunSummary], query: RunQuery) -> RunPage:
         if query.since is not None and (summary.started_at is None or summary.started_at < query.since):
             continue
         if query.limit is not None and len(shown) == query.limit:
-            return RunPage(shown, shown[-1].seq)
+            return RunPage(shown, shown[-1].seq, position)
         shown.append(summary)
-    return RunPage(shown, None)
+    return RunPage(shown, None, position)
 
 
 _status_of = attrgetter("status")
