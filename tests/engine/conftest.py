@@ -126,7 +126,7 @@ class JournalInAThread:
     async def run_ids(self) -> list[str]:
         return await self._wait(self._loop, self._inner.run_ids())
 
-    def track(self, run_id: str, state: RunState) -> None:
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
         pass  # the state lives on this loop, the writer on the other: summaries are folded on listing instead
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:

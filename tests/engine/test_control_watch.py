@@ -4,7 +4,7 @@ not once per active run: 200 waiting runs cost the same reads as one."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +47,8 @@ class ReadLog:
     async def run_ids(self) -> list[str]:
         return await self.inner.run_ids()
 
-    def track(self, run_id: str, state: RunState) -> None:
-        self.inner.track(run_id, state)
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
+        self.inner.track(run_id, state, redact)
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
         return await self.inner.list_runs(query)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Collection, Iterable
+from collections.abc import AsyncIterator, Callable, Collection, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -149,8 +149,8 @@ class CountingJournal:
     async def run_ids(self) -> list[str]:
         return await self.inner.run_ids()
 
-    def track(self, run_id: str, state: RunState) -> None:
-        self.inner.track(run_id, state)
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
+        self.inner.track(run_id, state, redact)
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
         return await self.inner.list_runs(query)

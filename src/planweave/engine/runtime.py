@@ -157,7 +157,7 @@ class Run:
         self._holds = holds
         self._now = self._clock.now
         self._append = self._journal.append if host.seal is None else _sealing(self._journal.append, host.seal)
-        self._journal.track(run_id, state)  # the run's summary comes from this state, once per journal batch
+        self._journal.track(run_id, state, host.redact)  # the run's summary: from this state, once per batch
         self._watchdogs: Watchdogs = {}
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()

@@ -6,7 +6,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
@@ -277,10 +277,11 @@ class Journal(Protocol):
         """Every run in the journal, oldest first."""
         ...
 
-    def track(self, run_id: str, state: RunState) -> None:
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
         """Keep ``run_id``'s summary from ``state`` (its live fold): summarised once per batch carrying its events.
 
-        The engine calls this for every run it starts or resumes; a run ended in a stored batch is dropped.
+        ``redact`` hides secrets in the summary's texts (plan name, error) as the run's events hide them. The engine
+        calls this for every run it starts or resumes; a run ended in a stored batch is dropped.
         """
         ...
 
@@ -324,7 +325,7 @@ class NullJournal:
     async def run_ids(self) -> list[str]:
         return []
 
-    def track(self, run_id: str, state: RunState) -> None:
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
         pass
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:

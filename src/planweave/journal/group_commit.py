@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
@@ -127,7 +127,7 @@ class GroupCommitJournal(ABC):
         self._stopping = False
         self._writer: asyncio.Task[None] | None = None
         # run -> [its live state, events it had applied when tracked, events of the run batched since, when it was
-        # last summarised (monotonic)]
+        # last summarised (monotonic), what hides secrets in its texts]
         self._tracked: dict[str, list[Any]] = {}
 
     # -- the hot path ---------------------------------------------------------------------------------------------
@@ -187,9 +187,9 @@ class GroupCommitJournal(ABC):
         await self._settle()
         return await self._select_run_ids()
 
-    def track(self, run_id: str, state: RunState) -> None:
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
         """Summarise ``run_id`` from ``state`` once per batch that carries its events (see :meth:`_batch_runs`)."""
-        self._tracked[run_id] = [state, state.events_applied, 0, 0.0]
+        self._tracked[run_id] = [state, state.events_applied, 0, 0.0, redact]
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
         """Runs matching ``query``, newest first, read from their summaries (stale ones are folded first)."""
@@ -304,7 +304,7 @@ class GroupCommitJournal(ABC):
             entry = tracked.get(run_id)
             if entry is None:
                 continue
-            state, applied, seen, last = entry
+            state, applied, seen, last, redact = entry
             entry[2] = seen = seen + counts[run_id]
             # The engine appends an event, then applies it: a count that differs means another writer's event
             # (a cancel from outside the engine) is in the run, and only a fold of the stored events is right.
@@ -314,7 +314,7 @@ class GroupCommitJournal(ABC):
             if len(state.records) > _CHEAP_STEPS and run_id not in loud and now - last < _SUMMARY_INTERVAL_S:
                 continue  # stale until the next summary (see _CHEAP_STEPS)
             entry[3] = now
-            run.summary = summarise(state, updated_at=events[run.last][0].at)
+            run.summary = summarise(state, updated_at=events[run.last][0].at, redact=redact)
             if state.status in ENDED:
                 del tracked[run_id]  # a resume tracks it again
         return list(found.values())

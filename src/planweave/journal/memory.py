@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
@@ -40,8 +40,9 @@ class MemoryJournal:
         self._events: list[tuple[Event, bytes] | None] = []
         self._blobs: dict[str, bytes] = {}
         self._by_run: dict[str, list[int]] = {}  # run -> indices of its events, in order
-        # run -> (its live state, events it had applied when tracked, events of the run in the journal then)
-        self._tracked: dict[str, tuple[RunState, int, int]] = {}
+        # run -> (its live state, events it had applied when tracked, events of the run in the journal then, what
+        # hides secrets in its texts)
+        self._tracked: dict[str, tuple[RunState, int, int, Callable[[Any], Any] | None]] = {}
         self._folded: dict[str, tuple[int, RunSummary]] = {}  # run -> (events folded, summary): untracked runs
 
     def append(self, event: Event) -> None:
@@ -81,8 +82,8 @@ class MemoryJournal:
     async def run_ids(self) -> list[str]:
         return list(self._by_run)
 
-    def track(self, run_id: str, state: RunState) -> None:
-        self._tracked[run_id] = (state, state.events_applied, len(self._by_run.get(run_id, ())))
+    def track(self, run_id: str, state: RunState, redact: Callable[[Any], Any] | None = None) -> None:
+        self._tracked[run_id] = (state, state.events_applied, len(self._by_run.get(run_id, ())), redact)
 
     async def list_runs(self, query: RunQuery = ALL_RUNS) -> RunPage:
         return select_page([self._summary(run_id) for run_id in reversed(self._by_run)], query, len(self._events))
@@ -92,12 +93,12 @@ class MemoryJournal:
         seq = indices[0] + 1
         tracked = self._tracked.get(run_id)
         if tracked is not None:
-            state, applied, known = tracked
+            state, applied, known, redact = tracked
             # Live only while every event of the run since tracking went through the state (the engine appends,
             # then applies); another writer's event (a cancel from outside the engine) means folding instead.
             if state.events_applied - applied == len(indices) - known:
                 events = [item[0] for i in indices if (item := self._events[i]) is not None]
-                return summarise(state, updated_at=events[-1].at, seq=seq, **_owner_source(events))
+                return summarise(state, updated_at=events[-1].at, seq=seq, redact=redact, **_owner_source(events))
             del self._tracked[run_id]
         cached = self._folded.get(run_id)
         if cached is not None and cached[0] == len(indices):

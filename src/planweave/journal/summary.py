@@ -12,7 +12,7 @@ starts stale and the first listing folds each once.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal, cast
@@ -195,17 +195,21 @@ def _unbounded(plan: Plan) -> tuple[str, ...]:
 
 
 def summarise(state: RunState, *, updated_at: float | None, seq: int = 0, owner: Mapping[str, Any] | None = None,
-              source: str = "") -> RunSummary:
-    """The summary of a run whose fold is ``state`` (no I/O; proportional to the run's steps)."""
+              source: str = "", redact: Callable[[Any], Any] | None = None) -> RunSummary:
+    """The summary of a run whose fold is ``state`` (no I/O; proportional to the run's steps); ``redact`` is applied
+    to its plan name and error (a live state holds the plan as written, secrets included)."""
     counts = dict(Counter(map(_status_of, state.records.values())))  # counted in C: a summary is per batch
     waiting: dict[str, str] = {}
     if "waiting_approval" in counts or "waiting_input" in counts:
         waiting = {r.id: r.status for r in state.records.values()
                    if r.status == "waiting_approval" or r.status == "waiting_input"}
     stored = cast(StoredStatus, state.status if state.status in _STORED else "running")
+    name, error = state.plan.spec.name or None, state.error
+    if redact is not None:
+        name, error = redact(name), redact(error)
     return RunSummary(
-        state.run_id, stored, seq, state.plan.spec.name or None, state.created_at, state.finished_at, updated_at,
-        state.error, counts, waiting, _unbounded(state.plan), state.tokens, round(state.cost_usd, 8),
+        state.run_id, stored, seq, name, state.created_at, state.finished_at, updated_at,
+        error, counts, waiting, _unbounded(state.plan), state.tokens, round(state.cost_usd, 8),
         dict(owner or {}), source,
     )
 
