@@ -216,7 +216,7 @@ def interrupted_then_answered(
         async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as eng:
             run = await eng.start(doc)
             await asyncio.sleep(5)
-            waiting = list(run.state.waiting_steps().values())
+            waiting: list[str] = list(run.state.waiting_steps().values())
         how = await answer(journal, run.id)
         async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as eng:
             resumed = await eng.resume(run.id)

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import get_args
+
 import pytest
 
 from planweave import Event, JournalError, parse_plan_document, validate_plan
-from planweave.engine.state import TRANSITIONS, RunState
+from planweave.engine.events import PAYLOADS, EventKind
+from planweave.engine.state import _FOLD, TRANSITIONS, RunState
 
 
 def state() -> RunState:
@@ -40,3 +45,55 @@ def test_the_happy_path_and_counts() -> None:
 def test_terminal_states_have_no_way_out() -> None:
     for status in ("succeeded", "failed", "cancelled", "skipped"):
         assert TRANSITIONS[status] == frozenset()
+
+
+def test_every_event_kind_has_a_payload_type_and_a_handler() -> None:
+    kinds = set(get_args(EventKind))
+    assert set(PAYLOADS) == kinds
+    assert set(_FOLD) == kinds
+
+
+def test_an_unknown_event_kind_is_refused_naming_run_and_kind() -> None:
+    s = state()
+    with pytest.raises(JournalError, match="run 'r1': unknown event kind 'step_exploded'"):
+        s.apply(Event("r1", "step_exploded", 1.0, "a", {}))  # type: ignore[arg-type]
+
+
+def test_a_person_event_naming_no_step_of_the_run_is_refused() -> None:
+    s = state()
+    with pytest.raises(JournalError, match="run 'r1': event approval_given names unknown step 'zz'"):
+        s.apply(Event("r1", "approval_given", 1.0, "zz", {"approve": True}))
+
+
+# A journal as the engine wrote it before the fold became a dispatch table (Event.to_json, one a line; every kind of
+# event a run writes, plan and step documents included): the same bytes must still fold to the same state.
+JOURNAL = Path(__file__).parent / "journals" / "before_dispatch_table.jsonl"
+
+
+def journaled() -> list[Event]:
+    return [Event(d["run_id"], d["kind"], d["at"], d["step"], d["data"], d["pos"])
+            for d in (json.loads(line) for line in JOURNAL.read_text(encoding="utf-8").splitlines())]
+
+
+def test_a_journal_written_before_the_dispatch_table_folds_to_the_same_state() -> None:
+    s = RunState.from_events("r9", journaled())
+    a, b, c, d = (s.records[x] for x in "abcd")
+    assert (s.last_pos, s.events_applied, s.on_failure, s.idempotent) == (23, 23, "stop", frozenset({"a", "b"}))
+    assert (s.created_at, s.status, s.finished_at, s.error, s.root_cause) == (0.0, "running", None, None, "d")
+    assert (a.status, a.output_ref, a.progress, a.attempt_log) == ("succeeded", "blob-a", (0.5, "half"),
+                                                                    [(1, 1.0, 2.0, "succeeded")])
+    assert (b.status, b.attempts, b.fallback_active, b.retry_at, b.error, b.error_kind) == (
+        "succeeded", 2, True, None, None, "tool")
+    assert b.attempt_log == [(1, 2.0, 3.0, "failed"), (2, 3.5, 4.0, "succeeded")]
+    assert (b.prompt, b.input_schema, b.reply, b.given, b.waiting_since) == (
+        "which?", {"type": "string"}, None, None, None)
+    # c was cancelled resumable by the stopping run: the resume makes it ready again, approved once.
+    assert (c.status, c.approved, c.resumable, c.error, c.finished_at) == ("ready", True, False, None, None)
+    assert c.attempt_log == [(1, 4.5, 5.0, "cancelled")]
+    assert (d.status, d.error, d.finished_at) == ("failed", "nope", 5.0)
+    assert (s.tokens, s.cost_usd, s.answer, s.active) == (15, 0.25, "partly", 1)
+    assert s.model_calls == [{"purpose": "tool", "model": "m", "prompt_tokens": 10, "completion_tokens": 5,
+                              "cost_usd": 0.25, "at": 1.6, "step": "a"}]
+    assert s.escalations == [{"at": 3.0, "step": "b", "rung": "fallback", "reason": "boom", "tool": "noop"}]
+    assert s.outcome() == ("failed", "step 'd' failed: nope")
+    assert s.counts() == {"succeeded": 2, "ready": 1, "failed": 1}

@@ -1,9 +1,16 @@
-"""Events: every state change of a run, as appended to the journal (pure data)."""
+"""Events: every state change of a run, as appended to the journal (pure data).
+
+An event's ``data`` is a plain JSON object, journaled as it is. What it holds for each kind is written down as a
+``TypedDict`` below (``<Kind>Data``): dictionaries at run time, so the journaled form is unchanged and building one
+costs nothing extra on the engine's hot path; checked by mypy where the fold reads them (``engine/state.py`` hands
+each kind's handler its payload type through one dispatch table, ``PAYLOADS`` names the type of every kind).
+Keys marked ``NotRequired`` may be missing: older journals lack them, or the writer leaves them out.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 EventKind = Literal[
     "run_created",  # data: plan (document), version, idempotent (ids), options, owner
@@ -52,3 +59,173 @@ class Event(NamedTuple):
             "step": self.step,
             "data": dict(self.data),
         }
+
+
+RunStatus = Literal["running", "succeeded", "failed", "cancelled"]
+OnFailure = Literal["stop", "continue"]  # what a step failing for good does to its run
+
+
+class RunCreatedData(TypedDict):
+    plan: Any  # the plan document (a JSON object; a ``PlanSpec`` when folded in process)
+    version: NotRequired[int]  # default 1
+    idempotent: NotRequired[Sequence[str]]  # the steps a resume may run again
+    source: NotRequired[str | None]
+    on_failure: NotRequired[OnFailure]  # journals older than the key continued
+    options: NotRequired[Mapping[str, Any]]  # concurrency, capacities, limits
+    owner: NotRequired[Any]  # the process that runs it
+    trigger: NotRequired[str]  # what wrote the first version (default "plan")
+
+
+class RunResumedData(TypedDict):
+    retry_unknown: NotRequired[bool]
+    owner: NotRequired[Any]
+
+
+class StepStartedData(TypedDict):
+    attempt: int
+
+
+class StepSucceededData(TypedDict):
+    attempt: NotRequired[int]
+    output: NotRequired[str | None]  # the blob reference of the output
+
+
+class StepFailedData(TypedDict):
+    attempt: NotRequired[int]
+    error: NotRequired[str | None]
+    kind: NotRequired[str | None]  # the failure's class: timeout, tool, reference, ...
+    final: NotRequired[bool]  # default True: no retry or fallback follows
+    retry_in: NotRequired[float]  # seconds until the retry (not final)
+    fallback: NotRequired[bool]  # the next attempts use the step's fallback (not final)
+
+
+class StepCancelledData(TypedDict):
+    reason: NotRequired[str]
+    resumable: NotRequired[bool]  # cancelled by a stopping run: a resume runs it again
+
+
+class RunCancelRequestedData(TypedDict):
+    reason: NotRequired[str]
+
+
+class RunCancelledData(TypedDict):
+    reason: NotRequired[str]
+    status: NotRequired[Literal["failed"]]  # Run.fail: a decision ended the run failed (final, no resume)
+
+
+class RunFinishedData(TypedDict):
+    status: RunStatus
+    error: NotRequired[str | None]
+
+
+class PlanVersionData(TypedDict):
+    plan: Any  # the full next version (a document, or a ``PlanSpec`` in process)
+    version: int
+    parent: NotRequired[int | None]
+    trigger: NotRequired[str]  # default "replan"
+    seen: NotRequired[int | None]  # the position the re-planner looked at
+    renamed: NotRequired[Mapping[str, str]]
+    idempotent: NotRequired[Sequence[str]]
+    model_started_at: NotRequired[float | None]
+    model_finished_at: NotRequired[float | None]
+    # the diff (SpliceDiff.as_dict): added, kept, adopted, unchanged, cancelled, dropped
+    added: NotRequired[Sequence[str]]
+    kept: NotRequired[Sequence[str]]
+    adopted: NotRequired[Sequence[str]]
+    unchanged: NotRequired[Sequence[str]]
+    cancelled: NotRequired[Sequence[str]]
+    dropped: NotRequired[Sequence[str]]
+
+
+class StepsAddedData(TypedDict):
+    steps: NotRequired[Sequence[Any]]  # step documents (``Step`` objects in process)
+    version: NotRequired[int]  # the version that wrote them (default: the current one)
+    idempotent: NotRequired[Sequence[str]]
+    model_started_at: NotRequired[float | None]
+    model_finished_at: NotRequired[float | None]
+    trigger: NotRequired[str]
+
+
+class ModelCallData(TypedDict):
+    purpose: NotRequired[str]
+    model: NotRequired[str | None]
+    prompt_tokens: NotRequired[int]
+    completion_tokens: NotRequired[int]
+    cost_usd: NotRequired[float]
+    usage_source: NotRequired[str]
+    started_at: NotRequired[float]
+    finished_at: NotRequired[float]
+    replans: NotRequired[int]
+    at: NotRequired[float]  # default: the event's time
+
+
+class EscalationData(TypedDict):
+    rung: str  # retry, fallback, local_repair, global_replan, repair_lines, stale, human, fail
+    reason: NotRequired[str]
+    tool: NotRequired[str]  # fallback: the fallback's tool
+    region: NotRequired[Sequence[str]]  # local_repair: the steps re-planned
+    question: NotRequired[str]  # human: the id of the question asked
+    steps: NotRequired[Sequence[str]]  # fail: the steps given up on
+
+
+class AnswerData(TypedDict):
+    text: NotRequired[str | None]
+
+
+class WarningData(TypedDict):
+    message: NotRequired[str]
+
+
+class StepProgressData(TypedDict):
+    fraction: NotRequired[float | None]
+    message: NotRequired[str]
+
+
+class ApprovalRequestedData(TypedDict):
+    prompt: NotRequired[str | None]
+
+
+class ApprovalGivenData(TypedDict):
+    approve: NotRequired[bool]
+    reason: NotRequired[str | None]
+
+
+class InputRequestedData(TypedDict):
+    prompt: NotRequired[str | None]
+    schema: NotRequired[Mapping[str, Any] | None]
+
+
+class InputGivenData(TypedDict):
+    value: NotRequired[Any]
+
+
+class StepReplyData(TypedDict):
+    approve: NotRequired[bool]
+    reason: NotRequired[str | None]
+    value: NotRequired[Any]
+
+
+# The payload type of every kind of event: the fold's dispatch table is checked against it (tests/engine/test_state.py).
+PAYLOADS: Mapping[EventKind, type] = {
+    "run_created": RunCreatedData,
+    "run_resumed": RunResumedData,
+    "step_started": StepStartedData,
+    "step_succeeded": StepSucceededData,
+    "step_failed": StepFailedData,
+    "step_cancelled": StepCancelledData,
+    "run_cancel_requested": RunCancelRequestedData,
+    "run_cancelled": RunCancelledData,
+    "run_finished": RunFinishedData,
+    "plan_version": PlanVersionData,
+    "steps_added": StepsAddedData,
+    "model_call": ModelCallData,
+    "escalation": EscalationData,
+    "answer": AnswerData,
+    "warning": WarningData,
+    "step_progress": StepProgressData,
+    "approval_requested": ApprovalRequestedData,
+    "approval_given": ApprovalGivenData,
+    "input_requested": InputRequestedData,
+    "input_given": InputGivenData,
+    "step_reply": StepReplyData,
+}

@@ -32,7 +32,7 @@ from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
 from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
-from planweave.engine.state import ACTIVE, OnFailure, RunState, StepRecord
+from planweave.engine.state import ACTIVE, OnFailure, RunState, RunStatus, StepRecord
 from planweave.errors import (
     EventNotRecorded,
     InputRejected,
@@ -93,7 +93,7 @@ class RunResult:
     """How a run ended: status, the error naming the root cause, per-step outputs and the ``--json`` summary."""
 
     run_id: str
-    status: str
+    status: RunStatus
     error: str | None
     outputs: Mapping[str, Any]
     state: RunState = field(repr=False)
@@ -282,6 +282,7 @@ class Run:
             crashed = exc
         finally:
             self._tg = None
+        status: RunStatus
         error: str | None
         if crashed is not None:
             status, error = "failed", f"internal error: {type(crashed).__name__}: {crashed}"

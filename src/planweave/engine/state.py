@@ -7,17 +7,43 @@ journaled: :meth:`RunState.apply` returns the steps an event made ready.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal
 
-from planweave.engine.events import Event
+from planweave.engine.events import (
+    AnswerData,
+    ApprovalGivenData,
+    ApprovalRequestedData,
+    EscalationData,
+    Event,
+    EventKind,
+    InputGivenData,
+    InputRequestedData,
+    ModelCallData,
+    OnFailure,
+    PlanVersionData,
+    RunCancelledData,
+    RunCreatedData,
+    RunFinishedData,
+    RunResumedData,
+    RunStatus,
+    StepCancelledData,
+    StepFailedData,
+    StepProgressData,
+    StepReplyData,
+    StepsAddedData,
+    StepStartedData,
+    StepSucceededData,
+)
 from planweave.engine.splice import splice_diff
 from planweave.errors import JournalError
 from planweave.plan.graph import Plan
 from planweave.plan.model import StepStatus
 
+__all__ = ["ACTIVE", "TRANSITIONS", "AttemptOutcome", "OnFailure", "RunState", "RunStatus", "StepRecord"]
+
 # Which status a step may move to from which: the state machine.
-TRANSITIONS: Mapping[str, frozenset[str]] = {
+TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     "pending": frozenset({"ready", "skipped", "cancelled"}),
     "ready": frozenset({"running", "cancelled", "skipped", "waiting_approval"}),
     # approved -> ready; rejected or timed out -> failed, or ready again to run the fallback
@@ -32,12 +58,13 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
     "skipped": frozenset(),
 }
 
-RunStatus = str  # "running" | "succeeded" | "failed" | "cancelled"
-OnFailure = str  # "stop" | "continue"
+# How one attempt of a step ended ("running" while it runs); "interrupted": the process stopped under it.
+AttemptOutcome = Literal["running", "succeeded", "failed", "cancelled", "interrupted"]
+AttemptEntry = tuple[int, float, float | None, AttemptOutcome]  # attempt, started_at, finished_at, outcome
 # Statuses that keep a run open. Waiting steps hold no capacity, but the run is not over while a person may answer.
-ACTIVE: frozenset[str] = frozenset({"ready", "running", "waiting_approval", "waiting_input"})
+ACTIVE: frozenset[StepStatus] = frozenset({"ready", "running", "waiting_approval", "waiting_input"})
 NOTHING_READY: tuple[str, ...] = ()  # shared: most events make nothing ready, and this is the hot path
-_HUMAN_EVENTS = frozenset({"approval_requested", "approval_given", "input_requested", "input_given", "step_reply"})
+_VERSION_META = frozenset({"model_started_at", "model_finished_at", "trigger"})  # what steps_added may update
 
 
 class StepRecord:
@@ -86,7 +113,7 @@ class StepRecord:
         self.resumable = False  # cancelled by a stopping run: a resume runs it again
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
         # A shared empty tuple until the first attempt: a run of 10,000 steps should not start with 10,000 lists.
-        self.attempt_log: list[tuple[int, float, float | None, str]] | tuple[()] = ()
+        self.attempt_log: list[AttemptEntry] | tuple[()] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -183,136 +210,144 @@ class RunState:
         return ready if ready is not None else NOTHING_READY
 
     # -- the fold ----------------------------------------------------------------------------------------------
-    def apply(self, event: Event) -> Sequence[str]:  # noqa: C901 (the fold's hot path: one branch per event kind, inlined on purpose)
+    def apply(self, event: Event) -> Sequence[str]:
         """Apply one event; return the steps it made ready (in plan order)."""
         self.events_applied += 1
         if event.pos is not None:
             self.last_pos = event.pos
-        kind = event.kind
-        if kind == "step_started":
-            rec = self.records[event.step]  # type: ignore[index]
-            if rec.status == "ready":  # the common transition, inlined: both states count as active
-                rec.status = "running"
-            else:
-                self._move(rec, "running", event)
-            rec.attempts = event.data["attempt"]
-            rec.retry_at = None
-            if rec.started_at is None:
-                rec.started_at = event.at
-            entry = (rec.attempts, event.at, None, "running")
-            if rec.attempt_log:
-                rec.attempt_log.append(entry)
-            else:
-                rec.attempt_log = [entry]
-            return NOTHING_READY
-        if kind == "step_succeeded":
-            rec = self.records[event.step]  # type: ignore[index]
-            if rec.status == "running":  # the common transition, inlined
-                rec.status = "succeeded"
-                self.active -= 1
-            else:
-                self._move(rec, "succeeded", event)
+        try:
+            fold = _FOLD[event.kind]
+        except KeyError:
+            raise JournalError(f"run '{self.run_id}': unknown event kind '{event.kind}'") from None
+        return fold(self, event, event.data)
+
+    # One handler per kind of event, each given the event's payload as its kind's type (engine/events.py); _FOLD,
+    # after the class, maps the kinds to them. The step events are the hot path: the engine folds several per step.
+    def _step_started(self, event: Event, data: StepStartedData) -> Sequence[str]:
+        rec = self.records[event.step]  # type: ignore[index]
+        if rec.status == "ready":  # the common transition, inlined: both states count as active
+            rec.status = "running"
+        else:
+            self._move(rec, "running", event)
+        rec.attempts = data["attempt"]
+        rec.retry_at = None
+        if rec.started_at is None:
+            rec.started_at = event.at
+        entry: AttemptEntry = (rec.attempts, event.at, None, "running")
+        if rec.attempt_log:
+            rec.attempt_log.append(entry)
+        else:
+            rec.attempt_log = [entry]
+        return NOTHING_READY
+
+    def _step_succeeded(self, event: Event, data: StepSucceededData) -> Sequence[str]:
+        rec = self.records[event.step]  # type: ignore[index]
+        if rec.status == "running":  # the common transition, inlined
+            rec.status = "succeeded"
+            self.active -= 1
+        else:
+            self._move(rec, "succeeded", event)
+        rec.finished_at = event.at
+        rec.output_ref = data.get("output")
+        rec.error = None
+        rec.given = None
+        self._close_attempt(rec, event.at, "succeeded")
+        return self._release_dependents(rec.id, event)
+
+    def _step_failed(self, event: Event, data: StepFailedData) -> Sequence[str]:
+        rec = self.records[event.step]  # type: ignore[index]
+        rec.error = data.get("error")
+        rec.error_kind = data.get("kind")
+        rec.given = None
+        rec.waiting_since = None
+        self._close_attempt(rec, event.at, "failed")
+        if data.get("final", True):
+            self._move(rec, "failed", event)
             rec.finished_at = event.at
-            rec.output_ref = event.data.get("output")
-            rec.error = None
-            rec.given = None
-            self._close_attempt(rec, event.at, "succeeded")
-            return self._release_dependents(rec.id, event)
-        if kind == "step_failed":
-            rec = self.records[event.step]  # type: ignore[index]
-            rec.error = event.data.get("error")
-            rec.error_kind = event.data.get("kind")
-            rec.given = None
-            rec.waiting_since = None
-            self._close_attempt(rec, event.at, "failed")
-            if event.data.get("final", True):
-                self._move(rec, "failed", event)
-                rec.finished_at = event.at
-                if self.root_cause is None:
-                    self.root_cause = rec.id
-                self._skip_dependents(rec.id, f"dependency '{rec.id}' failed", event)
+            if self.root_cause is None:
+                self.root_cause = rec.id
+            self._skip_dependents(rec.id, f"dependency '{rec.id}' failed", event)
+        else:
+            self._move(rec, "ready", event)
+            rec.retry_at = event.at + float(data.get("retry_in", 0.0))
+            if data.get("fallback"):
+                rec.fallback_active = True
+        return NOTHING_READY
+
+    def _step_cancelled(self, event: Event, data: StepCancelledData) -> Sequence[str]:
+        rec = self.records[event.step]  # type: ignore[index]
+        if rec.status not in ("succeeded", "failed", "cancelled", "skipped"):
+            self._move(rec, "cancelled", event)
+            rec.finished_at = event.at
+            rec.error = data.get("reason", "cancelled")
+            self._close_attempt(rec, event.at, "cancelled")
+            if data.get("resumable"):  # a stopping run: dependents wait for the resume that re-runs it
+                rec.resumable = True
             else:
-                self._move(rec, "ready", event)
-                rec.retry_at = event.at + float(event.data.get("retry_in", 0.0))
-                if event.data.get("fallback"):
-                    rec.fallback_active = True
-            return NOTHING_READY
-        if kind == "step_cancelled":
-            rec = self.records[event.step]  # type: ignore[index]
-            if rec.status not in ("succeeded", "failed", "cancelled", "skipped"):
+                self._skip_dependents(rec.id, f"dependency '{rec.id}' was cancelled", event)
+        return NOTHING_READY
+
+    def _run_created(self, event: Event, data: RunCreatedData) -> Sequence[str]:
+        self.created_at = event.at
+        self.on_failure = data.get("on_failure", "continue")  # journals older than the key continued
+        self.versions.append({
+            "version": self.plan.version, "parent": None, "trigger": data.get("trigger", "plan"),
+            "model_started_at": None, "model_finished_at": None, "spliced_at": event.at,
+            "added": list(self.plan.order), "kept": [], "adopted": [], "cancelled": [], "dropped": [],
+        })
+        ready = [sid for sid in self.plan.order if self.waiting[sid] == 0]
+        for sid in ready:
+            self._move(self.records[sid], "ready", event)
+        return ready
+
+    def _run_cancelled(self, event: Event, data: RunCancelledData) -> Sequence[str]:
+        reason = data.get("reason", "run cancelled")
+        for rec in self.records.values():
+            if rec.status in ACTIVE or rec.status in ("pending", "unknown"):
                 self._move(rec, "cancelled", event)
                 rec.finished_at = event.at
-                rec.error = event.data.get("reason", "cancelled")
+                rec.error = reason
                 self._close_attempt(rec, event.at, "cancelled")
-                if event.data.get("resumable"):  # a stopping run: dependents wait for the resume that re-runs it
-                    rec.resumable = True
-                else:
-                    self._skip_dependents(rec.id, f"dependency '{rec.id}' was cancelled", event)
-            return NOTHING_READY
-        if kind in _HUMAN_EVENTS:
-            return self._human(event)
-        if kind == "run_created":
-            self.created_at = event.at
-            self.on_failure = event.data.get("on_failure", "continue")  # journals older than the key continued
-            self.versions.append({
-                "version": self.plan.version, "parent": None, "trigger": event.data.get("trigger", "plan"),
-                "model_started_at": None, "model_finished_at": None, "spliced_at": event.at,
-                "added": list(self.plan.order), "kept": [], "adopted": [], "cancelled": [], "dropped": [],
-            })
-            ready = [sid for sid in self.plan.order if self.waiting[sid] == 0]
-            for sid in ready:
-                self._move(self.records[sid], "ready", event)
-            return ready
-        if kind == "plan_version":
-            return self._plan_version(event)
-        if kind == "steps_added":
-            return self._steps_added(event)
-        if kind == "run_resumed":
-            return self._resume(event)
-        if kind == "run_cancelled":
-            reason = event.data.get("reason", "run cancelled")
-            for rec in self.records.values():
-                if rec.status in ACTIVE or rec.status in ("pending", "unknown"):
-                    self._move(rec, "cancelled", event)
-                    rec.finished_at = event.at
-                    rec.error = reason
-                    self._close_attempt(rec, event.at, "cancelled")
-            if event.data.get("status") == "failed":  # Run.fail: a decision ended the run failed
-                self.status, self.failed_by = "failed", reason
-            else:
-                self.status = "cancelled"
-            self.error = reason
-            return NOTHING_READY
-        if kind == "run_finished":
-            self.status = event.data["status"]
-            self.error = event.data.get("error")
-            self.finished_at = event.at
-            return NOTHING_READY
-        if kind == "run_cancel_requested":
-            return NOTHING_READY
-        if kind == "model_call":
-            call = dict(event.data)
-            call.setdefault("at", event.at)
-            if event.step is not None:
-                call["step"] = event.step
-            self.model_calls.append(call)
-            self.tokens += int(call.get("prompt_tokens", 0)) + int(call.get("completion_tokens", 0))
-            self.cost_usd += float(call.get("cost_usd", 0.0))
-            return NOTHING_READY
-        if kind == "escalation":
-            self.escalations.append({"at": event.at, "step": event.step, **event.data})
-            return NOTHING_READY
-        if kind == "step_progress":
-            found = self.records.get(event.step or "")
-            if found is not None:
-                found.progress = (event.data.get("fraction"), event.data.get("message", ""))
-            return NOTHING_READY
-        if kind == "answer":
-            self.answer = event.data.get("text")
-            return NOTHING_READY
-        if kind == "warning":
-            return NOTHING_READY
-        raise JournalError(f"run '{self.run_id}': unknown event kind '{kind}'")
+        if data.get("status") == "failed":  # Run.fail: a decision ended the run failed
+            self.status, self.failed_by = "failed", reason
+        else:
+            self.status = "cancelled"
+        self.error = reason
+        return NOTHING_READY
+
+    def _run_finished(self, event: Event, data: RunFinishedData) -> Sequence[str]:
+        self.status = data["status"]
+        self.error = data.get("error")
+        self.finished_at = event.at
+        return NOTHING_READY
+
+    def _model_call(self, event: Event, data: ModelCallData) -> Sequence[str]:
+        call: dict[str, Any] = dict(data)
+        call.setdefault("at", event.at)
+        if event.step is not None:
+            call["step"] = event.step
+        self.model_calls.append(call)
+        self.tokens += int(data.get("prompt_tokens", 0)) + int(data.get("completion_tokens", 0))
+        self.cost_usd += float(data.get("cost_usd", 0.0))
+        return NOTHING_READY
+
+    def _escalation(self, event: Event, data: EscalationData) -> Sequence[str]:
+        self.escalations.append({"at": event.at, "step": event.step, **data})
+        return NOTHING_READY
+
+    def _step_progress(self, event: Event, data: StepProgressData) -> Sequence[str]:
+        found = self.records.get(event.step or "")
+        if found is not None:
+            found.progress = (data.get("fraction"), data.get("message", ""))
+        return NOTHING_READY
+
+    def _answer(self, event: Event, data: AnswerData) -> Sequence[str]:
+        self.answer = data.get("text")
+        return NOTHING_READY
+
+    def _no_change(self, event: Event, data: Mapping[str, Any]) -> Sequence[str]:
+        """``warning`` and ``run_cancel_requested`` (the owner acts on it): journaled, but no state changes."""
+        return NOTHING_READY
 
     # -- people in the run --------------------------------------------------------------------------------------------
     @staticmethod
@@ -324,66 +359,79 @@ class RunState:
         rec = self.records[sid]
         return sid in self.approvals and not rec.approved and not rec.fallback_active
 
-    def _human(self, event: Event) -> Sequence[str]:
-        """Fold the events of steps that wait for a person; only an approval makes a step ready."""
+    def _waiting_record(self, event: Event) -> StepRecord:
+        """The record of the step a person's event names; a journal naming no step of the run is corrupt."""
         rec = self.records.get(event.step or "")
         if rec is None:
             raise JournalError(f"run '{self.run_id}': event {event.kind} names unknown step '{event.step}'")
-        kind, data = event.kind, event.data
-        if kind == "step_reply":  # written by another process; the owner applies it, a resume applies it if not
-            rec.reply = data
-        elif kind == "approval_requested":
-            self._move(rec, "waiting_approval", event)
-            rec.waiting_since, rec.prompt = event.at, data.get("prompt")
-        elif kind == "input_requested":
-            self._move(rec, "waiting_input", event)
-            rec.waiting_since, rec.prompt = event.at, data.get("prompt")
-            rec.input_schema = data.get("schema")
-        elif kind == "input_given":
-            self._move(rec, "running", event)
-            rec.given, rec.reply, rec.waiting_since = (data.get("value"),), None, None
-        else:  # approval_given: a rejection is followed by the step_failed that says what happens next
-            rec.reply = None
-            if data.get("approve"):
-                self._move(rec, "ready", event)
-                rec.approved, rec.waiting_since = True, None
-                return (rec.id,)
+        return rec
+
+    def _step_reply(self, event: Event, data: StepReplyData) -> Sequence[str]:
+        # Written by another process; the owner applies it, a resume applies it if not.
+        self._waiting_record(event).reply = data
         return NOTHING_READY
 
-    def waiting_steps(self) -> dict[str, str]:
+    def _approval_requested(self, event: Event, data: ApprovalRequestedData) -> Sequence[str]:
+        rec = self._waiting_record(event)
+        self._move(rec, "waiting_approval", event)
+        rec.waiting_since, rec.prompt = event.at, data.get("prompt")
+        return NOTHING_READY
+
+    def _input_requested(self, event: Event, data: InputRequestedData) -> Sequence[str]:
+        rec = self._waiting_record(event)
+        self._move(rec, "waiting_input", event)
+        rec.waiting_since, rec.prompt = event.at, data.get("prompt")
+        rec.input_schema = data.get("schema")
+        return NOTHING_READY
+
+    def _input_given(self, event: Event, data: InputGivenData) -> Sequence[str]:
+        rec = self._waiting_record(event)
+        self._move(rec, "running", event)
+        rec.given, rec.reply, rec.waiting_since = (data.get("value"),), None, None
+        return NOTHING_READY
+
+    def _approval_given(self, event: Event, data: ApprovalGivenData) -> Sequence[str]:
+        """Only an approval makes a step ready; a rejection is followed by the step_failed that says what follows."""
+        rec = self._waiting_record(event)
+        rec.reply = None
+        if data.get("approve"):
+            self._move(rec, "ready", event)
+            rec.approved, rec.waiting_since = True, None
+            return (rec.id,)
+        return NOTHING_READY
+
+    def waiting_steps(self) -> dict[str, StepStatus]:
         """Steps waiting for a person: id -> ``waiting_approval`` or ``waiting_input``."""
         return {r.id: r.status for r in self.records.values() if r.status in ("waiting_approval", "waiting_input")}
 
     # -- plan versions ----------------------------------------------------------------------------------------------
-    def _plan_version(self, event: Event) -> Sequence[str]:
-        new_plan = self._plan_from(event.data["plan"], int(event.data["version"]), event.data.get("parent"))
+    def _plan_version(self, event: Event, data: PlanVersionData) -> Sequence[str]:
+        new_plan = self._plan_from(data["plan"], int(data["version"]), data.get("parent"))
         diff = splice_diff(self.records, self.plan, new_plan)
         self.versions.append({
-            "version": new_plan.version, "parent": event.data.get("parent"),
-            "trigger": event.data.get("trigger", "replan"),
-            "model_started_at": event.data.get("model_started_at"),
-            "model_finished_at": event.data.get("model_finished_at"),
-            "spliced_at": event.at, "renamed": dict(event.data.get("renamed", {})), **diff.as_dict(),
+            "version": new_plan.version, "parent": data.get("parent"),
+            "trigger": data.get("trigger", "replan"),
+            "model_started_at": data.get("model_started_at"),
+            "model_finished_at": data.get("model_finished_at"),
+            "spliced_at": event.at, "renamed": dict(data.get("renamed", {})), **diff.as_dict(),
         })
-        return self._rebase(new_plan, set(diff.added), event)
+        return self._rebase(new_plan, set(diff.added), event, data)
 
-    def _steps_added(self, event: Event) -> Sequence[str]:
+    def _steps_added(self, event: Event, data: StepsAddedData) -> Sequence[str]:
         from planweave.plan.model import Step
 
-        steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in event.data.get("steps", ())]
-        version = int(event.data.get("version", self.plan.version))
+        steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in data.get("steps", ())]
+        version = int(data.get("version", self.plan.version))
         # Lines of a planner that is still writing may land after a re-plan spliced a newer version in: they are
         # recorded on the version that wrote them, and extend whatever version is current.
         entry = next((v for v in reversed(self.versions) if v["version"] == version), None)
         if entry is None:
             entry = {"version": version, "parent": self.plan.version if version != self.plan.version else None,
-                     "trigger": event.data.get("trigger", "plan"), "model_started_at": None,
+                     "trigger": data.get("trigger", "plan"), "model_started_at": None,
                      "model_finished_at": None, "spliced_at": None, "added": [], "kept": [], "adopted": [],
                      "cancelled": [], "dropped": []}
             self.versions.append(entry)
-        for key in ("model_started_at", "model_finished_at", "trigger"):
-            if key in event.data:
-                entry[key] = event.data[key]
+        entry.update((key, value) for key, value in data.items() if key in _VERSION_META)
         if not steps:
             return NOTHING_READY
         if entry["spliced_at"] is None:
@@ -391,7 +439,7 @@ class RunState:
         entry["added"].extend(s.id for s in steps)
         spec = self.plan.spec.model_copy(update={"steps": (*self.plan.spec.steps, *steps)})
         new_plan = self._plan_from(spec, self.plan.version, self.plan.parent)
-        return self._rebase(new_plan, {s.id for s in steps}, event)
+        return self._rebase(new_plan, {s.id for s in steps}, event, data)
 
     def _plan_from(self, raw: Any, version: int, parent: int | None) -> Plan:
         from planweave.plan.graph import parse_plan_document, validate_plan
@@ -400,7 +448,8 @@ class RunState:
         spec = raw if isinstance(raw, PlanSpec) else parse_plan_document(raw, f"run '{self.run_id}' version {version}")
         return validate_plan(spec, version=version, parent=parent, source=f"run '{self.run_id}' version {version}")
 
-    def _rebase(self, new_plan: Plan, fresh: set[str], event: Event) -> Sequence[str]:
+    def _rebase(self, new_plan: Plan, fresh: set[str], event: Event,
+                data: PlanVersionData | StepsAddedData) -> Sequence[str]:
         """Switch to ``new_plan``: steps in ``fresh`` start over as pending, the others keep their records."""
         old_version = self.plan.version
         records: dict[str, StepRecord] = {}
@@ -408,12 +457,12 @@ class RunState:
             rec = self.records.get(sid)
             if rec is None or sid in fresh:
                 if rec is not None:
-                    self._retire(rec, old_version, event)
+                    self._retire(rec, old_version, event, data.get("version"))
                 rec = StepRecord(sid)
             records[sid] = rec
         for sid, rec in self.records.items():
             if sid not in new_plan.steps:
-                self._retire(rec, old_version, event)
+                self._retire(rec, old_version, event, data.get("version"))
         self.plan = new_plan
         self.records = records
         self.approvals = self._approval_steps(new_plan)
@@ -421,7 +470,7 @@ class RunState:
             self.root_cause not in records or records[self.root_cause].status != "failed"
         ):  # the failed step was replaced: the failure is repaired, not the run's cause any more
             self.root_cause = next((r.id for r in records.values() if r.status == "failed"), None)
-        self.idempotent = self.idempotent | frozenset(event.data.get("idempotent", ()))
+        self.idempotent = self.idempotent | frozenset(data.get("idempotent", ()))
         # Recount what every waiting step still waits for, and what is active.
         self.waiting = {}
         self.active = 0
@@ -442,21 +491,21 @@ class RunState:
                 self.active += 1
         return ready
 
-    def _retire(self, rec: StepRecord, version: int, event: Event) -> None:
+    def _retire(self, rec: StepRecord, version: int, event: Event, replaced_by: int | None) -> None:
         if rec.status in ACTIVE or rec.status in ("pending", "unknown"):
             rec.status = "cancelled"
             rec.finished_at = event.at
-            rec.error = f"replaced by plan version {event.data.get('version')}"
+            rec.error = f"replaced by plan version {replaced_by}"
             self._close_attempt(rec, event.at, "cancelled")
         self.retired.append((version, rec))
 
-    def _close_attempt(self, rec: StepRecord, at: float, outcome: str) -> None:
+    def _close_attempt(self, rec: StepRecord, at: float, outcome: AttemptOutcome) -> None:
         log = rec.attempt_log
         if isinstance(log, list) and log and log[-1][2] is None:
             log[-1] = (log[-1][0], log[-1][1], at, outcome)  # tuples of atoms: the GC stops tracking them
 
-    def _resume(self, event: Event) -> Sequence[str]:
-        retry_unknown = bool(event.data.get("retry_unknown"))
+    def _run_resumed(self, event: Event, data: RunResumedData) -> Sequence[str]:
+        retry_unknown = bool(data.get("retry_unknown"))
         ready: list[str] = []
         self.status = "running"
         self.finished_at = None
@@ -540,7 +589,37 @@ class RunState:
         }
 
     def counts(self) -> dict[str, int]:
+        """How many steps are in each status (keys are ``StepStatus`` values; ``str`` for the views that print them)."""
         out: dict[str, int] = {}
         for rec in self.records.values():
             out[rec.status] = out.get(rec.status, 0) + 1
         return out
+
+
+# The fold's dispatch table: every kind of event (engine/events.py ``EventKind``) and the handler that applies it, each
+# handler typed with its kind's payload (``PAYLOADS``). Plain functions, called as ``fold(state, event, data)``: one
+# dictionary lookup per event, no bound method built (the engine folds several events per step).
+Fold = Callable[[RunState, Event, Any], Sequence[str]]
+_FOLD: Mapping[EventKind, Fold] = {
+    "step_started": RunState._step_started,
+    "step_succeeded": RunState._step_succeeded,
+    "step_failed": RunState._step_failed,
+    "step_cancelled": RunState._step_cancelled,
+    "step_progress": RunState._step_progress,
+    "run_created": RunState._run_created,
+    "run_resumed": RunState._run_resumed,
+    "run_cancel_requested": RunState._no_change,
+    "run_cancelled": RunState._run_cancelled,
+    "run_finished": RunState._run_finished,
+    "plan_version": RunState._plan_version,
+    "steps_added": RunState._steps_added,
+    "model_call": RunState._model_call,
+    "escalation": RunState._escalation,
+    "answer": RunState._answer,
+    "warning": RunState._no_change,
+    "approval_requested": RunState._approval_requested,
+    "approval_given": RunState._approval_given,
+    "input_requested": RunState._input_requested,
+    "input_given": RunState._input_given,
+    "step_reply": RunState._step_reply,
+}
