@@ -6,9 +6,10 @@
 #
 # mutmut rewrites the code it mutates, so it never runs on this work tree: the committed HEAD (or MUTATION_REV, to
 # compare the tests of two commits) is exported to
-# $MUTATION_DIR (default /tmp/planweave-mutation), which keeps its own venv between runs. Only the fast core tests
-# run (tests/engine, tests/plan). Bounded: MUTATION_CHILDREN workers (default 2) under `nice`, and each module is
-# stopped after MUTATION_MODULE_SECONDS (default 600). Scores go to $MUTATION_DIR/scores.txt, survivors are listed
+# $MUTATION_DIR (default /tmp/planweave-mutation), which keeps its own venv between runs. Only the fast tests that
+# exercise the module run (see tests_for below; MUTATION_TESTS="tests/a tests/b" overrides), without the PostgreSQL
+# variants (the fold and the plan code are the same over every journal). Bounded: MUTATION_CHILDREN workers
+# (default 2) under `nice`, and each module is stopped after MUTATION_MODULE_SECONDS (default 600). Scores go to $MUTATION_DIR/scores.txt, survivors are listed
 # by `cd $MUTATION_DIR && .venv/bin/mutmut results` and shown by `.venv/bin/mutmut show NAME`.
 # Unraisable-exception warnings are not errors here: mutmut's slower trampolines move garbage collection, and a
 # leaked coroutine (see docs/testing.md) must not stop the run. See docs/testing.md for the latest scores.
@@ -16,7 +17,7 @@ set -euo pipefail
 
 repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 dir=${MUTATION_DIR:-/tmp/planweave-mutation}
-rev=${MUTATION_REV:-HEAD}
+rev=$(git -C "$repo" rev-parse --short "${MUTATION_REV:-HEAD}")
 children=${MUTATION_CHILDREN:-2}
 budget=${MUTATION_MODULE_SECONDS:-600}
 modules=("$@")
@@ -42,9 +43,19 @@ if [ ! -x "$dir/.venv/bin/mutmut" ]; then
   "$dir/.venv/bin/pip" install -q -e "$dir[dev]" "mutmut==3.8.1"
 fi
 
+# The tests that exercise a module: mutmut then runs, per mutant, those of them that reach the mutated function.
+tests_for() {
+  if [ -n "${MUTATION_TESTS:-}" ]; then echo "$MUTATION_TESTS"; return; fi
+  case "$1" in
+    src/planweave/plan/*) echo "tests/plan tests/engine/test_state.py tests/engine/test_failures.py" ;;
+    *) echo "tests/engine tests/plan" ;;
+  esac
+}
+
 cd "$dir"
 for module in "${modules[@]}"; do
   rm -rf mutants
+  selection=$(tests_for "$module" | tr ' ' '\n' | sed 's/^/    /')
   # pyproject.toml has no [tool.mutmut] section, so mutmut reads this file.
   cat > setup.cfg <<EOF
 [mutmut]
@@ -54,12 +65,13 @@ also_copy=
     examples
     docs
 pytest_add_cli_args_test_selection=
-    tests/engine
-    tests/plan
+$selection
 pytest_add_cli_args=
     -p
     no:cacheprovider
     -q
+    -m
+    not postgres
     -W
     ignore::pytest.PytestUnraisableExceptionWarning
 EOF
@@ -69,8 +81,8 @@ EOF
     || status=$?
   [ "$status" -eq 124 ] && echo "   stopped after ${budget}s: the score counts the mutants checked so far"
   # Every mutant with its status (killed, survived, timeout, not checked...).
-  .venv/bin/mutmut results --all true > "results-$(basename "$module" .py).txt"
-  python3 - "$module" "results-$(basename "$module" .py).txt" <<'EOF' | sed "s/^/$rev /" | tee -a scores.txt
+  .venv/bin/mutmut results --all true > "results-$(basename "$module" .py)-$rev.txt"
+  python3 - "$module" "results-$(basename "$module" .py)-$rev.txt" <<'EOF' | sed "s/^/$rev /" | tee -a scores.txt
 import collections, sys
 counts = collections.Counter(line.rsplit(":", 1)[1].strip() for line in open(sys.argv[2]) if ":" in line)
 checked = counts["killed"] + counts["survived"] + counts["timeout"] + counts["segfault"]
