@@ -17,7 +17,8 @@ The commands live in one module per group; this module only builds the app from 
 **Adding a command group** (one way): write ``planweave/cli/<group>_cmd.py`` with the commands as plain functions
 (options from :mod:`planweave.cli.common`, the body inside ``with clean_errors(json_output):``) and a
 ``register(app: typer.Typer) -> None`` that adds them (``app.command()(worker)``, or ``app.add_typer(...)`` for a
-sub-group), then add one line to :data:`COMMAND_GROUPS` below naming the module and its top-level command names.
+sub-group), then add one line to :data:`COMMAND_GROUPS` below naming the module and its top-level command names
+(they must be right: :func:`main` imports and builds only the group of the command it runs, for start-up time).
 A group module imports ``planweave.cli.common`` (and ``follow``), never this module (``tests/test_architecture.py``).
 A new flag on ``run`` is a parameter of :func:`planweave.cli.run_cmd.run` plus the field of the option group it
 belongs to (:class:`~planweave.cli.run_cmd.ModelFlags` for the model and its limits,
@@ -31,13 +32,18 @@ import logging
 import os
 import sys
 import threading
-from typing import Annotated, Any, NoReturn
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from planweave import __version__
 from planweave.cli.common import JSON_PRINTED, ExitCode, UsageError, print_json
-from planweave.cli.inspect_cmd import JournaledRun, read_run, read_runs
+
+if TYPE_CHECKING:
+    from planweave.cli.inspect_cmd import JournaledRun, read_run, read_runs
+
+    app: typer.Typer  # built on first use (:func:`__getattr__`)
 
 __all__ = ["COMMAND_GROUPS", "ExitCode", "JournaledRun", "UsageError", "app", "build_app", "main", "read_run",
            "read_runs"]
@@ -69,8 +75,9 @@ def root(
     """Plan long-horizon agent tasks as DAGs and run them event-driven on a durable journal."""
 
 
-def build_app() -> typer.Typer:
-    """The ``planweave`` app with every group of :data:`COMMAND_GROUPS` registered."""
+def build_app(command: str | None = None) -> typer.Typer:
+    """The ``planweave`` app with every group of :data:`COMMAND_GROUPS` registered, or only the group that adds
+    ``command`` (what :func:`main` runs: the other groups are neither imported nor built into Click commands)."""
     built = typer.Typer(
         name="planweave",
         help="Plan long-horizon agent tasks as DAGs and run them event-driven on a durable journal.",
@@ -79,12 +86,29 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     built.callback()(root)
-    for module in COMMAND_GROUPS:
+    only = [module for module, names in COMMAND_GROUPS.items() if command in names]
+    for module in only or COMMAND_GROUPS:
         importlib.import_module(module).register(built)
     return built
 
 
-app = build_app()
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command a ``planweave`` command line names (its first argument that is not an option), or None."""
+    return next((arg for arg in argv if not arg.startswith("-")), None)
+
+
+_LAZY = {"JournaledRun": "planweave.cli.inspect_cmd", "read_run": "planweave.cli.inspect_cmd",
+         "read_runs": "planweave.cli.inspect_cmd"}
+
+
+def __getattr__(name: str) -> Any:
+    """``app`` (every group, built once) and the names kept here for compatibility, imported when first used."""
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
@@ -98,7 +122,8 @@ def main() -> None:
     if stderr is not None:
         sys.stderr = stderr
     try:
-        app(prog_name="planweave")
+        # Only the invoked command's group is built (start-up time); help and unknown commands get every group.
+        build_app(command_of(sys.argv[1:]))(prog_name="planweave")
     except SystemExit as exc:
         if stderr is not None and not JSON_PRINTED and exc.code not in (0, None):
             print_json({"status": "error", "error": stderr.message() or f"exit code {exc.code}"})
