@@ -28,6 +28,7 @@ if [ ${#modules[@]} -eq 0 ]; then
     src/planweave/engine/splice.py
     src/planweave/plan/refs.py
     src/planweave/plan/graph.py
+    src/planweave/plan/passes.py
     src/planweave/plan/critical.py
     src/planweave/plan/defaults.py
     src/planweave/plan/document.py

@@ -171,3 +171,40 @@ def test_critical_path_and_makespan_lower_bound() -> None:
     assert plan.rank == {"a": 8.0, "b": 6.0, "c": 2.0, "d": 1.0}
     assert plan.makespan_lower_bound == 8.0
     assert plan.critical_path == ("a", "b", "d")
+
+
+def test_every_pass_reports_in_plan_order_step_by_step() -> None:
+    """The passes run step by step (ids first, cycles last), so the problems come in the same order as the steps."""
+    doc: dict[str, Any] = {"defaults": {"timeout": 5}, "steps": [
+        {"id": "a", "tool": "noop"},
+        {"id": "a", "tool": "noop"},
+        {"id": "b", "tool": "nop", "args": {"x": "${b.y}", "y": "${zz}", "z": "${9a}", "w": "${a.v}"},
+         "after": ["b", "qq", "a"], "resources": {"gpu": 2, "cpu": 9}, "verifies": "aa",
+         "fallback": {"tool": "noop", "args": {"m": "${b}", "n": "${nope}", "o": "${a}"}}},
+        {"id": "c", "tool": "noop", "fallback": {"tool": "nope", "args": {"m": "${a.}"}}, "verifies": "c"},
+        {"id": "d", "tool": "noop", "after": ["e"]},
+        {"id": "e", "tool": "noop", "after": ["d"]},
+        {"id": "f", "tool": "noop", "after": ["e"]},
+        {"id": "g", "tool": "http.get", "args": {"bogus": 1}, "fallback": {"tool": "http.get", "args": {"url": 3}}},
+    ]}
+    assert problems(doc, {"cpu": 4}) == [
+        "step 'a', id: duplicate step id",
+        "step 'b', args.z: '${9a}' does not start with a step id",
+        "step 'b', args: ${b.y} refers to the step itself",
+        "step 'b', args: ${zz} refers to unknown step 'zz'",
+        "step 'b', after[0]: a step cannot come after itself",
+        "step 'b', after[1]: unknown step 'qq'",
+        "step 'b', fallback.args: ${b} refers to the step itself",
+        "step 'b', fallback.args: ${nope} refers to unknown step 'nope'",
+        "step 'b', verifies: unknown step 'aa' (did you mean 'a'?)",
+        "step 'b', tool: unknown tool 'nop' (did you mean 'noop'?)",
+        "step 'b', resources.gpu: no capacity is declared for 'gpu' (did you mean 'cpu'?) (use --capacity gpu=N or the "
+        "plan's 'capacities:')",
+        "step 'b', resources.cpu: claims 9 but the capacity is 4",
+        "step 'c', fallback.args: '${a.}': cannot read '.' (use .key, [index] or [\"key\"])",
+        "step 'c', fallback.tool: unknown tool 'nope' (did you mean 'noop'?)",
+        "step 'g', fallback.args.url: Input should be a valid string",
+        "step 'g', args.url: required by tool 'http.get'",
+        "step 'g', args.bogus: tool 'http.get' has no argument 'bogus'",
+        "step 'd', after: dependency cycle: d -> e -> d",
+    ]

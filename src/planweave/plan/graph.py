@@ -13,15 +13,13 @@ from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
 from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
+from planweave.plan import passes
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.critical import critical_path, slacks, upward_ranks
-from planweave.plan.defaults import step_with_defaults
 from planweave.plan.model import Claim, PlanSpec, Step, StepDefaults
-from planweave.plan.refs import Compiled, Interpolation, Ref, RefSyntaxError, compile_args
+from planweave.plan.refs import Compiled, Interpolation, Ref
 
 _STEP_KEYS = tuple(Step.model_fields)
-_NO_ARGS: dict[str, Compiled] = {}  # shared by steps without arguments: read-only by contract
-_NO_DEFERRED: frozenset[str] = frozenset()
 _DEFAULTABLE = frozenset({"timeout", "heartbeat", "retries"})  # the keys a plan's `defaults` can fill
 
 
@@ -163,51 +161,6 @@ def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
     return spec.model_copy(update={"steps": tuple(steps)})
 
 
-def _find_cycle(nodes: set[str], deps: Mapping[str, tuple[str, ...]]) -> list[str]:
-    """Return one cycle among ``nodes`` (each of which is on or leads to a cycle) as a closed path."""
-    start = min(nodes)
-    path: list[str] = []
-    seen: dict[str, int] = {}
-    node = start
-    while node not in seen:
-        seen[node] = len(path)
-        path.append(node)
-        node = next(d for d in sorted(deps[node]) if d in nodes)
-    cycle = [*path[seen[node] :], node]
-    cycle.reverse()  # edges point from dependency to dependent
-    return cycle
-
-
-def _unordered_writers(
-    steps: Mapping[str, Step], order: list[str], deps: Mapping[str, tuple[str, ...]]
-) -> list[PlanProblem]:
-    """Report pairs of steps that write the same resource with no order between them (a race)."""
-    writers: dict[str, list[str]] = {}
-    for sid in order:
-        for resource in steps[sid].writes:
-            writers.setdefault(resource, []).append(sid)
-    contested = {r: ws for r, ws in writers.items() if len(ws) > 1}
-    if not contested:
-        return []
-    bit = {sid: 1 << i for i, sid in enumerate(order)}
-    ancestors: dict[str, int] = {}
-    for sid in order:
-        mask = 0
-        for d in deps[sid]:
-            mask |= ancestors[d] | bit[d]
-        ancestors[sid] = mask
-    problems = []
-    for resource, ws in contested.items():
-        for i, a in enumerate(ws):
-            for b in ws[i + 1 :]:  # b comes later in topological order, so only b can depend on a
-                if not ancestors[b] & bit[a]:
-                    problems.append(PlanProblem(
-                        b, "writes",
-                        f"writes '{resource}' like step '{a}' with no order between them; add `after: [{a}]`",
-                    ))
-    return problems
-
-
 def _canonical(template: Compiled, prints: Mapping[str, str]) -> Any:
     """The argument template with every reference named by its target's fingerprint instead of its id."""
     if isinstance(template, Ref):
@@ -232,7 +185,7 @@ def _fingerprint(step: Step, template: Compiled, deps: tuple[str, ...], prints: 
     return hashlib.sha256(body.encode()).hexdigest()[:32]
 
 
-def validate_plan(  # noqa: C901 (one pass that collects every problem of a plan)
+def validate_plan(
     spec: PlanSpec,
     tools: ToolCatalog | None = None,
     capacities: Mapping[str, int] | None = None,
@@ -245,163 +198,27 @@ def validate_plan(  # noqa: C901 (one pass that collects every problem of a plan
 
     ``tools`` None skips tool checks; ``capacities`` None skips claim checks (else every claimed resource must be
     declared and no claim may exceed its capacity). The plan's ``defaults`` are applied to the steps of the
-    :class:`Plan` (see :mod:`planweave.plan.defaults`); ``spec`` stays as written.
+    :class:`Plan` (see :mod:`planweave.plan.defaults`); ``spec`` stays as written. The checks are the passes of
+    :mod:`planweave.plan.passes`, run step by step so that the problems come in the order of the steps.
     """
     problems: list[PlanProblem] = []
-    steps: dict[str, Step] = {}
-    defaults = spec.defaults if spec.defaults.model_fields_set else None
-    for step in spec.steps:
-        if defaults is not None:
-            step = step_with_defaults(step, defaults)
-        if step.id in steps:
-            problems.append(PlanProblem(step.id, "id", "duplicate step id"))
-        else:
-            steps[step.id] = step
-
+    steps = passes.step_ids(spec, problems)
     templates: dict[str, Compiled] = {}
     fallbacks: dict[str, Compiled] = {}
     refs: dict[str, tuple[Ref, ...]] = {}
     deps: dict[str, tuple[str, ...]] = {}
     for sid, step in steps.items():
-        after = step.after
-        if (not step.args and step.fallback is None and step.verifies is None
-                and sid not in after and all(a in steps for a in after)):
-            # The common case (no arguments, known dependencies): nothing to compile, nothing to allocate.
-            template: dict[str, Compiled] = _NO_ARGS
-            step_refs: list[Ref] | tuple[Ref, ...] = ()
-            dep_list: list[str] | tuple[str, ...] = tuple(dict.fromkeys(after)) if len(after) > 1 else after
-            deferred: set[str] | frozenset[str] = _NO_DEFERRED
-        else:
-            deferred = set()
-            step_refs = []
-            template = {}
-            for name, value in step.args.items():
-                try:
-                    template[name], found = compile_args(value)
-                except RefSyntaxError as exc:
-                    problems.append(PlanProblem(sid, f"args.{name}", str(exc)))
-                    template[name] = value
-                    continue
-                if found:
-                    deferred.add(name)
-                step_refs.extend(found)
-            dep_list = []
-            dep_set: set[str] = set()
-            for ref in step_refs:
-                if ref.step == sid:
-                    problems.append(PlanProblem(sid, "args", f"${{{ref.text}}} refers to the step itself"))
-                elif ref.step not in steps:
-                    hint = did_you_mean(ref.step, steps)
-                    problems.append(
-                        PlanProblem(sid, "args", f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
-                elif ref.step not in dep_set:
-                    dep_list.append(ref.step)
-                    dep_set.add(ref.step)
-            for index, other in enumerate(step.after):
-                if other == sid:
-                    problems.append(PlanProblem(sid, f"after[{index}]", "a step cannot come after itself"))
-                elif other not in steps:
-                    problems.append(
-                        PlanProblem(sid, f"after[{index}]", f"unknown step '{other}'{did_you_mean(other, steps)}")
-                    )
-                elif other not in dep_set:
-                    dep_list.append(other)
-                    dep_set.add(other)
-            if step.fallback is not None:
-                try:
-                    fallbacks[sid], fb_refs = compile_args(step.fallback.args)
-                except RefSyntaxError as exc:
-                    problems.append(PlanProblem(sid, "fallback.args", str(exc)))
-                    fb_refs = ()
-                for ref in fb_refs:
-                    if ref.step == sid:
-                        problems.append(PlanProblem(sid, "fallback.args", f"${{{ref.text}}} refers to the step itself"))
-                    elif ref.step not in steps:
-                        hint = did_you_mean(ref.step, steps)
-                        problems.append(PlanProblem(sid, "fallback.args",
-                                                    f"${{{ref.text}}} refers to unknown step '{ref.step}'{hint}"))
-                    elif ref.step not in dep_set:
-                        dep_list.append(ref.step)
-                        dep_set.add(ref.step)
-                step_refs.extend(fb_refs)
-                if tools is not None:
-                    fb_tool = tools.get(step.fallback.tool)
-                    if fb_tool is None:
-                        hint = did_you_mean(step.fallback.tool, tools)
-                        problems.append(PlanProblem(sid, "fallback.tool", f"unknown tool '{step.fallback.tool}'{hint}"))
-                    else:
-                        fb_deferred = frozenset(k for k, v in step.fallback.args.items()
-                                                if "${" in str(v))
-                        for fld, msg in fb_tool.check_args(step.fallback.args, fb_deferred):
-                            problems.append(PlanProblem(sid, f"fallback.args.{fld}" if fld else "fallback.args", msg))
-            if step.verifies is not None and step.verifies not in steps:
-                problems.append(PlanProblem(sid, "verifies", f"unknown step '{step.verifies}'"
-                                                             f"{did_you_mean(step.verifies, steps)}"))
-            elif step.verifies is not None and step.verifies not in dep_set and step.verifies != sid:
-                dep_list.append(step.verifies)
-                dep_set.add(step.verifies)
-        templates[sid] = template
-        refs[sid] = tuple(step_refs)
-        deps[sid] = tuple(dep_list)
-
+        links = passes.step_references(sid, step, steps, tools, problems)
+        templates[sid], refs[sid], deps[sid] = links.template, links.refs, links.deps
+        if links.fallback is not None:
+            fallbacks[sid] = links.fallback
         if tools is not None:
-            tool = tools.get(step.tool)
-            if tool is None:
-                problems.append(PlanProblem(sid, "tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, tools)}"))
-            else:
-                for fld, msg in tool.check_args(step.args, frozenset(deferred)):
-                    problems.append(PlanProblem(sid, f"args.{fld}" if fld else "args", msg))
-        if capacities is not None:
-            for name, amount in step.resources.items():
-                if name not in capacities:
-                    hint = did_you_mean(name, capacities)
-                    problems.append(
-                        PlanProblem(
-                            sid,
-                            f"resources.{name}",
-                            f"no capacity is declared for '{name}'{hint} (use --capacity {name}=N or the plan's "
-                            "'capacities:')",
-                        )
-                    )
-                elif amount > capacities[name]:
-                    problems.append(
-                        PlanProblem(sid, f"resources.{name}", f"claims {amount} but the capacity is {capacities[name]}")
-                    )
-
-    # Topological order (Kahn), then cycles among what is left.
-    dependents: dict[str, list[str]] = {sid: [] for sid in steps}
-    indegree = {sid: 0 for sid in steps}
-    for sid, ds in deps.items():
-        for d in ds:
-            if d in steps:
-                dependents[d].append(sid)
-                indegree[sid] += 1
-    order: list[str] = [sid for sid in steps if indegree[sid] == 0]
-    i = 0
-    while i < len(order):
-        for child in dependents[order[i]]:
-            indegree[child] -= 1
-            if indegree[child] == 0:
-                order.append(child)
-        i += 1
-    if len(order) < len(steps):
-        remaining = set(steps) - set(order)
-        reported: set[str] = set()
-        while remaining - reported:
-            left = remaining - reported
-            on_cycle = _find_cycle(left, {k: tuple(d for d in v if d in left) for k, v in deps.items()})
-            problems.append(PlanProblem(on_cycle[0], "after", "dependency cycle: " + " -> ".join(on_cycle)))
-            reported.update(on_cycle)
-            # Drop everything that only led into reported cycles to avoid repeating them.
-            changed = True
-            while changed:
-                changed = False
-                for s in list(remaining - reported):
-                    if not any(d in remaining - reported for d in deps[s]):
-                        reported.add(s)
-                        changed = True
+            passes.step_tool(sid, step, tools, links.deferred, problems)
+        if capacities is not None and step.resources:
+            passes.step_claims(sid, step, capacities, problems)
+    order, dependents = passes.topological_order(steps, deps, problems)
     if not problems:
-        problems.extend(_unordered_writers(steps, order, deps))
+        problems.extend(passes.unordered_writers(steps, order, deps))
     if problems:
         raise PlanInvalid(problems, source)
 
