@@ -41,9 +41,39 @@ def _model_for(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel] | Non
             fields[pname] = (annotation, default)
     if not fields and extra:
         return None, True
-    config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True, populate_by_name=True)
+    # defer_build: pydantic builds the validator on the first call or check, not for every tool a toolbox holds
+    # (the built-ins alone cost ~10 ms of every ``planweave`` start-up otherwise; docs/benchmarks.md, start-up).
+    config = ConfigDict(extra="allow" if extra else "forbid", arbitrary_types_allowed=True, populate_by_name=True,
+                        defer_build=True)
     model = create_model(f"{name.replace('.', '_')}_args", __config__=config, **fields)
     return model, extra
+
+
+class _ArgsSchema(Mapping[str, Any]):
+    """The JSON schema of an argument model, generated when first read (most tools' schemas are never read)."""
+
+    def __init__(self, model: type[BaseModel]) -> None:
+        self._model = model
+        self._schema: dict[str, Any] | None = None
+
+    def _built(self) -> dict[str, Any]:
+        if self._schema is None:
+            schema = self._model.model_json_schema()
+            schema.pop("title", None)
+            self._schema = schema
+        return self._schema
+
+    def __getitem__(self, key: str) -> Any:
+        return self._built()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
+
+    def __repr__(self) -> str:
+        return repr(self._built())
 
 
 @dataclass(frozen=True)
@@ -67,10 +97,9 @@ class Tool:
         tool_name = name or fn.__name__
         doc = description if description is not None else inspect.getdoc(fn) or ""
         model, extra = _model_for(fn, tool_name)
-        schema: dict[str, Any] = (
-            model.model_json_schema() if model is not None else {"type": "object", "additionalProperties": True}
+        schema: Mapping[str, Any] = (
+            _ArgsSchema(model) if model is not None else {"type": "object", "additionalProperties": True}
         )
-        schema.pop("title", None)
         return cls(
             name=tool_name,
             fn=fn,
