@@ -42,8 +42,8 @@ _CHEAP_STEPS = 200
 _SUMMARY_INTERVAL_S = 0.25
 _LOUD_KINDS = frozenset({"run_created", "run_resumed", "run_finished", "approval_requested", "approval_given",
                          "input_requested", "input_given"})
-#: Above this many stale summaries, a backfill reads them in one pass over the journal rather than run by run.
-_BACKFILL_CHUNK = 200
+#: A backfill stores what it folded every this many runs (an interrupted one keeps its progress).
+_STORE_EVERY = 500
 
 
 def event_filter(run_id: str | None, after: int, kind: str | None, mark: str) -> tuple[str, list[Any]]:
@@ -325,19 +325,15 @@ class GroupCommitJournal(ABC):
         if not stale:
             return
         folded: list[tuple[RunSummary, int]] = []
-        if len(stale) > _BACKFILL_CHUNK:
-            wanted = dict(stale)
-            by_run: dict[str, list[Event]] = {}
-            for event in await self._select(None, 0, None):
-                if event.run_id in wanted:
-                    by_run.setdefault(event.run_id, []).append(event)
-            for run_id, events in by_run.items():
-                folded.append((fold_summary(run_id, events, wanted[run_id]), events[-1].pos or 0))
-        else:
-            for run_id, seq in stale:
-                events = await self._select(run_id, 0, None)
-                if events:
-                    folded.append((fold_summary(run_id, events, seq), events[-1].pos or 0))
+        # Run by run (the (run_id, pos) index): memory bounded by the largest run, not the journal; a migrated
+        # 10,000-run journal of 50 MiB folds in about 5 s once (one pass over all events: 4 s, but 2x the memory).
+        for run_id, seq in stale:
+            events = await self._select(run_id, 0, None)
+            if events:
+                folded.append((fold_summary(run_id, events, seq), events[-1].pos or 0))
+            if len(folded) >= _STORE_EVERY:
+                await self._store_summaries(folded)
+                folded = []
         await self._store_summaries(folded)
 
     async def _settle(self) -> None:
