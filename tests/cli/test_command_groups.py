@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import typer.core
 import typer.main
 
 from planweave.cli.main import COMMAND_GROUPS, build_app, command_of
@@ -12,7 +13,7 @@ from planweave.cli.main import COMMAND_GROUPS, build_app, command_of
 
 def commands(app: typer.Typer) -> set[str]:
     group = typer.main.get_command(app)
-    assert isinstance(group, typer.main.TyperGroup)
+    assert isinstance(group, typer.core.TyperGroup)
     return set(group.commands)
 
 
