@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
@@ -97,3 +97,67 @@ def test_a_journal_written_before_the_dispatch_table_folds_to_the_same_state() -
     assert s.escalations == [{"at": 3.0, "step": "b", "rung": "fallback", "reason": "boom", "tool": "noop"}]
     assert s.outcome() == ("failed", "step 'd' failed: nope")
     assert s.counts() == {"succeeded": 2, "ready": 1, "failed": 1}
+
+
+def ev(kind: str, at: float, step: str | None = None, **data: Any) -> Event:
+    return Event("r", kind, at, step, data)  # type: ignore[arg-type]
+
+
+def test_plan_versions_and_streamed_steps_rebase_the_records_and_record_each_version() -> None:
+    plan = validate_plan(parse_plan_document({"steps": [
+        {"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop", "after": ["a"]},
+        {"id": "k", "tool": "noop"}, {"id": "w", "tool": "noop"}]}))
+    s = RunState("r", plan, ["a"])
+    assert s.apply(ev("run_created", 0.0)) == ["a", "k", "w"]
+    for e in (ev("step_started", 1.0, "a", attempt=1), ev("step_failed", 2.0, "a", attempt=1, error="boom"),
+              ev("step_started", 1.0, "k", attempt=1), ev("step_succeeded", 2.0, "k", attempt=1, output="o"),
+              ev("step_started", 2.0, "w", attempt=1)):
+        s.apply(e)
+    old_a, old_b, kept = s.records["a"], s.records["b"], s.records["k"]
+    assert (s.root_cause, old_b.status, old_b.error) == ("a", "skipped", "dependency 'a' failed")
+
+    # A re-plan: a changed (it runs again), b comes back, k is kept, w (running) is cancelled, c is new.
+    v2 = {"steps": [{"id": "a", "tool": "noop", "args": {"x": 1}}, {"id": "b", "tool": "noop", "after": ["a"]},
+                    {"id": "k", "tool": "noop"}, {"id": "c", "tool": "noop", "after": ["k"]}]}
+    ready = s.apply(ev("plan_version", 5.0, plan=v2, version=2, parent=1, trigger="repair", model_started_at=3.0,
+                       model_finished_at=4.0, renamed={"x": "y"}, idempotent=["c"]))
+    assert list(ready) == ["a", "c"]
+    assert s.records["k"] is kept and s.records["a"] is not old_a
+    assert {r.id: (r.status, r.error) for r in s.records.values()} == {
+        "a": ("ready", None), "k": ("succeeded", None), "b": ("pending", None), "c": ("ready", None)}
+    assert (s.root_cause, s.idempotent, s.active, s.waiting) == (
+        None, frozenset({"a", "c"}), 2, {"a": 0, "k": 0, "b": 1, "c": 0})
+    assert [(v, r.id, r.status, r.error, r.finished_at, r.attempt_log) for v, r in s.retired] == [
+        (1, "a", "failed", "boom", 2.0, [(1, 1.0, 2.0, "failed")]),
+        (1, "b", "skipped", "dependency 'a' failed", 2.0, ()),
+        (1, "w", "cancelled", "replaced by plan version 2", 5.0, [(1, 2.0, 5.0, "cancelled")]),
+    ]
+    assert s.versions[-1] == {
+        "version": 2, "parent": 1, "trigger": "repair", "model_started_at": 3.0, "model_finished_at": 4.0,
+        "spliced_at": 5.0, "renamed": {"x": "y"}, "added": ["a", "b", "c"], "kept": ["k"], "adopted": [],
+        "unchanged": [], "cancelled": ["w"], "dropped": []}
+
+    # Lines streamed for version 2 extend it and update its meta.
+    assert list(s.apply(ev("steps_added", 6.0, steps=[{"id": "d", "tool": "noop", "after": ["c"]}], version=2,
+                            trigger="stream", model_finished_at=5.5, idempotent=["d"]))) == []
+    entry = s.versions[-1]
+    assert (entry["trigger"], entry["model_started_at"], entry["model_finished_at"], entry["spliced_at"]) == (
+        "stream", 3.0, 5.5, 5.0)
+    assert (entry["added"], len(s.versions), s.plan.version, s.waiting["d"]) == (["a", "b", "c", "d"], 2, 2, 1)
+    assert s.idempotent == frozenset({"a", "c", "d"})
+
+    # Lines of a newer version that arrive before any step: a new entry, not spliced yet; then its first step.
+    assert s.apply(ev("steps_added", 7.0, steps=[], version=3, trigger="late", model_started_at=6.5)) == ()
+    assert s.versions[-1] == {"version": 3, "parent": 2, "trigger": "late", "model_started_at": 6.5,
+                              "model_finished_at": None, "spliced_at": None, "added": [], "kept": [],
+                              "adopted": [], "cancelled": [], "dropped": []}
+    assert list(s.apply(ev("steps_added", 8.0, steps=[{"id": "e", "tool": "noop"}], version=3))) == ["e"]
+    assert (s.versions[-1]["spliced_at"], s.versions[-1]["added"], s.plan.version) == (8.0, ["e"], 2)
+
+    # A streamed step after one that failed for good is skipped at once, naming it; the failure stays the cause.
+    s.apply(ev("step_started", 9.0, "e", attempt=1))
+    s.apply(ev("step_failed", 10.0, "e", attempt=1, error="bad", final=True))
+    assert s.apply(ev("steps_added", 11.0, steps=[{"id": "f", "tool": "noop", "after": ["e"]}], version=3)) == []
+    f = s.records["f"]
+    assert (f.status, f.error, f.finished_at, s.root_cause) == ("skipped", "dependency 'e' failed", 11.0, "e")
+    assert s.counts() == {"ready": 2, "succeeded": 1, "pending": 2, "failed": 1, "skipped": 1}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planweave.plan.refs import RefResolutionError, RefSyntaxError, compile_args, render
+from planweave.plan.refs import Interpolation, Ref, RefResolutionError, RefSyntaxError, compile_args, render
 
 
 def test_whole_reference_keeps_the_type() -> None:
@@ -38,3 +38,43 @@ def test_bad_syntax() -> None:
         compile_args("${1abc}")
     with pytest.raises(RefSyntaxError):
         compile_args("${a..b}")
+
+
+def test_resolution_errors_describe_what_is_there_exactly() -> None:
+    def error(expr: str, outputs: dict[str, object]) -> str:
+        template, _ = compile_args(expr)
+        with pytest.raises(RefResolutionError) as info:
+            render(template, outputs)
+        return str(info.value)
+
+    many = {str(i): i for i in range(10)}
+    assert error("${a.k}", {"a": many}) == "${a.k}: a has no key 'k' (an object with keys 0, 1, 2, 3, 4, 5, 6, 7)"
+    assert error("${a.k}", {"a": {}}) == "${a.k}: a has no key 'k' (an empty object)"
+    assert error("${a[0]}", {"a": 3}) == "${a[0]}: a has no index 0 (a int)"
+    assert error("${a.k}", {"a": [1]}) == "${a.k}: a has no key 'k' (a list of 1)"
+    assert error("${a[-3]}", {"a": [1, 2]}) == "${a[-3]}: a has no index -3 (a list of 2)"
+    assert error("${a.b[1].c}", {"a": {"b": [0, {"d": 1}]}}) == (
+        "${a.b[1].c}: a.b[1] has no key 'c' (an object with keys d)")
+
+
+def test_negative_indexes_count_from_the_end() -> None:
+    template, _ = compile_args("x${a[-1]}y${a[-2]}")
+    assert render(template, {"a": [1, "z"]}) == "xzy1"
+
+
+def test_interpolated_values_are_compact_json() -> None:
+    template, _ = compile_args("v=${a}")
+    assert render(template, {"a": {"k": [1, 2]}}) == 'v={"k":[1,2]}'
+
+
+def test_compiled_strings_merge_literals_and_keep_whole_references() -> None:
+    assert compile_args("plain $5 text") == ("plain $5 text", ())
+    assert compile_args("$${a}$${b}") == ("${a}${b}", ())  # escapes only: one plain string
+    whole, refs = compile_args("${ a.b }")  # spaces around the expression are not part of it
+    assert isinstance(whole, Ref) and (whole.step, whole.path, whole.text) == ("a", ("b",), "a.b")
+    assert refs == (whole,)
+    mixed, refs = compile_args('$${x}-${a[0]}${b["k y"]}.')
+    assert isinstance(mixed, Interpolation)
+    assert [p if isinstance(p, str) else (p.step, p.path) for p in mixed.parts] == [
+        "${x}-", ("a", (0,)), ("b", ("k y",)), "."]
+    assert [r.step for r in refs] == ["a", "b"]
