@@ -208,3 +208,29 @@ def test_every_pass_reports_in_plan_order_step_by_step() -> None:
         "step 'g', args.bogus: tool 'http.get' has no argument 'bogus'",
         "step 'd', after: dependency cycle: d -> e -> d",
     ]
+
+
+def test_fingerprints_see_every_part_of_the_arguments_but_not_the_ids() -> None:
+    def print_of_b(args: Any, a_id: str = "a") -> str:
+        plan = check({"steps": [{"id": a_id, "tool": "noop", "args": {"x": 1}},
+                                {"id": "c", "tool": "noop", "args": {"x": 2}},
+                                {"id": "b", "tool": "noop", "args": args}]})
+        return plan.fingerprints["b"]
+
+    base = print_of_b({"m": {"k": ["${a.p[0]}", "t=${a.q} end", 3]}})
+    assert print_of_b({"m": {"k": ["${z.p[0]}", "t=${z.q} end", 3]}}, a_id="z") == base  # ids do not count
+    for changed in ({"m": {"k": ["${a.p[1]}", "t=${a.q} end", 3]}},  # a path in a list
+                    {"m": {"k": ["${a.p[0]}", "u=${a.q} end", 3]}},  # the text around a reference
+                    {"m": {"k": ["${a.p[0]}", "t=${a.r} end", 3]}},  # a path in an interpolation
+                    {"m": {"k": ["${c.p[0]}", "t=${a.q} end", 3]}},  # the step referred to
+                    {"m": {"j": ["${a.p[0]}", "t=${a.q} end", 3]}},  # a key
+                    {"m": {"k": ["${a.p[0]}", "t=${a.q} end", 4]}}):  # a literal
+        assert print_of_b(changed) != base, changed
+
+
+@pytest.mark.parametrize(("document", "kind"), [([1], "a list"), ("x", "a text"), (3, "an int"), (2.5, "a float")])
+def test_a_document_that_is_not_an_object_names_its_type(document: Any, kind: str) -> None:
+    with pytest.raises(PlanInvalid) as info:
+        parse_plan_document(document)
+    assert [str(p) for p in info.value.problems] == [
+        f"expected an object with a 'steps' list at the top level, got {kind}"]
