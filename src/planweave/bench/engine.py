@@ -17,7 +17,6 @@ floor, LangGraph and Ray (:mod:`planweave.bench.peers`). Every system runs the s
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime
@@ -34,10 +33,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import typer
+
 from planweave import open_engine
+from planweave.bench.cli import parse_command_line
 from planweave.bench.peers import FloorSystem, LangGraphSystem, RaySystem, System, SystemUnavailable
 from planweave.bench.workloads import Workload, critical_path, fan_out, latency_random, layered, plan_document, uneven
 from planweave.engine import Engine, Run
@@ -568,70 +570,64 @@ def _positive_ints(text: str) -> tuple[int, ...]:
     try:
         values = tuple(int(part.replace("_", "")) for part in text.split(",") if part.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated step counts like 1000,10000, got {text!r}"
-        ) from None
+        raise typer.BadParameter(f"expected comma-separated step counts like 1000,10000, got {text!r}",
+                                 param_hint="--sizes") from None
     if not values or any(v < 20 for v in values):
-        raise argparse.ArgumentTypeError(f"step counts must be at least 20 (the layered DAG has 20 layers): {text!r}")
+        raise typer.BadParameter(f"step counts must be at least 20 (the layered DAG has 20 layers): {text!r}",
+                                 param_hint="--sizes")
     return values
 
 
-def _names(allowed: Sequence[str]) -> Callable[[str], tuple[str, ...]]:
-    def parse(text: str) -> tuple[str, ...]:
-        names = tuple(part.strip() for part in text.split(",") if part.strip())
-        unknown = [n for n in names if n not in allowed]
-        if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'empty list'}: choose from "
-                                             f"{', '.join(allowed)}")
-        return names
-
-    return parse
+def _names(text: str, allowed: Sequence[str], flag: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in allowed]
+    if unknown or not names:
+        raise typer.BadParameter(f"unknown {', '.join(unknown) or 'empty list'}: choose from {', '.join(allowed)}",
+                                 param_hint=flag)
+    return names
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
-    """Read the command line into :class:`Settings` plus whether to print JSON."""
-    parser = argparse.ArgumentParser(
-        prog="planweave bench engine",
-        description="Measure planweave's per-step overhead, makespan and journal throughput beside an asyncio "
-        "floor, LangGraph and Ray, in one process, and print one table.",
-    )
-    parser.add_argument("--sizes", type=_positive_ints, help="step counts of the no-op DAGs (default 1000,10000)")
-    parser.add_argument("--repeats", type=int, help="runs per overhead measurement, best kept (default 3)")
-    parser.add_argument("--latency-repeats", type=int, help="runs per makespan measurement (default 2)")
-    parser.add_argument("--budget", type=float, help="seconds allowed per system and workload (default 30)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a smoke run: 1,000 steps, one repeat, smaller latency DAGs, 10 s budget")
-    parser.add_argument("--skip-peers", action="store_true", help="do not measure LangGraph and Ray")
-    parser.add_argument("--systems", type=_names([k for k, _ in COLUMNS]),
-                        help="comma-separated systems to measure (default: all)")
-    parser.add_argument("--sections", type=_names(sorted(SECTIONS)),
-                        help="comma-separated sections: overhead, latency, journal (default: all)")
-    parser.add_argument("--pg", default=DEFAULT_PG,
-                        help="PostgreSQL server for the PostgreSQL journal (a fresh schema is created and dropped); "
-                        "skipped if unreachable (default %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of the table")
-    args = parser.parse_args(argv)
-    quick = bool(args.quick)
-    systems = args.systems or tuple(key for key, _ in COLUMNS)
-    if args.skip_peers:
-        systems = tuple(s for s in systems if s not in PEERS)
-    repeats = args.repeats if args.repeats is not None else (1 if quick else 3)
-    latency_repeats = args.latency_repeats if args.latency_repeats is not None else (1 if quick else 2)
-    if repeats < 1 or latency_repeats < 1:
-        parser.error("--repeats and --latency-repeats must be at least 1")
+def _settings(
+    sizes: Annotated[str | None, typer.Option(help="step counts of the no-op DAGs (default 1000,10000)")] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="runs per overhead measurement, best kept (default 3)")]
+    = None,
+    latency_repeats: Annotated[int | None, typer.Option(min=1, help="runs per makespan measurement (default 2)")]
+    = None,
+    budget: Annotated[float | None, typer.Option(help="seconds allowed per system and workload (default 30)")] = None,
+    quick: Annotated[bool, typer.Option(
+        "--quick", help="a smoke run: 1,000 steps, one repeat, smaller latency DAGs, 10 s budget")] = False,
+    skip_peers: Annotated[bool, typer.Option("--skip-peers", help="do not measure LangGraph and Ray")] = False,
+    systems: Annotated[str | None, typer.Option(help="comma-separated systems to measure (default: all)")] = None,
+    sections: Annotated[str | None, typer.Option(
+        help="comma-separated sections: overhead, latency, journal (default: all)")] = None,
+    pg: Annotated[str, typer.Option(help="PostgreSQL server for the PostgreSQL journal (a fresh schema is created "
+                                         "and dropped); skipped if unreachable")] = DEFAULT_PG,
+    json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON instead of the table")]
+    = False,
+) -> tuple[Settings, bool]:
+    """Measure planweave's per-step overhead, makespan and journal throughput beside an asyncio floor, LangGraph and
+    Ray, in one process, and print one table."""
+    chosen = _names(systems, [k for k, _ in COLUMNS], "--systems") if systems else tuple(k for k, _ in COLUMNS)
+    if skip_peers:
+        chosen = tuple(s for s in chosen if s not in PEERS)
     settings = Settings(
-        sizes=args.sizes or ((1_000,) if quick else (1_000, 10_000)),
-        repeats=repeats,
-        latency_repeats=latency_repeats,
-        budget=args.budget if args.budget is not None else (10.0 if quick else 30.0),
-        systems=systems,
-        sections=frozenset(args.sections) if args.sections else SECTIONS,
-        pg=args.pg,
+        sizes=_positive_ints(sizes) if sizes else ((1_000,) if quick else (1_000, 10_000)),
+        repeats=repeats if repeats is not None else (1 if quick else 3),
+        latency_repeats=latency_repeats if latency_repeats is not None else (1 if quick else 2),
+        budget=budget if budget is not None else (10.0 if quick else 30.0),
+        systems=chosen,
+        sections=frozenset(_names(sections, sorted(SECTIONS), "--sections")) if sections else SECTIONS,
+        pg=pg,
         random_steps=50 if quick else 200,
         uneven_layers=5 if quick else 20,
         throughput_events=2_000 if quick else 20_000,
     )
-    return settings, bool(args.json)
+    return settings, json_output
+
+
+def parse_args(argv: Sequence[str] | None) -> tuple[Settings, bool]:
+    """Read the command line into :class:`Settings` plus whether to print JSON (SystemExit 2 on a bad option)."""
+    return parse_command_line(_settings, argv, "planweave bench engine")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,6 @@ Measured:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import math
@@ -29,9 +28,12 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from planweave import RealClock, Toolbox, builtin_tools, current_step, open_engine
+from planweave.bench.cli import parse_command_line
 from planweave.engine.context import StepContext, set_current_step
 from planweave.engine.runtime import RunResult
 from planweave.engine.state import RunState
@@ -240,17 +242,33 @@ async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str
     }
 
 
+@dataclass(frozen=True)
+class _Options:
+    goals: int
+    seed: int
+    ttft: float
+    tps: float
+    step_ms: float
+    quick: bool
+    json: bool
+
+
+def _options(
+    goals: Annotated[int, typer.Option(min=1, help="goals to plan and run")] = 3,
+    seed: Annotated[int, typer.Option(help="seed of the goals' random plans")] = 7,
+    ttft: Annotated[float, typer.Option(help="the scripted model's time to first token (s)")] = 0.3,
+    tps: Annotated[float, typer.Option(help="the scripted model's tokens per second")] = 30.0,
+    step_ms: Annotated[float, typer.Option(help="median tool latency (lognormal)")] = 1000.0,
+    quick: Annotated[bool, typer.Option("--quick", help="2 goals at 100 tokens/s")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
+) -> _Options:
+    """Streaming admission and concurrent re-planning vs whole-plan, synchronous and ReAct, on a scripted model."""
+    return _Options(goals, seed, ttft, tps, step_ms, quick, json_output)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry: print the table (or ``--json``)."""
-    parser = argparse.ArgumentParser(prog="planweave bench planning", description=__doc__.splitlines()[0])
-    parser.add_argument("--goals", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--ttft", type=float, default=0.3)
-    parser.add_argument("--tps", type=float, default=30.0)
-    parser.add_argument("--step-ms", type=float, default=1000.0, help="median tool latency (lognormal)")
-    parser.add_argument("--quick", action="store_true", help="2 goals at 100 tokens/s")
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+    args = parse_command_line(_options, argv, "planweave bench planning")
     goals, tps = ((make_goals(2, args.seed, mean_ms=args.step_ms / 4), 100.0) if args.quick
                   else (make_goals(args.goals, args.seed, mean_ms=args.step_ms), args.tps))
     data = asyncio.run(measure(goals, ttft=args.ttft, tps=tps))
