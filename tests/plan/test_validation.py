@@ -234,3 +234,30 @@ def test_a_document_that_is_not_an_object_names_its_type(document: Any, kind: st
         parse_plan_document(document)
     assert [str(p) for p in info.value.problems] == [
         f"expected an object with a 'steps' list at the top level, got {kind}"]
+
+
+def test_a_fallback_is_checked_against_its_tool_and_its_references_wait() -> None:
+    deferred = check({"steps": [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop", "fallback": {
+        "tool": "sleep", "args": {"seconds": "${a.n}"}}}]})  # a reference: checked at call time, and b waits for a
+    assert deferred.deps["b"] == ("a",)
+    bad = {"tool": "sleep", "args": {"seconds": "x"}}
+    assert problems({"steps": [{"id": "b", "tool": "noop", "fallback": bad}]}) == [
+        "step 'b', fallback.args.seconds: Input should be a valid number, unable to parse string as a number"]
+    assert problems({"steps": [{"id": "b", "tool": "noop", "fallback": {"tool": "sleep", "args": {}}}]}) == [
+        "step 'b', fallback.args.seconds: required by tool 'sleep'"]
+
+
+def test_each_cycle_is_reported_once_and_steps_leading_into_them_not_at_all() -> None:
+    assert problems({"steps": [
+        {"id": "a", "tool": "noop", "after": ["b"]}, {"id": "b", "tool": "noop", "after": ["a"]},
+        {"id": "t", "tool": "noop", "after": ["a", "y"]}, {"id": "u", "tool": "noop", "after": ["t"]},
+        {"id": "x", "tool": "noop", "after": ["y"]}, {"id": "y", "tool": "noop", "after": ["x"]},
+    ]}) == ["step 'a', after: dependency cycle: a -> b -> a", "step 'y', after: dependency cycle: y -> x -> y"]
+
+
+def test_a_claim_equal_to_the_capacity_fits_and_a_step_named_twice_is_one_dependency() -> None:
+    assert check({"steps": [{"id": "a", "tool": "noop", "resources": {"gpu": 2}}]}, {"gpu": 2}).order == ("a",)
+    plan = check({"steps": [{"id": "a", "tool": "noop"},
+                            {"id": "b", "tool": "noop", "args": {"x": "${a}", "y": "${a.k}"}, "after": ["a"],
+                             "fallback": {"tool": "noop", "args": {"z": "${a}"}}}]})
+    assert plan.deps["b"] == ("a",) and plan.dependents["a"] == ("b",)
