@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from typing import Any, NamedTuple, Protocol
 
 from planweave.engine.context import StepContext, StepSink, current_step_var
@@ -73,12 +73,16 @@ def not_on_ray(call: ToolCall) -> ToolError:
 class InProcessExecutor:
     """The default: the tool runs in the step's own task on the engine's loop."""
 
-    async def execute(self, call: ToolCall) -> Any:
-        """Await ``call.tool.invoke(call.args)`` with ``call.context`` as the current step."""
+    def execute(self, call: ToolCall) -> Coroutine[Any, Any, Any]:
+        """``call.tool.invoke(call.args)`` with ``call.context`` as the current step, for the step's task to await.
+
+        A plain function returning the tool's coroutine, not a coroutine awaiting it: one coroutine less per step
+        (docs/benchmarks.md, "Where planweave's time goes").
+        """
         if call.context.executor == "ray":
             raise not_on_ray(call)
         current_step_var.set(call.context)  # the step's task has its own context: this does not leak
-        return await call.tool.invoke(call.args)
+        return call.tool.invoke(call.args)
 
 
 Outcome = tuple[bool, Any]

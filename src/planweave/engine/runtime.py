@@ -74,7 +74,6 @@ def _sealing(append: Callable[[Event], None], seal: PlanSeal) -> Callable[[Event
 
     return append_sealed
 _new_event = tuple.__new__
-_current_task = asyncio.current_task
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
 # Events whose data must be journaled exactly as given (plans, a person's input): refused, never scrubbed.
 _EXACT_KINDS = frozenset({"run_created", "steps_added", "plan_version", "input_given"})
@@ -339,7 +338,7 @@ class Run:
 
     async def _execute(self, rec: StepRecord, attempt: int, claims: Claim | None) -> None:
         """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome."""
-        plan = self.plan
+        plan = self.state.plan
         sid = rec.id
         step = plan.steps[sid]
         try:
@@ -374,8 +373,11 @@ class Run:
             self.outputs[sid] = output
             self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
         finally:
-            if self._tasks.get(sid) is _current_task():
-                del self._tasks[sid]
+            # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a replacement
+            # step (a new plan version: a new record) took it. Not `is asyncio.current_task()`: in Python 3.11 that
+            # is a Python function, ~3% of a no-op step (docs/benchmarks.md, "Where planweave's time goes").
+            if rec.attempts == attempt and self.state.records.get(sid) is rec:
+                self._tasks.pop(sid, None)
             self._give_back(claims)
             if not self.state.active and not self._holds:
                 self._done.set()
