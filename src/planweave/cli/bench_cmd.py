@@ -128,3 +128,16 @@ def bench_workers(ctx: typer.Context) -> None:
     from planweave.bench.workers import main as workers_main
 
     raise typer.Exit(workers_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "admission",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_admission(ctx: typer.Context) -> None:
+    """Many runs over one congested model endpoint: fixed semaphore vs adaptive window with priority; options go
+    to planweave.bench.admission (--help)."""
+    from planweave.bench.admission import main as admission_main
+
+    raise typer.Exit(admission_main(list(ctx.args)))

@@ -31,6 +31,7 @@ import contextvars
 import heapq
 import itertools
 import math
+import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -61,9 +62,11 @@ class EndpointLimits:
     ``max_concurrency`` calls in flight (None: no limit); ``requests_per_minute`` and ``tokens_per_minute`` over a
     sliding ``window`` of seconds (60; a shorter window allows the same rate in proportion: ``rpm * window / 60``
     in any such span). ``adaptive`` turns on the AIMD window: it starts at ``initial_window`` (default 4, at most
-    ``max_concurrency``), grows by ``increase`` per window of good calls, and halves (not below ``min_window``) on a
+    ``max_concurrency``), doubles every round of good calls until the first congestion signal (slow start), then
+    grows by ``increase`` per window of good calls, and halves (not below ``min_window``) on a
     429, a 5xx or a time to first token above ``ttft_threshold`` seconds (None: ``ttft_factor`` times the lowest
-    seen). ``order``, ``aging`` and ``priority_weight`` shape the queue (see the module).
+    seen), smoothed (each call weighs ``ttft_smoothing``). ``order``, ``aging`` and ``priority_weight`` shape the
+    queue (see the module).
     """
 
     max_concurrency: int | None = 16
@@ -75,6 +78,7 @@ class EndpointLimits:
     increase: float = 1.0
     ttft_threshold: float | None = None
     ttft_factor: float = 2.0
+    ttft_smoothing: float = 0.25
     order: Order = "priority"
     aging: float = 1.0
     priority_weight: float = 10.0
@@ -92,6 +96,8 @@ class EndpointLimits:
                 raise ValueError(f"{name} must be a positive number, got {number!r}")
         if self.initial_window is not None and not (math.isfinite(self.initial_window) and self.initial_window >= 1):
             raise ValueError(f"initial_window must be at least 1, got {self.initial_window!r}")
+        if not 0 < self.ttft_smoothing <= 1:
+            raise ValueError(f"ttft_smoothing must be in (0, 1], got {self.ttft_smoothing!r}")
         if self.ttft_threshold is not None and not (math.isfinite(self.ttft_threshold) and self.ttft_threshold > 0):
             raise ValueError(f"ttft_threshold must be a positive number of seconds, got {self.ttft_threshold!r}")
         if not math.isfinite(self.priority_weight) or self.priority_weight < 0:
@@ -189,7 +195,9 @@ class EndpointPolicy:
         self.window = min(max(start, limits.min_window), limits.ceiling) if limits.adaptive else limits.ceiling
         self.in_flight = 0
         self.paused_until = -math.inf
+        self.threshold = limits.ceiling  # the slow-start threshold: the window halved at the last signal
         self.lowest_ttft: float | None = None
+        self.smoothed_ttft: float | None = None
         self.last_decrease = -math.inf
         self.decreases = 0
         self.admitted = 0
@@ -350,7 +358,10 @@ class EndpointPolicy:
             threshold = self.limits.ttft_threshold
             if threshold is None and self.lowest_ttft is not None:
                 threshold = self.limits.ttft_factor * max(self.lowest_ttft, 0.001)
-            if threshold is not None and ttft > threshold:
+            smoothed = self.smoothed_ttft
+            if smoothed is not None:
+                smoothed += self.limits.ttft_smoothing * (ttft - smoothed)
+            if threshold is not None and (smoothed if smoothed is not None else ttft) > threshold:
                 return "slow_first_token"
         return "ok"
 
@@ -367,9 +378,13 @@ class EndpointPolicy:
             ticket.tokens = outcome.tokens
         signal = self.classify(outcome)
         self.signals[signal] = self.signals.get(signal, 0) + 1
-        if outcome.first_token_s is not None and signal == "ok":
-            low = self.lowest_ttft
-            self.lowest_ttft = outcome.first_token_s if low is None else min(low, outcome.first_token_s)
+        ttft = outcome.first_token_s
+        if ttft is not None and signal in ("ok", "slow_first_token"):
+            # The signal is the smoothed time to first token (one slow call, a GC pause, says little), against a
+            # multiple of the lowest one seen (the endpoint unloaded).
+            smoothed = self.smoothed_ttft
+            self.smoothed_ttft = ttft if smoothed is None else smoothed + self.limits.ttft_smoothing * (ttft - smoothed)
+            self.lowest_ttft = ttft if self.lowest_ttft is None else min(self.lowest_ttft, ttft)
         if not self.limits.adaptive:
             return signal
         if signal in ("rate_limited", "server_error", "slow_first_token"):
@@ -377,12 +392,16 @@ class EndpointPolicy:
             # their bad news is already accounted for.
             if admitted_at >= self.last_decrease:
                 self.window = max(self.limits.min_window, self.window / 2)
+                self.threshold = self.window
                 self.last_decrease = now
                 self.decreases += 1
+                self.smoothed_ttft = None  # judge the smaller window by its own calls
         elif signal == "ok" and (self._queued or self.in_flight + 1 >= math.floor(self.window)):
             # Grow only a window that is used (calls wait, or it was full): an idle window that grew would let a
-            # burst through unchecked.
-            self.window = min(self.limits.ceiling, self.window + self.limits.increase / self.window)
+            # burst through unchecked. Below the threshold (until the first congestion signal) the window grows by
+            # one call per good call, doubling every round trip (TCP's slow start); above it, by one per window.
+            step = 1.0 if self.window < self.threshold else self.limits.increase / self.window
+            self.window = min(self.limits.ceiling, self.window + step)
         return signal
 
     def stats(self, now: float) -> EndpointStats:
@@ -417,15 +436,18 @@ class Grant:
         return self.ticket.waited or 0.0
 
 
-DecisionListener = Callable[[str, str, Ticket, "Outcome | None"], None]
+DecisionListener = Callable[["EndpointScheduler", str, Ticket, "Outcome | None"], None]
 """Called with (endpoint, "admitted" | "finished" | "withdrawn", ticket, outcome) for every decision."""
 
 
 class EndpointScheduler:
     """Drives one :class:`EndpointPolicy` on the running loop: ``async with scheduler.slot(call, tokens)``."""
 
-    def __init__(self, name: str, limits: EndpointLimits, listeners: list[DecisionListener] | None = None) -> None:
+    def __init__(self, name: str, limits: EndpointLimits, listeners: list[DecisionListener] | None = None, *,
+                 model: str = "", base_url: str = "") -> None:
         self.name = name
+        self.model = model
+        self.base_url = base_url
         self.policy = EndpointPolicy(limits, name)
         self._waiters: dict[Ticket, asyncio.Future[None]] = {}
         self._timer: asyncio.TimerHandle | None = None
@@ -438,8 +460,8 @@ class EndpointScheduler:
         return self.policy.limits
 
     def _notify(self, what: str, ticket: Ticket, outcome: Outcome | None = None) -> None:
-        for listener in self._listeners:
-            listener(self.name, what, ticket, outcome)
+        for listener in (*self._listeners, *_GLOBAL_LISTENERS):
+            listener(self, what, ticket, outcome)
 
     def _pump(self) -> None:
         loop = asyncio.get_running_loop()
@@ -515,6 +537,7 @@ class Admission:
         self.default = self.limits.get("*", default)
         self._endpoints: dict[tuple[str, str], EndpointScheduler] = {}
         self.listeners: list[DecisionListener] = []
+        _LIVE.add(self)
 
     def limits_for(self, model: str) -> EndpointLimits:
         return self.limits.get(model, self.default)
@@ -524,8 +547,8 @@ class Admission:
         key = (base_url.rstrip("/"), model)
         scheduler = self._endpoints.get(key)
         if scheduler is None:
-            scheduler = self._endpoints[key] = EndpointScheduler(f"{model}@{key[0]}", self.limits_for(model),
-                                                                 self.listeners)
+            scheduler = self._endpoints[key] = EndpointScheduler(
+                f"{model}@{key[0]}", self.limits_for(model), self.listeners, model=model, base_url=key[0])
         return scheduler
 
     @property
@@ -535,6 +558,30 @@ class Admission:
     def stats(self) -> list[EndpointStats]:
         """Every endpoint's figures now."""
         return [e.stats() for e in self._endpoints.values()]
+
+
+_LIVE: weakref.WeakSet[Admission] = weakref.WeakSet()
+
+
+def live_endpoints() -> list[EndpointScheduler]:
+    """Every endpoint scheduler of this process's live :class:`Admission` objects (for /metrics, OTel, the live
+    view: they observe the process's model calls wherever its clients were made)."""
+    return [e for admission in list(_LIVE) for e in admission.endpoints]
+
+
+def add_decision_listener(listener: DecisionListener) -> Callable[[], None]:
+    """Have ``listener`` see every admission decision of every live and future :class:`Admission`; returns the
+    function that removes it."""
+    _GLOBAL_LISTENERS.append(listener)
+
+    def remove() -> None:
+        if listener in _GLOBAL_LISTENERS:
+            _GLOBAL_LISTENERS.remove(listener)
+
+    return remove
+
+
+_GLOBAL_LISTENERS: list[DecisionListener] = []
 
 
 def load_model_limits(path: str | Path) -> Admission:
@@ -619,8 +666,10 @@ __all__ = [
     "Grant",
     "Outcome",
     "Ticket",
+    "add_decision_listener",
     "call_class",
     "call_context",
+    "live_endpoints",
     "load_model_limits",
     "parse_model_limits",
 ]

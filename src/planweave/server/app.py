@@ -7,7 +7,7 @@ Every endpoint but ``/healthz``, ``/openapi.json`` and the dashboard's files wan
 Endpoints: ``GET /healthz``; ``POST /runs``; ``GET /runs``; ``GET /runs/{id}`` (the ``planweave run --json``
 object); ``GET /runs/{id}/steps/{step}``; ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``;
 ``POST /runs/{id}/resume``; ``GET /runs/{id}/events`` and ``GET /events`` (``text/event-stream``, resumable with
-``Last-Event-ID``).
+``Last-Event-ID``); ``GET /metrics`` (model-call admission, Prometheus text format).
 """
 
 from __future__ import annotations
@@ -600,6 +600,14 @@ async def stream_run(state: State, run_id: str, last_event_id: LastEventId = Non
 async def stream_all(state: State, last_event_id: LastEventId = None) -> StreamingResponse:
     """Every run's events as server-sent events after ``Last-Event-ID``, then live (for the runs list)."""
     return _sse(all_events(state.engine.journal, state.feed, last_event_id or 0, state.timing))
+
+
+@api.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def metrics() -> Response:
+    """Model-call admission per endpoint (queue length, waits, window, signals) in the Prometheus text format."""
+    from planweave.server.metrics import CONTENT_TYPE, metrics_text
+
+    return Response(metrics_text(), media_type=CONTENT_TYPE)
 
 
 def _sse(stream: AsyncIterator[bytes]) -> StreamingResponse:
