@@ -225,11 +225,17 @@ def run(
                                                          "failed and the slowest steps).")] = False,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
+    model_limits: Annotated[Path | None, typer.Option(
+        "--model-limits", metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
+        help="Limits per model (max_concurrency, tokens_per_minute, requests_per_minute, adaptive window) that "
+             "every model call queues for (YAML/JSON; docs/admission.md).")] = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
         if (file is None) == (goal is None):
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
+        if model_limits is not None:
+            use_model_limits(model_limits)
         flags = parse_capacities(capacity or ())
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
@@ -386,3 +392,13 @@ def register(app: typer.Typer) -> None:
     """Add ``run`` and ``resume`` to ``app``."""
     for command in (run, resume):
         app.command()(command)
+
+
+def use_model_limits(path: Path) -> None:
+    """Read a ``--model-limits`` file and make it the process's admission for model calls (bad file: exit 2)."""
+    from planweave.models.admission import load_model_limits, set_default_admission
+
+    try:
+        set_default_admission(load_model_limits(path))
+    except ValueError as exc:
+        raise UsageError(f"--model-limits: {exc}") from None

@@ -308,9 +308,34 @@ def waiting_line(state: RunState, step_id: str, journal_flag: str = "") -> Text:
 
 
 def live_view(state: RunState, now: float | None, max_rows: int | None, journal_flag: str = "") -> RenderableType:
-    """What the live display of a running run shows: a header, the steps table and the steps waiting for people."""
+    """What the live display of a running run shows: a header, the steps table, the steps waiting for people and
+    the model endpoints' admission queues."""
     waiting = [waiting_line(state, sid, journal_flag) for sid in state.waiting_steps()]
-    return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows), *waiting)
+    return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows), *waiting, *admission_lines())
+
+
+def admission_lines() -> list[Text]:
+    """One line per model endpoint this process has called: queue length and wait, calls in flight of the window,
+    the load signals (429s, 5xx, slow first tokens)."""
+    from planweave.models.admission import live_endpoints
+
+    lines = []
+    for endpoint in live_endpoints():
+        s = endpoint.stats()
+        if not s.admitted and not s.queued:
+            continue
+        mean = s.wait_sum / s.admitted if s.admitted else 0.0
+        limit = "∞" if s.limit is None else str(s.limit)
+        line = Text(f"model {endpoint.model}: ", style="bold")
+        line.append(f"{s.queued} queued" + (f" (oldest {format_duration(s.oldest_wait)})" if s.queued else ""))
+        line.append(f" · {s.in_flight}/{limit} in flight · wait mean {format_duration(mean)}, "
+                    f"max {format_duration(s.wait_max)}")
+        bad = {k: v for k, v in s.signals.items() if k in ("rate_limited", "server_error", "slow_first_token")}
+        if bad:
+            line.append(" · " + ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in sorted(bad.items())),
+                        style="yellow")
+        lines.append(line)
+    return lines
 
 
 SUMMARY_TOP = 10  # failed and slowest steps a final view shows by default

@@ -63,9 +63,13 @@ from planweave.models.pricing import (
 @asynccontextmanager
 async def resolve_model(name: str, **options: Any) -> AsyncIterator[ModelClient]:
     """Open a client for a ``--model`` name: ``local`` starts the bundled local model server, anything else is an
-    OpenAI-compatible model at ``OPENAI_BASE_URL`` (keyword ``options`` go to the client). Closes it all on exit."""
+    OpenAI-compatible model at ``OPENAI_BASE_URL`` (keyword ``options`` go to the client; ``admission`` defaults to
+    the process's, see :func:`planweave.models.admission.default_admission`). Closes it all on exit."""
+    from planweave.models.admission import default_admission
     from planweave.models.openai import OpenAIChatClient
 
+    if "admission" not in options and name != "local":
+        options["admission"] = default_admission()  # --model-limits / $PLANWEAVE_MODEL_LIMITS, shared by all
     if name == "local":
         from planweave.models.local import local_client
 

@@ -584,6 +584,28 @@ def add_decision_listener(listener: DecisionListener) -> Callable[[], None]:
 _GLOBAL_LISTENERS: list[DecisionListener] = []
 
 
+MODEL_LIMITS_ENV = "PLANWEAVE_MODEL_LIMITS"
+_DEFAULT: list[Admission] = []
+
+
+def set_default_admission(admission: Admission | None) -> None:
+    """Make ``admission`` the one :func:`planweave.models.resolve_model` gives every client it opens (the CLI's
+    ``--model-limits``); None forgets it."""
+    _DEFAULT[:] = [] if admission is None else [admission]
+
+
+def default_admission() -> Admission | None:
+    """The process's default admission: the one set, else one read from ``$PLANWEAVE_MODEL_LIMITS`` (a model
+    limits file, read once), else None (each client then keeps its own fixed limit)."""
+    if not _DEFAULT:
+        import os
+
+        path = os.environ.get(MODEL_LIMITS_ENV)
+        if path:
+            _DEFAULT.append(load_model_limits(path))
+    return _DEFAULT[0] if _DEFAULT else None
+
+
 def load_model_limits(path: str | Path) -> Admission:
     """Read a model limits file (YAML or JSON): a mapping of model name (``"*"`` for the others) to limits.
 
@@ -669,7 +691,9 @@ __all__ = [
     "add_decision_listener",
     "call_class",
     "call_context",
+    "default_admission",
     "live_endpoints",
     "load_model_limits",
     "parse_model_limits",
+    "set_default_admission",
 ]
