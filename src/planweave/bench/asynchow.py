@@ -19,9 +19,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from planweave import open_engine
+from planweave.bench.cli import parse_command_line
 from planweave.bench.workloads import Workload, plan_document
 from planweave.clock import VirtualClock, run_virtual
 from planweave.errors import PlanweaveError
@@ -251,24 +254,26 @@ def format_report(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _options(
+    path: Annotated[Path, typer.Argument(help="the directory holding the three AsyncHow pickles", show_default=False)],
+    json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> tuple[Path, bool]:
+    """Run the AsyncHow makespan check."""
+    return path, json_output
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m planweave.bench.asynchow DIR [--json]``; exit 0 when every instance is exact."""
-    import argparse
     import json
     import sys
 
-    parser = argparse.ArgumentParser(
-        prog="python -m planweave.bench.asynchow", description="Run the AsyncHow makespan check."
-    )
-    parser.add_argument("path", type=Path, help="the directory holding the three AsyncHow pickles")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
+    path, as_json = parse_command_line(_options, argv, "python -m planweave.bench.asynchow")
     try:
-        report = run_asynchow(args.path)
+        report = run_asynchow(path)
     except DataSetError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    print(json.dumps(report, indent=2) if as_json else format_report(report))
     return 0 if report["exact"] == report["total"] else 1
 
 

@@ -14,7 +14,6 @@ the dict :func:`measure_tools` returns).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import json
@@ -24,7 +23,11 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
+from typing import Annotated
 
+import typer
+
+from planweave.bench.cli import parse_command_line
 from planweave.tools.registry import Tool
 
 CONCURRENT_CALLS = 50
@@ -155,19 +158,23 @@ def serve_mcp(http_port: int | None) -> None:
         server.run("streamable-http", host="127.0.0.1", port=http_port)
 
 
+def _options(
+    json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
+    serve: Annotated[bool, typer.Option("--serve-mcp", hidden=True)] = False,
+    http: Annotated[int | None, typer.Option("--http", hidden=True)] = None,
+) -> tuple[bool, bool, int | None]:
+    """Benchmark tool calls: a Python tool vs MCP over stdio and HTTP."""
+    return json_output, serve, http
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the benchmark table (or JSON); with ``--serve-mcp``, be the benchmark's MCP server instead."""
-    parser = argparse.ArgumentParser(prog="python -m planweave.bench.tools",
-                                     description="Benchmark tool calls: a Python tool vs MCP over stdio and HTTP.")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    parser.add_argument("--serve-mcp", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--http", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.serve_mcp:
-        serve_mcp(args.http)
+    as_json, serve, http = parse_command_line(_options, argv, "python -m planweave.bench.tools")
+    if serve:
+        serve_mcp(http)
         return 0
     results = asyncio.run(measure_tools())
-    print(json.dumps(results, indent=2) if args.json else format_table(results))
+    print(json.dumps(results, indent=2) if as_json else format_table(results))
     return 0
 
 
