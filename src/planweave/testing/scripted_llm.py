@@ -23,7 +23,6 @@ reply as :func:`reply_from_json` reads it.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import inspect
 import itertools
@@ -36,10 +35,11 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import h11
 import orjson
+import typer
 
 _TOKEN = re.compile(r"\s*\S{1,4}|\s+")
 
@@ -551,7 +551,22 @@ def load_script(path: str | Path) -> list[Reply]:
     return replies
 
 
-async def _serve(args: argparse.Namespace) -> None:
+@dataclass(frozen=True)
+class _ServeOptions:
+    host: str
+    port: int
+    script: str | None
+    loop: bool
+    text: str | None
+    ttft: float
+    tps: float | None
+    no_json_schema: bool
+    model: list[str] | None
+    knee: int | None
+    hard_limit: int | None
+
+
+async def _serve(args: _ServeOptions) -> None:
     replies = load_script(args.script) if args.script else []
     script: Iterable[Reply] | ScriptFunction = replies
     default: Reply | None = Text(args.text) if args.text is not None else None
@@ -567,26 +582,36 @@ async def _serve(args: argparse.Namespace) -> None:
         await asyncio.Event().wait()
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Run the server until interrupted (``python -m planweave.testing.scripted_llm --help``)."""
-    parser = argparse.ArgumentParser(prog="python -m planweave.testing.scripted_llm",
-                                     description="A scripted OpenAI-compatible server for tests and benchmarks.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    parser.add_argument("--script", help="JSON-lines file of replies")
-    parser.add_argument("--loop", action="store_true", help="repeat the script forever")
-    parser.add_argument("--text", help="reply with this text once the script has run out")
-    parser.add_argument("--ttft", type=float, default=0.0, help="seconds before the first token")
-    parser.add_argument("--tps", type=float, default=None, help="tokens per second (default: as fast as possible)")
-    parser.add_argument("--no-json-schema", action="store_true", help="answer json_schema response_format with 500")
-    parser.add_argument("--model", action="append", help="model name listed by /v1/models (repeatable)")
-    parser.add_argument("--knee", type=int, default=None, help="congestion: calls in flight before it slows down")
-    parser.add_argument("--hard-limit", type=int, default=None, help="congestion: calls in flight past which: 429")
-    args = parser.parse_args(argv)
+def _serve_command(
+    host: Annotated[str, typer.Option(help="interface to bind")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="0 picks a free port")] = 8000,
+    script: Annotated[str | None, typer.Option(help="JSON-lines file of replies")] = None,
+    loop: Annotated[bool, typer.Option("--loop", help="repeat the script forever")] = False,
+    text: Annotated[str | None, typer.Option(help="reply with this text once the script has run out")] = None,
+    ttft: Annotated[float, typer.Option(help="seconds before the first token")] = 0.0,
+    tps: Annotated[float | None, typer.Option(help="tokens per second (default: as fast as possible)")] = None,
+    no_json_schema: Annotated[bool, typer.Option("--no-json-schema",
+                                                 help="answer json_schema response_format with 500")] = False,
+    model: Annotated[list[str] | None, typer.Option(help="model name listed by /v1/models (repeatable)")] = None,
+    knee: Annotated[int | None, typer.Option(help="congestion: calls in flight before it slows down")] = None,
+    hard_limit: Annotated[int | None, typer.Option(help="congestion: calls in flight past which: 429")] = None,
+) -> None:
+    """A scripted OpenAI-compatible server for tests and benchmarks."""
+    options = _ServeOptions(host, port, script, loop, text, ttft, tps, no_json_schema, model, knee, hard_limit)
     try:
-        asyncio.run(_serve(args))
+        asyncio.run(_serve(options))
     except KeyboardInterrupt:
         print("stopped", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the server until interrupted (``python -m planweave.testing.scripted_llm --help``)."""
+    import typer.main
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    app.command()(_serve_command)
+    typer.main.get_command(app).main(args=list(sys.argv[1:] if argv is None else argv),
+                                     prog_name="python -m planweave.testing.scripted_llm")
 
 
 if __name__ == "__main__":
