@@ -179,3 +179,31 @@ def test_the_provider_follows_the_otel_environment(monkeypatch: pytest.MonkeyPat
         tracer_provider_from_env({"OTEL_TRACES_EXPORTER": "zipkin"})
     with pytest.raises(TelemetryError, match="protocol"):
         tracer_provider_from_env({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
+
+
+async def test_each_model_calls_admission_is_a_span_under_its_step_attempt(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    from planweave.models.admission import Admission, EndpointLimits
+    from planweave.models.openai import OpenAIChatClient
+    from planweave.testing import ScriptedLLM, Text
+    from planweave.tools.llm import llm_tool
+
+    plan = {"steps": [{"id": "ask", "tool": "llm", "args": {"prompt": "hi", "max_tokens": 8},
+                       "estimate": {"duration": 1}}]}
+    admission = Admission({"scripted": EndpointLimits(max_concurrency=2)})
+    async with (ScriptedLLM(default=Text("hello there")) as base_url,
+                OpenAIChatClient("scripted", base_url=base_url, admission=admission) as client,
+                open_engine("memory://", tools=Toolbox({"llm": llm_tool(client)})) as engine):
+        instrument(engine, provider)
+        result = await (await engine.start(plan, run_id="asked", priority=3.0)).wait()
+    assert result.ok, result.error
+    spans = exporter.get_finished_spans()
+    [step] = by_name(spans, "step ask")
+    [admitted] = by_name(spans, "model admission scripted")
+    assert parent_of(admitted) == span_id(step)
+    attributes = dict(admitted.attributes or {})
+    assert attributes["planweave.admission.signal"] == "ok" and attributes["planweave.admission.status"] == 200
+    assert attributes["planweave.admission.priority"] == 3.0 and attributes["planweave.admission.slack"] == 0.0
+    assert attributes["planweave.run_id"] == "asked" and attributes["planweave.admission.purpose"] == "llm_step"
+    assert attributes["planweave.admission.waited_s"] == 0.0

@@ -156,6 +156,7 @@ class Ticket:
     key: tuple[float, float, int]
     state: TicketState = "queued"
     admitted_at: float | None = None
+    signal: Signal | None = None  # what its outcome said, once finished
 
     @property
     def waited(self) -> float | None:
@@ -376,7 +377,7 @@ class EndpointPolicy:
         if outcome.tokens is not None and admitted_at + self.limits.window > now:  # still counted in the window
             self._token_sum += outcome.tokens - ticket.tokens
             ticket.tokens = outcome.tokens
-        signal = self.classify(outcome)
+        signal = ticket.signal = self.classify(outcome)
         self.signals[signal] = self.signals.get(signal, 0) + 1
         ttft = outcome.first_token_s
         if ttft is not None and signal in ("ok", "slow_first_token"):
@@ -463,9 +464,9 @@ class EndpointScheduler:
         for listener in (*self._listeners, *_GLOBAL_LISTENERS):
             listener(self, what, ticket, outcome)
 
-    def _pump(self) -> None:
+    def _pump(self, now: float | None = None) -> None:
         loop = asyncio.get_running_loop()
-        now = self._now = loop.time()
+        now = self._now = loop.time() if now is None else now
         for ticket in self.policy.admit(now):
             waiter = self._waiters.pop(ticket, None)
             if waiter is not None and not waiter.done():
@@ -486,8 +487,9 @@ class EndpointScheduler:
     async def slot(self, call: CallClass, tokens: int, *, since: float | None = None) -> AsyncIterator[Grant]:
         """Wait for admission, hold the slot for the body, then report the outcome the body set on the grant."""
         loop = asyncio.get_running_loop()
-        ticket = self.policy.enqueue(call, tokens, loop.time(), since)
-        self._pump()
+        now = loop.time()
+        ticket = self.policy.enqueue(call, tokens, now, since)
+        self._pump(now)  # the same instant: a call that need not wait waited 0
         if ticket.state == "queued":
             waiter = self._waiters[ticket] = loop.create_future()
             try:

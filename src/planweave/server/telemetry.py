@@ -5,7 +5,10 @@ attempt spans) and wraps the engine's tool catalog (tool-call spans, children of
 found through :func:`~planweave.engine.context.current_step`). Nothing here runs unless :func:`instrument` is
 called: ``planweave serve`` calls it only when ``OTEL_TRACES_EXPORTER`` (or a flag) asks for traces.
 
-Span tree: ``planweave.run`` → ``step <id>`` (one per attempt) → ``tool <name>``. Attributes:
+Span tree: ``planweave.run`` → ``step <id>`` (one per attempt) → ``tool <name>``; each model call's admission is a
+span ``model admission <model>`` (from queueing to the end of the call, a child of its step's attempt when it has
+one) with ``planweave.admission.*`` attributes: ``waited_s``, ``signal``, ``status``, ``window``, ``queued``,
+``priority``, ``slack``, ``purpose``. Attributes:
 ``planweave.run_id``, ``planweave.step_id``, ``planweave.tool``, ``planweave.attempt``; a failed attempt or tool
 call has status ERROR with the error text, and ``error.type`` set to the failure kind.
 """
@@ -14,7 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 try:
@@ -35,6 +39,7 @@ from planweave.engine.context import current_step
 from planweave.engine.events import Event
 from planweave.engine.runtime import Engine, Run
 from planweave.errors import PlanweaveError, RunError, RunNotFound
+from planweave.models.admission import EndpointScheduler, Outcome, Ticket, add_decision_listener
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 
 __all__ = ["TelemetryError", "instrument", "tracer_provider_from_env"]
@@ -305,6 +310,46 @@ def instrument(engine: Engine, tracer_provider: trace.TracerProvider | None = No
 
         engine.tools = builtin_tools()
     engine.tools = _TracedCatalog(engine.tools, tracing)
+    for remove in _ADMISSION_LISTENERS:  # one engine traced per process: the latest instrument() wins
+        remove()
+    _ADMISSION_LISTENERS[:] = [add_decision_listener(_AdmissionTracing(tracing).on_decision)]
+
+
+_ADMISSION_LISTENERS: list[Callable[[], None]] = []
+
+
+class _AdmissionTracing:
+    """Model-call admission decisions as spans (a listener of every endpoint scheduler of the process)."""
+
+    def __init__(self, tracing: _RunTracing) -> None:
+        self._tracing = tracing
+
+    def on_decision(self, endpoint: EndpointScheduler, what: str, ticket: Ticket, outcome: Outcome | None) -> None:
+        if what != "finished":
+            return
+        now = asyncio.get_running_loop().time()
+        end = time.time_ns()
+        start = end - int(max(0.0, now - ticket.enqueued_at) * 1e9)
+        call = ticket.call
+        parent = (self._tracing.attempt_span(call.run_id, call.step_id)
+                  if call.run_id is not None and call.step_id is not None else None)
+        context = trace.set_span_in_context(parent) if parent is not None else None
+        stats = endpoint.policy
+        attributes: dict[str, Any] = {
+            "planweave.admission.endpoint": endpoint.name, "planweave.admission.waited_s": ticket.waited or 0.0,
+            "planweave.admission.signal": ticket.signal or "failed",
+            "planweave.admission.window": stats.window, "planweave.admission.queued": stats.queued,
+            "planweave.admission.priority": call.priority, "planweave.admission.purpose": call.purpose,
+        }
+        if outcome is not None and outcome.status is not None:
+            attributes["planweave.admission.status"] = outcome.status
+        if call.slack is not None:
+            attributes["planweave.admission.slack"] = call.slack
+        if call.run_id is not None:
+            attributes[RUN_ID] = call.run_id
+        span = self._tracing.tracer.start_span(f"model admission {endpoint.model}", context=context,
+                                                start_time=start, attributes=attributes)
+        span.end(end_time=end)
 
 
 def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
