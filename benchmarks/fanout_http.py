@@ -9,7 +9,6 @@ at once unless ``--concurrency`` says otherwise. Target: every step succeeds, un
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -19,8 +18,13 @@ import tempfile
 import time
 import urllib.request
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
+
+from planweave.bench.cli import parse_command_line
 
 
 def free_port() -> int:
@@ -72,12 +76,24 @@ def summarise(stdout: str) -> dict[str, Any]:
     return {"status": report.get("status"), "counts": dict(counts)}
 
 
+@dataclass(frozen=True)
+class FanoutOptions:
+    steps: int
+    concurrency: int | None
+    journal: str | None
+
+
+def _options(
+    steps: Annotated[int, typer.Option(min=1, help="http.get steps in the fan-out")] = 5000,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="passed to planweave run (default: its own)")] = None,
+    journal: Annotated[str | None, typer.Option(help="journal URL (default: a SQLite file in a temp dir)")] = None,
+) -> FanoutOptions:
+    """Fan out http.get steps to a local python3 -m http.server through `planweave run`."""
+    return FanoutOptions(steps, concurrency, journal)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=5000)
-    parser.add_argument("--concurrency", type=int, default=None, help="passed to planweave run (default: its own)")
-    parser.add_argument("--journal", default=None, help="journal URL (default: a SQLite file in a temp dir)")
-    opts = parser.parse_args(argv)
+    opts = parse_command_line(_options, argv, "python benchmarks/fanout_http.py")
     with tempfile.TemporaryDirectory(prefix="planweave-fanout-") as tmp:
         root = Path(tmp)
         (root / "www").mkdir()

@@ -9,7 +9,6 @@ crash, printed with its traceback. Exit status 1 if any input crashed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sys
@@ -19,8 +18,12 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from planweave import builtin_tools, validate_plan
+from planweave.bench.cli import parse_command_line
 from planweave.errors import PlanError
 from planweave.planfile import load_plan_file
 
@@ -128,16 +131,21 @@ def fuzz(count: int, seed: int, folder: Path) -> Counter[str]:
     return outcomes
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("-n", type=int, default=500, help="number of plan files (default 500)")
-    parser.add_argument("--seed", type=int, default=0)
-    options = parser.parse_args()
+def _options(
+    n: Annotated[int, typer.Option("-n", min=1, help="number of plan files")] = 500,
+    seed: Annotated[int, typer.Option(help="seed of the fuzzer")] = 0,
+) -> tuple[int, int]:
+    """Fuzz the plan-file loader and validator: a malformed file must be a PlanError, never a crash."""
+    return n, seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    count, seed = parse_command_line(_options, argv, "python benchmarks/fuzz_plans.py")
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as folder:
-        outcomes = fuzz(options.n, options.seed, Path(folder))
+        outcomes = fuzz(count, seed, Path(folder))
     elapsed = time.perf_counter() - started
-    print(f"{options.n} fuzzed plan files in {elapsed:.1f}s: {outcomes['plan']} plans, "
+    print(f"{count} fuzzed plan files in {elapsed:.1f}s: {outcomes['plan']} plans, "
           f"{outcomes['PlanError']} plan errors, {outcomes['crash']} crashed")
     return 1 if outcomes["crash"] else 0
 

@@ -17,7 +17,6 @@ resumed). Loopback only, bounded in count and time (``--timeout``, default 55 s)
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -30,10 +29,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 
+from planweave.bench.cli import parse_command_line
 from planweave.testing.server import chain_plan, read_sse
 
 TOKEN = "server-load-benchmark-token-0123456789"
@@ -240,7 +241,7 @@ def compare(figures: Figures, truth: dict[str, list[Seen]], status: dict[str, st
     }
 
 
-async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+async def main_async(args: LoadOptions) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="planweave-load-") as tmp:
         journal = args.journal or f"sqlite:///{Path(tmp) / 'runs.db'}"
         server = ServerProcess(free_port(), journal, Path(tmp))
@@ -290,20 +291,41 @@ def ok(result: dict[str, Any]) -> bool:
                 or result["runs_lost"] or result["runs_not_succeeded"])
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """What load to put on the server (the command line's options)."""
+
+    clients: int = 8
+    runs: int = 4
+    steps: int = 5
+    step_seconds: float = 0.1
+    kill_after_events: int = 60
+    timeout: float = 55.0
+    journal: str | None = None
+    json: bool = False
+
+
+def _options(  # one parameter per option, read by Typer
+    clients: Annotated[int, typer.Option(min=1, help="concurrent clients")] = 8,
+    runs: Annotated[int, typer.Option(min=1, help="runs per client, one after the other")] = 4,
+    steps: Annotated[int, typer.Option(min=1, help="sleep steps per run, in a chain")] = 5,
+    step_seconds: Annotated[float, typer.Option(help="seconds each step sleeps")] = 0.1,
+    kill_after_events: Annotated[int, typer.Option(
+        help="SIGKILL the server once the clients have seen this many events")] = 60,
+    timeout: Annotated[float, typer.Option(help="the whole load is cut off after this")] = 55.0,
+    journal: Annotated[str | None, typer.Option(
+        help="journal URL (default: a SQLite file in a temporary directory)")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+) -> LoadOptions:
+    """Load a `planweave serve`, SIGKILL it mid-load and restart it: no run and no streamed event may be lost."""
+    if clients * runs > 1000:
+        raise typer.BadParameter("at most 1000 runs in all (--clients x --runs): the load must stay bounded",
+                                 param_hint="--clients/--runs")
+    return LoadOptions(clients, runs, steps, step_seconds, kill_after_events, timeout, journal, json_output)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--runs", type=int, default=4, help="runs per client, one after the other")
-    parser.add_argument("--steps", type=int, default=5, help="sleep steps per run, in a chain")
-    parser.add_argument("--step-seconds", type=float, default=0.1)
-    parser.add_argument("--kill-after-events", type=int, default=60,
-                        help="SIGKILL the server once the clients have seen this many events")
-    parser.add_argument("--timeout", type=float, default=55.0, help="the whole load is cut off after this")
-    parser.add_argument("--journal", help="journal URL (default: a SQLite file in a temporary directory)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    args = parser.parse_args(argv)
-    if args.clients * args.runs > 1000:
-        parser.error("at most 1000 runs in all (--clients x --runs): the load must stay bounded")
+    args = parse_command_line(_options, argv, "python benchmarks/server_load.py")
     result = asyncio.run(main_async(args))
     print(json.dumps(result, indent=2) if args.json else table(result))
     return 0 if ok(result) else 1

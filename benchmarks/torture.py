@@ -19,7 +19,6 @@ With ``--writers``, several processes then share one SQLite journal: writers run
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -33,10 +32,12 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 import yaml
 
+from planweave.bench.cli import parse_command_line
 from planweave.journal import open_journal
 
 REPO = Path(__file__).resolve().parent.parent
@@ -237,22 +238,44 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=3, help="runs per backend (default 3)")
-    parser.add_argument("--kills", type=int, default=3, help="most SIGKILLs per run (default 3)")
-    parser.add_argument("--backends", default="sqlite,postgres", help="comma-separated: sqlite, postgres")
-    parser.add_argument("--pg", default=os.environ.get("PLANWEAVE_TEST_PG", PG_DEFAULT), help="PostgreSQL server")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--budget", type=float, default=25.0, help="seconds per backend before no new run starts")
-    parser.add_argument("--writers", type=int, default=0, help="SQLite writer processes for the shared-file part")
-    parser.add_argument("--readers", type=int, default=2, help="reader processes polling per round")
-    args = parser.parse_args()
+@dataclass(frozen=True)
+class TortureOptions:
+    runs: int
+    kills: int
+    backends: tuple[str, ...]
+    pg: str
+    seed: int
+    budget: float
+    writers: int
+    readers: int
+
+
+def _options(  # one parameter per option, read by Typer
+    runs: Annotated[int, typer.Option(min=1, help="runs per backend")] = 3,
+    kills: Annotated[int, typer.Option(min=0, help="most SIGKILLs per run")] = 3,
+    backends: Annotated[str, typer.Option(help="comma-separated: sqlite, postgres")] = "sqlite,postgres",
+    pg: Annotated[str, typer.Option(help="PostgreSQL server", envvar="PLANWEAVE_TEST_PG")] = PG_DEFAULT,
+    seed: Annotated[int, typer.Option(help="seed of the kill times")] = 0,
+    budget: Annotated[float, typer.Option(help="seconds per backend before no new run starts")] = 25.0,
+    writers: Annotated[int, typer.Option(min=0, help="SQLite writer processes for the shared-file part")] = 0,
+    readers: Annotated[int, typer.Option(min=0, help="reader processes polling per round")] = 2,
+) -> TortureOptions:
+    """SIGKILL `planweave run` processes at random moments and resume them: no effect lost, none run twice."""
+    chosen = tuple(b.strip() for b in backends.split(",") if b.strip())
+    unknown = [b for b in chosen if b not in ("sqlite", "postgres")]
+    if unknown or not chosen:
+        raise typer.BadParameter(f"unknown backend {', '.join(unknown) or '(none)'}: use sqlite or postgres",
+                                 param_hint="--backends")
+    return TortureOptions(runs, kills, chosen, pg, seed, budget, writers, readers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_command_line(_options, argv, "python benchmarks/torture.py")
     rows = []
     bad = False
     with tempfile.TemporaryDirectory(prefix="planweave-torture-") as tmp:
         work = Path(tmp)
-        for backend in args.backends.split(","):
+        for backend in args.backends:
             if backend == "sqlite":
                 url, schema = f"sqlite:///{work / 'torture.db'}", None
             elif backend == "postgres":
@@ -260,8 +283,8 @@ def main() -> int:
                 if found is None:
                     continue
                 url, schema = found
-            else:
-                parser.error(f"unknown backend {backend!r}: use sqlite or postgres")
+            else:  # refused by _options
+                raise AssertionError(backend)
             try:
                 tally = torture_backend(url, work, args.runs, args.kills, args.seed, args.budget)
             finally:
