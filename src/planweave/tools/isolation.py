@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import multiprocessing
 import pickle
 import queue
 import signal
@@ -20,11 +19,13 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from planweave.errors import ToolError
+
+if TYPE_CHECKING:
+    from multiprocessing.connection import Connection
+    from multiprocessing.process import BaseProcess
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -151,6 +152,8 @@ async def run_in_process(fn: Callable[..., Any], kwargs: Mapping[str, Any], *, t
     arguments and result picklable: otherwise the call fails with a :class:`ToolError` saying so. An exception the
     call raises is raised here. Tools in a process cannot report heartbeats or progress.
     """
+    import multiprocessing  # only isolation: process steps need it (~4 ms of every start-up otherwise)
+
     context = multiprocessing.get_context("spawn")
     receiver, sender = context.Pipe(duplex=False)
     proc = context.Process(target=_child, args=(sender, fn, dict(kwargs)), name=f"planweave-{tool}", daemon=False)
