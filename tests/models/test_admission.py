@@ -274,10 +274,10 @@ def simulate(limits: EndpointLimits, events: Sequence[Arrival]) -> tuple[Endpoin
 def test_nothing_starves_no_later_call_overtakes_one_waiting_longer_than_the_spread(
     events: list[Arrival], concurrency: int, adaptive: bool
 ) -> None:
-    limits = EndpointLimits(max_concurrency=concurrency, adaptive=adaptive, aging=2.0, priority_weight=10.0)
+    limits = EndpointLimits(max_concurrency=concurrency, adaptive=adaptive, aging=10.0, priority_weight=10.0)
     _, admitted, _ = simulate(limits, events)
     assert len(admitted) == len(events)
-    # The key spread: slack in [0, 20] and priority 0 or 1 (worth 10 s): 30 s of key, 15 s of waiting at aging 2.
+    # The key spread: slack in [0, 20] and priority 0 or 1 (worth 10 s): 30 s of key, 3 s of waiting at aging 10.
     spread = (20.0 + 10.0) / limits.aging
     position = {id(t): i for i, t in enumerate(admitted)}
     for t in admitted:
