@@ -77,7 +77,8 @@ class InProcessExecutor:
         """``call.tool.invoke(call.args)`` with ``call.context`` as the current step, for the step's task to await.
 
         A plain function returning the tool's coroutine, not a coroutine awaiting it: one coroutine less per step
-        (docs/benchmarks.md, "Where planweave's time goes").
+        (with the run's task bookkeeping, ~1% of a no-op step's instructions: docs/benchmarks.md, "Where
+        planweave's time goes").
         """
         if call.context.executor == "ray":
             raise not_on_ray(call)

@@ -374,8 +374,9 @@ class Run:
             self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
         finally:
             # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a replacement
-            # step (a new plan version: a new record) took it. Not `is asyncio.current_task()`: in Python 3.11 that
-            # is a Python function, ~3% of a no-op step (docs/benchmarks.md, "Where planweave's time goes").
+            # step (a new plan version: a new record) took it. Not `is asyncio.current_task()`, a Python function in
+            # 3.11: with the executor below, ~1% of a no-op step's instructions (docs/benchmarks.md, "Where
+            # planweave's time goes").
             if rec.attempts == attempt and self.state.records.get(sid) is rec:
                 self._tasks.pop(sid, None)
             self._give_back(claims)
