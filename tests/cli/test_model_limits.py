@@ -26,6 +26,15 @@ def test_a_bad_model_limits_file_exits_2_naming_the_file_and_the_field(tmp_path:
     assert "Traceback" not in done.stderr
 
 
+def test_serve_refuses_a_bad_model_limits_file_before_it_listens(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("[not, a, mapping]\n")
+    done = subprocess.run([sys.executable, "-m", "planweave.cli.main", "serve", "--port", "0", "--journal",
+                           "memory://", "--model-limits", str(limits)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"--model-limits: {limits}: expected a mapping of model name to limits" in done.stderr
+
+
 def test_the_model_limits_variable_sets_every_clients_admission(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     limits = tmp_path / "limits.yaml"

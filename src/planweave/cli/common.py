@@ -256,3 +256,19 @@ McpOption = Annotated[
 def journal_flag(url: str) -> str:
     """`` --journal URL`` for commands printed for people, or nothing for the default journal."""
     return "" if url == default_journal_url() else f" --journal {url}"
+
+
+ModelLimitsOption = Annotated[Path | None, typer.Option(
+    "--model-limits", metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
+    help="Limits per model (max_concurrency, tokens_per_minute, requests_per_minute, adaptive window) that every "
+         "model call of this process queues for (YAML/JSON; docs/admission.md).")]
+
+
+def use_model_limits(path: Path) -> None:
+    """Read a ``--model-limits`` file and make it the process's admission for model calls (bad file: exit 2)."""
+    from planweave.models.admission import load_model_limits, set_default_admission
+
+    try:
+        set_default_admission(load_model_limits(path))
+    except ValueError as exc:
+        raise UsageError(f"--model-limits: {exc}") from None

@@ -17,6 +17,7 @@ from planweave.cli.common import (
     JournalOption,
     JsonOption,
     McpOption,
+    ModelLimitsOption,
     RootOption,
     ToolsOption,
     UsageError,
@@ -26,6 +27,7 @@ from planweave.cli.common import (
     journal_file_missing,
     load_tools,
     parse_capacities,
+    use_model_limits,
 )
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.cli.follow import (
@@ -225,10 +227,7 @@ def run(
                                                          "failed and the slowest steps).")] = False,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
-    model_limits: Annotated[Path | None, typer.Option(
-        "--model-limits", metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
-        help="Limits per model (max_concurrency, tokens_per_minute, requests_per_minute, adaptive window) that "
-             "every model call queues for (YAML/JSON; docs/admission.md).")] = None,
+    model_limits: ModelLimitsOption = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -392,13 +391,3 @@ def register(app: typer.Typer) -> None:
     """Add ``run`` and ``resume`` to ``app``."""
     for command in (run, resume):
         app.command()(command)
-
-
-def use_model_limits(path: Path) -> None:
-    """Read a ``--model-limits`` file and make it the process's admission for model calls (bad file: exit 2)."""
-    from planweave.models.admission import load_model_limits, set_default_admission
-
-    try:
-        set_default_admission(load_model_limits(path))
-    except ValueError as exc:
-        raise UsageError(f"--model-limits: {exc}") from None

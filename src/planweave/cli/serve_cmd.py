@@ -13,12 +13,14 @@ from planweave.cli.common import (
     AllowExecOption,
     Confinement,
     JournalOption,
+    ModelLimitsOption,
     RootOption,
     ToolsOption,
     WorkdirOption,
     clean_errors,
     load_tools,
     parse_capacities,
+    use_model_limits,
 )
 from planweave.extras import require
 
@@ -56,6 +58,7 @@ def serve(
         "--max-deadline", min=0, help="Cap on any run's deadline in seconds (also its default).")] = None,
     max_replans: Annotated[int | None, typer.Option(
         "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
+    model_limits: ModelLimitsOption = None,
 ) -> None:
     """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token.
 
@@ -63,6 +66,8 @@ def serve(
     """
     with clean_errors():
         require("server", "the server")
+        if model_limits is not None:
+            use_model_limits(model_limits)
         from planweave.server import serve as serve_forever
         from planweave.server.limits import LimitCaps
 
