@@ -1,0 +1,39 @@
+#!/bin/bash
+# Instructions per step of planweave (or the asyncio floor) on a no-op DAG, counted by valgrind's callgrind: a
+# figure the machine's load does not move (wall-clock figures on a shared machine vary by +-15-30 %).
+# It runs the plan 1 and 3 times in one process and divides the difference by 2 x the steps, so imports and
+# set-up cancel out. Repeat runs of the same code agree within about 3 %.
+#   benchmarks/count_instructions.sh [planweave|floor] [layered|fan] [STEPS] [JOURNAL URL]
+# Compare two versions of the code with PYTHONPATH=/path/to/a/copy/of/src.
+set -euo pipefail
+SYSTEM=${1:-planweave}; SHAPE=${2:-layered}; STEPS=${3:-2000}; URL=${4:-null://}
+PY=${PYTHON:-.venv/bin/python}
+SCRIPT=$(cat <<'PYEOF'
+import asyncio, gc, sys
+from planweave import open_engine
+from planweave.bench.peers import run_floor
+from planweave.bench.workloads import fan_out, layered, plan_document
+from planweave.plan.graph import parse_plan_document
+from planweave.tools import builtin_tools
+system, shape, steps, runs, url = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+async def main() -> None:
+    w = layered(steps) if shape == "layered" else fan_out(steps)
+    if system == "floor":
+        for _ in range(runs):
+            gc.collect()
+            await run_floor(w.deps)
+        return
+    spec = parse_plan_document(plan_document(w), w.name)
+    async with open_engine(url, tools=builtin_tools(), concurrency=None) as engine:
+        for _ in range(runs):
+            gc.collect()
+            await (await engine.start(spec, source=w.name)).wait()
+asyncio.run(main())
+PYEOF
+)
+count() {
+    PYTHONHASHSEED=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$PY" -c "$SCRIPT" "$SYSTEM" "$SHAPE" "$STEPS" "$1" "$URL" 2>&1 | sed -n 's/.*Collected : //p'
+}
+one=$(count 1); three=$(count 3)
+echo "$SYSTEM $SHAPE $STEPS steps ($URL): $(( (three - one) / 2 / STEPS )) instructions per step"
