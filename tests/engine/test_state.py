@@ -161,3 +161,65 @@ def test_plan_versions_and_streamed_steps_rebase_the_records_and_record_each_ver
     f = s.records["f"]
     assert (f.status, f.error, f.finished_at, s.root_cause) == ("skipped", "dependency 'e' failed", 11.0, "e")
     assert s.counts() == {"ready": 2, "succeeded": 1, "pending": 2, "failed": 1, "skipped": 1}
+
+
+def test_cancelling_a_step_or_the_run_records_why_and_when_and_skips_what_waits() -> None:
+    plan = validate_plan(parse_plan_document({"steps": [
+        {"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop", "after": ["a"]},
+        {"id": "c", "tool": "noop", "after": ["b"]}, {"id": "r", "tool": "noop"}, {"id": "q", "tool": "noop"},
+        {"id": "u", "tool": "noop"}, {"id": "p", "tool": "noop", "after": ["q"]}]}))
+    s = RunState("r", plan, ())
+    s.apply(ev("run_created", 0.0))
+    for e in (ev("step_started", 1.0, "a", attempt=1), ev("step_started", 1.0, "r", attempt=1),
+              ev("step_started", 1.0, "q", attempt=1), ev("step_succeeded", 2.0, "q", attempt=1, output="o"),
+              ev("step_started", 1.0, "u", attempt=1), ev("run_resumed", 3.0)):  # u: not idempotent -> unknown
+        s.apply(e)
+    assert (s.records["u"].status, s.records["r"].status) == ("unknown", "unknown")
+    assert s.apply(ev("step_cancelled", 4.0, "a", reason="not needed")) == ()
+    a = s.records["a"]
+    assert (a.status, a.error, a.finished_at) == ("cancelled", "not needed", 4.0)
+    s2 = RunState("r", plan, ["a"])
+    s2.apply(ev("run_created", 0.0))
+    s2.apply(ev("step_started", 1.0, "a", attempt=1))
+    s2.apply(ev("step_cancelled", 4.0, "a"))
+    a2, b2, c2 = (s2.records[x] for x in "abc")
+    assert (a2.status, a2.error, a2.finished_at, a2.resumable, a2.attempt_log) == (
+        "cancelled", "cancelled", 4.0, False, [(1, 1.0, 4.0, "cancelled")])
+    assert [(r.status, r.error, r.finished_at) for r in (b2, c2)] == [
+        ("skipped", "dependency 'a' was cancelled", 4.0), ("skipped", "dependency 'a' was cancelled", 4.0)]
+    s2.apply(ev("step_cancelled", 5.0, "a", reason="again"))  # a finished step: nothing changes
+    assert (a2.error, a2.finished_at) == ("cancelled", 4.0)
+    s2.apply(ev("step_started", 1.0, "r", attempt=1))
+    s2.apply(ev("step_cancelled", 6.0, "r", reason="stopping", resumable=True))  # dependents wait for the resume
+    assert (s2.records["r"].status, s2.records["r"].error, s2.records["r"].resumable) == ("cancelled", "stopping", True)
+
+    # The run: every step not finished is cancelled with the reason, its attempt closed; finished ones stay.
+    assert s.apply(ev("run_cancelled", 7.0, reason="enough")) == ()
+    got = {r.id: (r.status, r.error, r.finished_at) for r in s.records.values()}
+    assert got["q"] == ("succeeded", None, 2.0)
+    assert got["p"] == ("cancelled", "enough", 7.0)  # ready
+    assert got["u"] == ("cancelled", "enough", 7.0)  # unknown
+    assert s.records["u"].attempt_log == [(1, 1.0, 3.0, "interrupted")]
+    assert (s.status, s.error, s.failed_by, s.active) == ("cancelled", "enough", None, 0)
+    assert s.outcome() == ("cancelled", "enough")
+    s2.apply(ev("run_cancelled", 8.0))  # Run.fail's event says failed; a plain one, without a reason, says so
+    assert (s2.status, s2.error) == ("cancelled", "run cancelled")
+    s3 = RunState("r", plan, ())
+    s3.apply(ev("run_created", 0.0))
+    s3.apply(ev("step_started", 1.0, "a", attempt=1))
+    s3.apply(ev("run_cancelled", 2.0, reason="a decision", status="failed"))
+    assert (s3.status, s3.error, s3.failed_by, s3.records["a"].attempt_log) == (
+        "failed", "a decision", "a decision", [(1, 1.0, 2.0, "cancelled")])
+    assert s3.outcome() == ("failed", "a decision")
+
+
+def test_model_calls_add_up_tokens_and_cost_and_keep_their_step() -> None:
+    s = state()
+    s.apply(ev("model_call", 1.0, None, prompt_tokens=3, completion_tokens=4, cost_usd=0.5))
+    s.apply(Event("r1", "model_call", 2.0, "a", {"prompt_tokens": 1, "at": 1.5}))
+    s.apply(ev("model_call", 3.0, None, completion_tokens=2, cost_usd=0.25))
+    assert (s.tokens, s.cost_usd) == (10, 0.75)
+    assert s.model_calls == [
+        {"prompt_tokens": 3, "completion_tokens": 4, "cost_usd": 0.5, "at": 1.0},
+        {"prompt_tokens": 1, "at": 1.5, "step": "a"},
+        {"completion_tokens": 2, "cost_usd": 0.25, "at": 3.0}]
