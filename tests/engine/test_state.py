@@ -188,7 +188,13 @@ def test_cancelling_a_step_or_the_run_records_why_and_when_and_skips_what_waits(
     assert [(r.status, r.error, r.finished_at) for r in (b2, c2)] == [
         ("skipped", "dependency 'a' was cancelled", 4.0), ("skipped", "dependency 'a' was cancelled", 4.0)]
     s2.apply(ev("step_cancelled", 5.0, "a", reason="again"))  # a finished step: nothing changes
+    s2.apply(ev("step_cancelled", 5.0, "b", reason="again"))  # a skipped one neither
     assert (a2.error, a2.finished_at) == ("cancelled", 4.0)
+    assert (b2.status, b2.error) == ("skipped", "dependency 'a' was cancelled")
+    s2.apply(ev("step_started", 5.0, "q", attempt=1))
+    s2.apply(ev("step_failed", 5.0, "q", attempt=1, error="x"))
+    s2.apply(ev("step_cancelled", 5.5, "q", reason="again"))  # nor a failed one
+    assert (s2.records["q"].status, s2.records["q"].error) == ("failed", "x")
     s2.apply(ev("step_started", 1.0, "r", attempt=1))
     s2.apply(ev("step_cancelled", 6.0, "r", reason="stopping", resumable=True))  # dependents wait for the resume
     assert (s2.records["r"].status, s2.records["r"].error, s2.records["r"].resumable) == ("cancelled", "stopping", True)
