@@ -50,8 +50,10 @@ def test_the_model_limits_variable_sets_every_clients_admission(tmp_path: Path,
 
 
 def test_the_live_view_shows_each_endpoints_queue_and_wait() -> None:
-    admission = Admission({"m": EndpointLimits(max_concurrency=1)})
-    endpoint = admission.endpoint("http://127.0.0.1:1/v1", "m")
+    # A model name no other test uses: the registry of live endpoints is the process's, and other tests' endpoints
+    # for model "m" may still be alive when this runs.
+    admission = Admission({"live-view-m": EndpointLimits(max_concurrency=1)})
+    endpoint = admission.endpoint("http://127.0.0.1:1/v1", "live-view-m")
     seen: list[str] = []
 
     async def main() -> None:
@@ -64,11 +66,11 @@ def test_the_live_view_shows_each_endpoints_queue_and_wait() -> None:
 
         tasks = [asyncio.create_task(one()) for _ in range(3)]
         await asyncio.sleep(0.01)
-        seen.append(" | ".join(line.plain for line in admission_lines() if "model m:" in line.plain))
+        seen.append(" | ".join(line.plain for line in admission_lines() if "model live-view-m:" in line.plain))
         release.set()
         await asyncio.gather(*tasks)
-        seen.append(" | ".join(line.plain for line in admission_lines() if "model m:" in line.plain))
+        seen.append(" | ".join(line.plain for line in admission_lines() if "model live-view-m:" in line.plain))
 
     asyncio.run(main())
-    assert seen[0].startswith("model m: 2 queued (oldest ") and " · 1/1 in flight · wait mean " in seen[0]
-    assert seen[1].startswith("model m: 0 queued · 0/1 in flight") and seen[1].endswith("3 rate limited")
+    assert seen[0].startswith("model live-view-m: 2 queued (oldest ") and " · 1/1 in flight · wait mean " in seen[0]
+    assert seen[1].startswith("model live-view-m: 0 queued · 0/1 in flight") and seen[1].endswith("3 rate limited")
