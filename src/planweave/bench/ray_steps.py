@@ -208,12 +208,16 @@ async def measure(settings: Settings, ray: Any, progress: Callable[[str], None])
     t0 = time.perf_counter()
     burn(loops)
     one = time.perf_counter() - t0
+    alone = await _best(lambda: bare.cpu(1, loops), 1)
     cpu = {
         "Ray tasks": await _best(lambda: bare.cpu(steps, loops), 1),
         "planweave on Ray": await _best(lambda: _planweave(doc, on_ray, tools), 1),
         "planweave in-process (threads)": await _best(lambda: _planweave(doc, InProcessExecutor(), tools), 1),
     }
-    results["cpu"].append({"workload": f"{steps} x burn({loops:,})", "one_step_s": one, "makespan_s": cpu})
+    # How many steps Ray really ran at once: this machine may give its worker processes fewer cores than it has.
+    parallel = steps * alone / cpu["Ray tasks"]
+    results["cpu"].append({"workload": f"{steps} x burn({loops:,})", "one_step_s": one, "one_ray_task_s": alone,
+                           "ray_parallelism": parallel, "makespan_s": cpu})
     await on_ray.aclose()
     await on_ray_free.aclose()
     return results
@@ -261,5 +265,6 @@ def render(results: Mapping[str, Any]) -> str:
     for row in results["cpu"]:
         base = row["makespan_s"]["planweave in-process (threads)"]
         cells = "  ".join(f"{k}: {v:.2f} ({v / base:.2f}x)" for k, v in row["makespan_s"].items())
-        lines.append(f"  {row['workload']:<22} one step alone {row['one_step_s']:.2f}  {cells}")
+        lines.append(f"  {row['workload']:<22} one step alone {row['one_step_s']:.2f}  {cells}  (Ray ran "
+                     f"{row['ray_parallelism']:.1f} steps at once)")
     return "\n".join(lines)

@@ -304,6 +304,7 @@ class RayExecutor:
         self._init_options = dict(init_options or {})
         self._refs: dict[int, tuple[ToolSpec, ToolRef]] = {}
         self._task: Any = None
+        self._submitters: dict[tuple[tuple[str, int], ...], Any] = {}
         self._ray: Any = None
         self._connected_here = False
         self._connecting = asyncio.Lock()
@@ -354,12 +355,12 @@ class RayExecutor:
         if not self.runs_on_ray(call):
             return await self.local.execute(call)
         ref = self.reference(call.tool)
-        await self.connect()
+        if self._task is None:
+            await self.connect()
         context = call.context
         step = StepIdentity(context.run_id, context.step_id, context.attempt, context.isolation,
                             dict(context.resources))
-        generator = self._task.options(**ray_options(context.resources, self.num_cpus)).remote(
-            ref, dict(call.args), step)
+        generator = self._submitter(context.resources).remote(ref, dict(call.args), step)
         try:
             kind, value = await self._outcome(generator, call)
         except asyncio.CancelledError:
@@ -368,6 +369,14 @@ class RayExecutor:
         if kind == "ok":
             return value
         raise value
+
+    def _submitter(self, resources: Mapping[str, int]) -> Any:
+        """The Ray task with the options for ``resources`` (one per distinct claim: ``options`` is not free)."""
+        key = tuple(sorted(resources.items()))
+        submitter = self._submitters.get(key)
+        if submitter is None:
+            submitter = self._submitters[key] = self._task.options(**ray_options(resources, self.num_cpus))
+        return submitter
 
     async def _outcome(self, generator: Any, call: ToolCall) -> Report:
         """The task's outcome report; its heartbeats, progress and usage are handed to the sink on the way."""
@@ -412,6 +421,7 @@ class RayExecutor:
             await asyncio.to_thread(self._ray.shutdown)
         self._connected_here = False
         self._task = self._ray = None
+        self._submitters.clear()
 
 
 async def _drain(generator: Any) -> None:
