@@ -34,6 +34,7 @@ EventKind = Literal[
     "input_requested",  # data: prompt, schema (a JSON schema or null), written by the human.input tool
     "input_given",  # data: value
     "step_reply",  # data: approve, reason | value (a person's answer, written by another process)
+    "allocation",  # data: tier, model, samples, select, policy, p_all, compared (the allocator's choice for a step)
 ]
 
 
@@ -205,6 +206,23 @@ class StepReplyData(TypedDict):
     value: NotRequired[Any]
 
 
+class AllocationData(TypedDict):
+    tier: str  # the tier chosen for the step's model call(s)
+    model: NotRequired[str]  # the model that tier names
+    samples: int  # parallel samples
+    select: NotRequired[str | None]  # vote, first_valid or verifier (several samples)
+    policy: NotRequired[str]  # monte_carlo, greedy, cheapest, strongest
+    attempt: NotRequired[int]
+    p_all: NotRequired[float]  # estimated P(the run completes within budget and deadline) with this choice
+    p_success: NotRequired[float]
+    p_budget: NotRequired[float]
+    p_deadline: NotRequired[float]
+    sims: NotRequired[int]  # Monte Carlo runs behind the estimates
+    overhead_s: NotRequired[float]  # wall seconds the decision took
+    compared: NotRequired[Sequence[Mapping[str, Any]]]  # every candidate: tier, samples, p_all, cost_usd, fits
+    reason: NotRequired[str]
+
+
 # The payload type of every kind of event: the fold's dispatch table is checked against it (tests/engine/test_state.py).
 PAYLOADS: Mapping[EventKind, type] = {
     "run_created": RunCreatedData,
@@ -228,4 +246,5 @@ PAYLOADS: Mapping[EventKind, type] = {
     "input_requested": InputRequestedData,
     "input_given": InputGivenData,
     "step_reply": StepReplyData,
+    "allocation": AllocationData,
 }

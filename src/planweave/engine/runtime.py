@@ -475,9 +475,9 @@ class Run:
 
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None:
         """Journal an event about the run that is not a step transition (``model_call``, ``escalation``,
-        ``answer``): the planning loop reports through this."""
-        if kind not in ("model_call", "escalation", "answer", "warning"):
-            raise ValueError(f"record() takes model_call, escalation, answer or warning events, not {kind}")
+        ``answer``, ``allocation``): the planning loop and the allocator report through this."""
+        if kind not in ("model_call", "escalation", "answer", "warning", "allocation"):
+            raise ValueError(f"record() takes model_call, escalation, answer, warning or allocation events, not {kind}")
         self._emit(kind, step, data)
 
     async def _retry_after(self, rec: StepRecord, delay: float) -> None:

@@ -622,4 +622,5 @@ _FOLD: Mapping[EventKind, Fold] = {
     "input_requested": RunState._input_requested,
     "input_given": RunState._input_given,
     "step_reply": RunState._step_reply,
+    "allocation": RunState._no_change,
 }
