@@ -58,6 +58,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "planweave.cli.tools_cmd": ("tools",),
     "planweave.cli.bench_cmd": ("bench",),
     "planweave.cli.workers_cmd": ("submit", "worker", "workers"),
+    "planweave.cli.forecast_cmd": ("estimates", "forecast"),
 }
 
 

@@ -1,0 +1,79 @@
+"""Read a journal's history into the estimates table (an adapter: it reads any :class:`Journal`).
+
+The table is derived, never stored: :func:`read_estimates` folds every run in the journal (with the engine's own
+fold, so plan versions, retries and fallbacks read as the engine saw them) and fits the attempts it finds. It is
+recomputed on each call, so it is never stale and there is no cache to invalidate; the cost is one read of the
+journal (docs/forecast.md gives the figure).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from planweave.engine.events import Event
+from planweave.engine.state import RunState
+from planweave.errors import PlanweaveError
+from planweave.forecast.estimates import Estimates, Observation, build_estimates
+from planweave.journal.base import Journal
+
+
+def run_observations(state: RunState) -> list[Observation]:
+    """The finished attempts of one run (per tool and per step fingerprint) and its model calls (per model).
+
+    An attempt's tokens and cost are its step's model calls, shared evenly over the step's attempts. A step whose
+    fallback was used ran its fallback's tool on its last attempt (the fallback is tried once).
+    """
+    plan = state.plan
+    prints = plan.fingerprints
+    spent: dict[str, tuple[int, int, float]] = {}
+    out: list[Observation] = []
+    for call in state.model_calls:
+        tin, tout = int(call.get("prompt_tokens", 0)), int(call.get("completion_tokens", 0))
+        cost = float(call.get("cost_usd", 0.0))
+        sid = call.get("step")
+        if isinstance(sid, str):
+            a, b, c = spent.get(sid, (0, 0, 0.0))
+            spent[sid] = (a + tin, b + tout, c + cost)
+        started, finished = call.get("started_at"), call.get("finished_at")
+        if call.get("model") and isinstance(started, int | float) and isinstance(finished, int | float):
+            out.append(Observation("model", str(call["model"]), max(0.0, finished - started), True, tin, tout, cost))
+    for sid, rec in state.records.items():
+        attempts = [e for e in rec.attempt_log if e[2] is not None and e[3] in ("succeeded", "failed")]
+        if not attempts:
+            continue
+        step = plan.steps[sid]
+        tin, tout, cost = spent.get(sid, (0, 0, 0.0))
+        n = len(attempts)
+        for i, (_, started, finished, outcome) in enumerate(attempts):
+            fallback = step.fallback is not None and rec.fallback_active and i == n - 1
+            tool = step.fallback.tool if fallback and step.fallback is not None else step.tool
+            duration = max(0.0, float(finished or 0.0) - started)
+            ok = outcome == "succeeded"
+            out.append(Observation("tool", tool, duration, ok, tin // n, tout // n, cost / n))
+            if not fallback:
+                out.append(Observation("step", prints[sid], duration, ok, tin // n, tout // n, cost / n))
+    return out
+
+
+def _by_run(events: Iterable[Event]) -> dict[str, list[Event]]:
+    runs: dict[str, list[Event]] = {}
+    for event in events:
+        runs.setdefault(event.run_id, []).append(event)
+    return runs
+
+
+def estimates_from_events(events: Sequence[Event], prior: tuple[float, float] = (1.0, 1.0)) -> Estimates:
+    """The estimates table of journaled ``events`` (of any number of runs); a run the fold refuses is skipped."""
+    observations: list[Observation] = []
+    for run_id, run_events in _by_run(events).items():
+        try:
+            state = RunState.from_events(run_id, run_events)
+        except PlanweaveError:
+            continue  # a corrupt or foreign run says nothing reliable about durations
+        observations.extend(run_observations(state))
+    return build_estimates(observations, prior)
+
+
+async def read_estimates(journal: Journal, prior: tuple[float, float] = (1.0, 1.0)) -> Estimates:
+    """The estimates table of every run in ``journal`` (memory, SQLite or PostgreSQL), recomputed now."""
+    return estimates_from_events(await journal.read(), prior)
