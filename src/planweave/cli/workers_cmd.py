@@ -35,10 +35,12 @@ from planweave.cli.common import (
     open_mcp,
     print_json,
 )
+from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.extras import require
 from planweave.journal import default_journal_url
 
 if TYPE_CHECKING:
+    from planweave.engine.executor import Executor
     from planweave.journal.leases import LeaseStore, WorkerView
     from planweave.journal.postgres import PostgresJournal
     from planweave.tools import Toolbox
@@ -154,6 +156,8 @@ def worker(
     allow_exec: AllowExecOption = None,
     allow_env: AllowEnvOption = None,
     root: RootOption = None,
+    executor: ExecutorOption = None,
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run the runs queued in a PostgreSQL journal, under leases, until SIGTERM/SIGINT (then hand them back)."""
     with clean_errors(json_output):
@@ -165,7 +169,9 @@ def worker(
             options = WorkerOptions(name or default_worker_name(), max_runs, lease, renew_every)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
-        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, json_output))
+        # The plans are not known yet: with Ray installed, steps that say executor: ray go to Ray (as on resume).
+        flags = ExecutorFlags(executor, ray_address, tuple(tools or ()))
+        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor()))
     if json_output:
         print_json({"status": "stopped", "worker": options.name, **tally})
     else:
@@ -173,7 +179,7 @@ def worker(
 
 
 async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[str, ...], concurrency: int,
-                json_output: bool) -> dict[str, Any]:
+                executor: Executor) -> dict[str, Any]:
     from planweave.engine.runtime import Engine
     from planweave.workers import Worker
 
@@ -184,7 +190,8 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
     async with AsyncExitStack() as stack:
         box = await open_mcp(stack, mcp, toolbox)
         journal, store = await stack.enter_async_context(_queue(url))
-        engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency))
+        engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency,
+                                                            executor=executor))
         runner = Worker(engine, journal, store, options, tools=box, log=log)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, runner.stop)
