@@ -111,7 +111,8 @@ def _start_of_plan(plan: Plan) -> _Start:
 
 def _start_of_run(state: RunState, now: float) -> _Start:
     """The run's steps at ``now``: a step waiting for a person counts as ready (people are not simulated)."""
-    start = _Start(elapsed=max(0.0, now - (state.created_at or now)), spent=state.cost_usd,
+    created = state.created_at if state.created_at is not None else now
+    start = _Start(elapsed=max(0.0, now - created), spent=state.cost_usd,
                    on_failure=state.on_failure)
     for sid, rec in state.records.items():
         start.attempts[sid] = rec.attempts
@@ -122,10 +123,10 @@ def _start_of_run(state: RunState, now: float) -> _Start:
             start.done.add(sid)
         elif status == "running" or status == "waiting_input":
             log = rec.attempt_log
-            began = log[-1][1] if log else (rec.started_at or now)
+            began = log[-1][1] if log else (rec.started_at if rec.started_at is not None else now)
             start.running[sid] = max(0.0, now - began)
         elif status in ("ready", "waiting_approval", "unknown") or (status == "cancelled" and rec.resumable):
-            start.ready[sid] = max(0.0, (rec.retry_at or now) - now)
+            start.ready[sid] = 0.0 if rec.retry_at is None else max(0.0, rec.retry_at - now)
         elif status != "pending":
             start.dead.add(sid)
     return start
@@ -358,7 +359,7 @@ def forecast(
 
 def _latest_time(state: RunState) -> float:
     """The latest time a run's state records (the forecast's "now" when none is given)."""
-    times = [state.created_at or 0.0]
+    times = [0.0 if state.created_at is None else state.created_at]
     for rec in state.records.values():
         for entry in rec.attempt_log:
             times.append(entry[2] if entry[2] is not None else entry[1])
