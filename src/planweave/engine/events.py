@@ -35,6 +35,7 @@ EventKind = Literal[
     "input_given",  # data: value
     "step_reply",  # data: approve, reason | value (a person's answer, written by another process)
     "allocation",  # data: tier, model, samples, select, policy, p_all, compared (the allocator's choice for a step)
+    "forecast",  # data: p_deadline, p_budget, p_success, p_all, makespan, cost_usd, critical_steps, runs (a refresh)
 ]
 
 
@@ -223,6 +224,24 @@ class AllocationData(TypedDict):
     reason: NotRequired[str]
 
 
+class ForecastData(TypedDict):
+    """A run's forecast, refreshed after a step outcome (``forecast/live.py``); times are seconds from its start."""
+
+    runs: int  # simulated runs behind it
+    p_success: float
+    p_deadline: float | None  # None: the run has no deadline
+    p_budget: float | None  # None: the run has no budget in USD
+    p_all: float
+    makespan: Mapping[str, float]  # p50, p90, p99
+    cost_usd: Mapping[str, float]  # p50, p90, p99
+    critical_steps: Sequence[str]
+    deadline: NotRequired[float | None]
+    budget_usd: NotRequired[float | None]
+    elapsed: NotRequired[float]  # seconds the run had run when forecast
+    histogram: NotRequired[Sequence[Sequence[float]]]  # (bucket start, count) of the simulated makespans
+    overhead_s: NotRequired[float]  # wall seconds the refresh took
+
+
 # The payload type of every kind of event: the fold's dispatch table is checked against it (tests/engine/test_state.py).
 PAYLOADS: Mapping[EventKind, type] = {
     "run_created": RunCreatedData,
@@ -247,4 +266,5 @@ PAYLOADS: Mapping[EventKind, type] = {
     "input_given": InputGivenData,
     "step_reply": StepReplyData,
     "allocation": AllocationData,
+    "forecast": ForecastData,
 }

@@ -475,9 +475,10 @@ class Run:
 
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None:
         """Journal an event about the run that is not a step transition (``model_call``, ``escalation``,
-        ``answer``, ``allocation``): the planning loop and the allocator report through this."""
-        if kind not in ("model_call", "escalation", "answer", "warning", "allocation"):
-            raise ValueError(f"record() takes model_call, escalation, answer, warning or allocation events, not {kind}")
+        ``answer``, ``allocation``, ``forecast``): the planning loop, the allocator and the forecast report through
+        this."""
+        if kind not in _RECORDED:
+            raise ValueError(f"record() takes {', '.join(_RECORDED)} events, not {kind}")
         self._emit(kind, step, data)
 
     async def _retry_after(self, rec: StepRecord, delay: float) -> None:
@@ -989,6 +990,7 @@ class Engine:
 
 
 _log = logging.getLogger("planweave.engine")
+_RECORDED: tuple[EventKind, ...] = ("model_call", "escalation", "answer", "warning", "allocation", "forecast")
 
 
 @runtime_checkable

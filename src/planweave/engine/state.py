@@ -623,4 +623,5 @@ _FOLD: Mapping[EventKind, Fold] = {
     "input_given": RunState._input_given,
     "step_reply": RunState._step_reply,
     "allocation": RunState._no_change,
+    "forecast": RunState._no_change,
 }
