@@ -64,7 +64,12 @@ class Plan:
     @cached_property
     def slack(self) -> Mapping[str, float]:
         """Per step, the seconds it may start late without delaying the plan (0 on the critical path), from the
-        steps' estimated durations. Computed on first use (model calls queue by it)."""
+        steps' estimated durations. Computed on first use (model calls queue by it; every attempt's context carries
+        its step's slack)."""
+        if self.makespan_lower_bound == 0.0:
+            # No step has an estimate (durations are never negative): every slack is 0. Plan files rarely give
+            # estimates, and this skips a second pass over the plan per run.
+            return dict.fromkeys(self.order, 0.0)
         durations = {sid: self.steps[sid].duration_estimate for sid in self.order}
         return slacks(self.order, self.deps, self.rank, durations, self.makespan_lower_bound)
 
@@ -72,20 +77,73 @@ class Plan:
         """The plan as a JSON-ready plan-file document (as written: defaults are not folded into the steps).
 
         An explicit ``timeout: null`` or ``heartbeat: null`` (no limit, against the plan's defaults) is kept, so the
-        document read back gives the same effective values.
+        document read back gives the same effective values. The same document as pydantic's
+        ``model_dump(mode="json", by_alias=True, exclude_defaults=True)`` gives, built by hand for the steps that
+        set only ``id``, ``tool``, ``args``, ``after`` and ``description`` with plain JSON arguments: pydantic's
+        dump cost ~33,000 instructions per step of the journaled ``run_created``, 15 % of a no-op step
+        (docs/benchmarks.md, "The engine at the floor").
         """
-        try:
-            document = self.spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-        except PydanticSerializationError:
-            # A value no JSON holds (a PlanSpec built in Python skips the document checks of plan files): dumped as
-            # it is, so that the journal's encoder refuses it naming the path instead of this raising.
-            document = self.spec.model_dump(by_alias=True, exclude_defaults=True)
-        for written, step in zip(document.get("steps", ()), self.spec.steps, strict=True):
-            for name, value in _explicit_defaults(step).items():
-                written.setdefault(name, value)
-        if self.spec.defaults.model_fields_set:
-            document["defaults"] = {**_explicit_defaults(self.spec.defaults), **document.get("defaults", {})}
-        return document
+        spec = self.spec
+        document = _dump(spec, exclude={"steps"})
+        steps = [_step_document(step) for step in spec.steps]
+        if spec.defaults.model_fields_set:
+            document["defaults"] = {**_explicit_defaults(spec.defaults), **document.get("defaults", {})}
+        return {"steps": steps, **document}
+
+
+_PLAIN_STEP_KEYS = frozenset({"id", "tool", "args", "after", "description"})
+_NOT_PLAIN = object()  # a value pydantic's JSON mode would convert (or refuse): the step takes pydantic's dump
+
+
+def _plain_json(value: Any) -> Any:
+    """A copy of ``value`` if it is plain JSON data (text, finite numbers, booleans, null, lists and tuples, objects
+    with text keys), as pydantic's JSON mode would give it; else :data:`_NOT_PLAIN`."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        return value if value - value == 0 else _NOT_PLAIN  # NaN and infinities: pydantic's rules
+    if kind is dict:
+        copy: dict[str, Any] = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                return _NOT_PLAIN
+            copy[key] = converted = _plain_json(item)
+            if converted is _NOT_PLAIN:
+                return _NOT_PLAIN
+        return copy
+    if kind is list or kind is tuple:
+        items = [_plain_json(item) for item in value]
+        return _NOT_PLAIN if any(item is _NOT_PLAIN for item in items) else items
+    return _NOT_PLAIN
+
+
+def _step_document(step: Step) -> dict[str, Any]:
+    """One step as :meth:`Plan.to_document` writes it: by hand for a plain step, else pydantic's dump."""
+    if step.model_fields_set <= _PLAIN_STEP_KEYS:
+        args = _plain_json(step.args) if step.args else None
+        if args is not _NOT_PLAIN:
+            written: dict[str, Any] = {"id": step.id, "tool": step.tool}
+            if args:
+                written["args"] = args
+            if step.after:
+                written["after"] = list(step.after)
+            if step.description:
+                written["description"] = step.description
+            return written
+    written = _dump(step)
+    for name, value in _explicit_defaults(step).items():
+        written.setdefault(name, value)
+    return written
+
+
+def _dump(model: PlanSpec | Step, exclude: set[str] | None = None) -> dict[str, Any]:
+    try:
+        return model.model_dump(mode="json", by_alias=True, exclude_defaults=True, exclude=exclude)
+    except PydanticSerializationError:
+        # A value no JSON holds (a PlanSpec built in Python skips the document checks of plan files): dumped as
+        # it is, so that the journal's encoder refuses it naming the path instead of this raising.
+        return model.model_dump(by_alias=True, exclude_defaults=True, exclude=exclude)
 
 
 def _explicit_defaults(model: Step | StepDefaults) -> dict[str, Any]:
@@ -207,6 +265,11 @@ def validate_plan(
     fallbacks: dict[str, Compiled] = {}
     refs: dict[str, tuple[Ref, ...]] = {}
     deps: dict[str, tuple[str, ...]] = {}
+    durations: dict[str, float] = {}
+    claims: dict[str, Claim | None] = {}
+    writes = False
+    # One loop over the steps for every per-step pass and what the plan derives per step: validate_plan was 22 % of
+    # a no-op step's instructions (docs/benchmarks.md, "The engine at the floor").
     for sid, step in steps.items():
         links = passes.step_references(sid, step, steps, tools, problems)
         templates[sid], refs[sid], deps[sid] = links.template, links.refs, links.deps
@@ -214,15 +277,21 @@ def validate_plan(
             fallbacks[sid] = links.fallback
         if tools is not None:
             passes.step_tool(sid, step, tools, links.deferred, problems)
-        if capacities is not None and step.resources:
-            passes.step_claims(sid, step, capacities, problems)
+        estimate = step.estimate
+        durations[sid] = estimate.duration if estimate is not None else 0.0
+        if step.resources or step.reads or step.writes:
+            claims[sid] = Claim(step.resources, step.reads, step.writes)
+            writes = writes or bool(step.writes)
+            if capacities is not None and step.resources:
+                passes.step_claims(sid, step, capacities, problems)
+        else:
+            claims[sid] = None
     order, dependents = passes.topological_order(steps, deps, problems)
-    if not problems:
+    if not problems and writes:
         problems.extend(passes.unordered_writers(steps, order, deps))
     if problems:
         raise PlanInvalid(problems, source)
 
-    durations = {sid: steps[sid].duration_estimate for sid in order}
     frozen_dependents = {sid: tuple(v) for sid, v in dependents.items()}
     rank = upward_ranks(order, frozen_dependents, durations)
     bound, path = critical_path(order, deps, frozen_dependents, rank)
@@ -238,11 +307,7 @@ def validate_plan(
         refs=refs,
         fallbacks=fallbacks,
         rank=rank,
-        claims={
-            sid: Claim(steps[sid].resources, steps[sid].reads, steps[sid].writes)
-            if (steps[sid].resources or steps[sid].reads or steps[sid].writes) else None
-            for sid in order
-        },
+        claims=claims,
         makespan_lower_bound=bound,
         critical_path=tuple(path),
     )

@@ -49,6 +49,9 @@ class StepLinks(NamedTuple):
     fallback: Compiled | None = None  # the fallback's compiled arguments, if it has a fallback whose args compile
 
 
+_NO_LINKS = StepLinks(_NO_ARGS, (), (), _NO_DEFERRED)  # a step without arguments or dependencies: shared
+
+
 class _Deps:
     """The dependencies of one step, each once, in the order they are first named."""
 
@@ -69,10 +72,15 @@ def step_references(
 ) -> StepLinks:
     """Compile the step's arguments and check everything it names: references, ``after``, fallback, ``verifies``."""
     after = step.after
-    if (not step.args and step.fallback is None and step.verifies is None
-            and sid not in after and all(a in steps for a in after)):
+    if not step.args and step.fallback is None and step.verifies is None:
         # The common case (no arguments, known dependencies): nothing to compile, nothing to allocate.
-        return StepLinks(_NO_ARGS, (), tuple(dict.fromkeys(after)) if len(after) > 1 else after, _NO_DEFERRED)
+        if not after:
+            return _NO_LINKS
+        if len(after) == 1:
+            if after[0] != sid and after[0] in steps:
+                return StepLinks(_NO_ARGS, (), after, _NO_DEFERRED)
+        elif sid not in after and all(a in steps for a in after):
+            return StepLinks(_NO_ARGS, (), tuple(dict.fromkeys(after)), _NO_DEFERRED)
     template, refs, deferred = _compile_step_args(sid, step, problems)
     deps = _Deps()
     _check_refs(sid, "args", refs, steps, deps, problems)
