@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from planweave import parse_plan_document, validate_plan
 from planweave.plan.critical import slacks
 
-STEPS = [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop", "after": ["a"]},
+STEPS: list[dict[str, Any]] = [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop", "after": ["a"]},
          {"id": "c", "tool": "noop", "after": ["a"]}, {"id": "d", "tool": "noop", "after": ["b", "c"]}]
 
 
