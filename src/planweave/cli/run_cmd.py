@@ -228,6 +228,9 @@ def run(
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     model_limits: ModelLimitsOption = None,
+    forecast: Annotated[bool, typer.Option("--forecast", help=(
+        "Forecast a plan file's run as it goes (on by default with --deadline or --budget-usd): after step "
+        "outcomes, journaled as forecast events and shown live (docs/forecast.md)."))] = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -270,6 +273,11 @@ def run(
                     from planweave.engine.runtime import cancel_at_deadline
 
                     cancel_at_deadline(engine, started, deadline)
+                if forecast or deadline is not None or budget_usd is not None:
+                    from planweave.forecast.live import LiveOptions, start_live_forecast
+
+                    start_live_forecast(engine, started, LiveOptions(
+                        deadline, budget_usd, concurrency=limits.concurrency, capacities=capacities))
                 return started
 
             begin = begin_file

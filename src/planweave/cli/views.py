@@ -307,11 +307,29 @@ def waiting_line(state: RunState, step_id: str, journal_flag: str = "") -> Text:
     return line
 
 
-def live_view(state: RunState, now: float | None, max_rows: int | None, journal_flag: str = "") -> RenderableType:
-    """What the live display of a running run shows: a header, the steps table, the steps waiting for people and
-    the model endpoints' admission queues."""
+def live_view(state: RunState, now: float | None, max_rows: int | None, journal_flag: str = "",
+              forecast: Mapping[str, Any] | None = None) -> RenderableType:
+    """What the live display of a running run shows: a header, the forecast (if any), the steps table, the steps
+    waiting for people and the model endpoints' admission queues."""
     waiting = [waiting_line(state, sid, journal_flag) for sid in state.waiting_steps()]
-    return Group(run_header(state, now), steps_table(state, now, max_rows=max_rows), *waiting, *admission_lines())
+    head = [run_header(state, now), *([forecast_line(forecast)] if forecast else [])]
+    return Group(*head, steps_table(state, now, max_rows=max_rows), *waiting, *admission_lines())
+
+
+def forecast_line(data: Mapping[str, Any]) -> Text:
+    """The run's last ``forecast`` event in one line: the chances of its deadline and budget, makespan p50/p90."""
+    line = Text("forecast: ", style="bold")
+    parts = []
+    for key, label in (("p_deadline", "in time"), ("p_budget", "within budget")):
+        value = data.get(key)
+        if value is not None:
+            parts.append(f"{label} {value:.0%}")
+    parts.append(f"succeeds {data.get('p_success', 0.0):.0%}")
+    span = data.get("makespan") or {}
+    parts.append(f"makespan p50 {format_duration(span.get('p50'))} p90 {format_duration(span.get('p90'))}")
+    line.append(" · ".join(parts))
+    line.append(f" ({data.get('runs', 0)} simulated)", style="dim")
+    return line
 
 
 def admission_lines() -> list[Text]:
@@ -379,6 +397,7 @@ class LiveRunView:
         self._interval = self._rate_interval  # grows with the cost of a frame (DRAW_SHARE)
         self._ticking = ticking
         self._state: RunState | None = None
+        self._forecast: Mapping[str, Any] | None = None  # the run's last forecast event (the fold ignores them)
         self._live: Live | None = None
         self._last_draw = 0.0
         self._redraw: asyncio.Handle | None = None
@@ -421,6 +440,8 @@ class LiveRunView:
         Off a terminal, where no frame but the last is printed, a step starting to wait for a person is printed as
         it happens: the person has to know what to type.
         """
+        if event.kind == "forecast":
+            self._forecast = event.data
         if not self._terminal and event.kind in _ASKING and self._state is not None and self._live is not None:
             self._say(waiting_line(self._state, event.step or "", self._journal_flag))
         if self._redraw is not None or self._live is None or not self._terminal:
@@ -462,7 +483,7 @@ class LiveRunView:
         except RuntimeError:  # no loop to read a virtual clock from (the final draw after it stopped)
             now = None
         frame = (final_view(self._state, now, all_rows=self._all_rows) if final
-                 else live_view(self._state, now, self._max_rows, self._journal_flag))
+                 else live_view(self._state, now, self._max_rows, self._journal_flag, self._forecast))
         self._live.update(frame, refresh=True)
         self._last_draw = time.monotonic()
         self._interval = max(self._rate_interval, (self._last_draw - began) / DRAW_SHARE)
