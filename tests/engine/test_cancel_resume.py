@@ -137,3 +137,45 @@ def test_errors_inside_the_engine_block_propagate_unwrapped() -> None:
 
     with pytest.raises(PlanInvalid, match="unknown tool 'nope'"):
         run_virtual(go())
+
+
+def test_a_runs_priority_is_journaled_and_a_resume_keeps_it(journal_at: JournalAt) -> None:
+    from planweave import current_step
+
+    seen: dict[str, float] = {}
+    gate, holding = asyncio.Event(), asyncio.Event()
+    box = builtin_tools()
+
+    async def mark(name: str, hold: bool = False) -> str:
+        seen[name] = current_step().priority  # what the step's model calls queue by
+        if hold:
+            holding.set()
+            await gate.wait()
+        return name
+
+    box.add(mark, idempotent=True)
+    doc = {"steps": [{"id": "a", "tool": "mark", "args": {"name": "a"}},
+                     {"id": "b", "tool": "mark", "args": {"name": "b", "hold": True}, "after": ["a"]}]}
+
+    async def interrupted() -> str:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(), tools=box) as engine:
+            run = await engine.start(doc, priority=2.5)
+            plain = await engine.start({"steps": [{"id": "p", "tool": "mark", "args": {"name": "p"}}]})
+            await plain.wait()
+            await holding.wait()
+            return run.id
+
+    run_id = run_virtual(interrupted())
+    assert seen == {"a": 2.5, "p": 0.0, "b": 2.5}
+    created = [e for e in journal_at.events() if e.kind == "run_created"]
+    assert [e.data["options"].get("priority") for e in created] == [2.5, None]  # none journaled when not given
+    gate.set()
+    seen.clear()
+
+    async def resumed() -> tuple[float, Any]:
+        async with journal_at.open() as journal, Engine(journal, clock=VirtualClock(), tools=box) as engine:
+            run = await engine.resume(run_id)
+            return run.priority, await run.wait()
+
+    priority, result = run_virtual(resumed())
+    assert result.status == "succeeded" and priority == 2.5 and seen == {"b": 2.5}

@@ -893,7 +893,8 @@ class Engine:
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
-        ``priority`` orders the run's model calls against other runs' at a shared endpoint (higher first).
+        ``priority`` orders the run's model calls against other runs' at a shared endpoint (higher first); it is
+        journaled (``options.priority`` of ``run_created``) and a resume keeps it.
 
         ``hold=True`` starts the run holding it open even with nothing to do (a planner will add steps); the
         caller must call :meth:`Run.release` once. ``on_event`` sees every event of the run from the first one
@@ -940,7 +941,8 @@ class Engine:
                 "source": source,
                 "on_failure": on_failure,
                 "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities),
-                            **({"limits": dict(limits)} if limits is not None else {})},
+                            **({"limits": dict(limits)} if limits is not None else {}),
+                            **({"priority": priority} if priority else {})},
                 "owner": _owner(),
             })
         except EventNotRecorded as exc:
@@ -977,6 +979,7 @@ class Engine:
         refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
         blobs = await self.journal.get_blobs(refs)
         run = Run(self._host, run_id, catalog, state, holds=int(hold))
+        run.priority = _journaled_priority(events)
         if on_event is not None:
             run.subscribe(on_event)
         for rec in state.records.values():
@@ -1151,3 +1154,12 @@ async def send_input(journal: Journal, run_id: str, step: str, value: Any) -> st
     waiting) if the value fails the step's schema, and :class:`RunNotFound` / :class:`RunError` like it.
     """
     return await _send_reply(journal, run_id, step, "waiting_input", {"value": value})
+
+
+def _journaled_priority(events: Sequence[Event]) -> float:
+    """The priority a run was started with (``options.priority`` of its ``run_created``; 0 when none was given)."""
+    for event in events:
+        if event.kind == "run_created":
+            options = event.data.get("options") or {}
+            return float(options.get("priority") or 0.0)
+    return 0.0
