@@ -3,7 +3,8 @@
 A :class:`LiveForecast` listens to one run. A step outcome (``step_succeeded``, ``step_failed``) asks for a refresh;
 the refresh runs in a later loop callback, never inside the engine's event emission, and keeps to a budget: after a
 refresh that took ``d`` seconds of wall time the next waits at least ``d / share`` (default share 5%), so however big
-the plan, forecasting takes at most that share of the loop (outcomes that arrive meanwhile share one refresh). Each
+the plan, forecasting takes at most that share of the loop (outcomes that arrive meanwhile share one refresh; on
+the virtual clock, where a wait of real seconds would move virtual time, the next outcome after it refreshes). Each
 refresh simulates ``runs`` runs (default 200: a p_deadline within about ±3.5 points) from the run's current state and
 journals the result through :meth:`Run.record`.
 """
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from planweave.clock import Clock
+from planweave.clock import Clock, VirtualEventLoop
 from planweave.engine.events import Event, EventKind, ForecastData
 from planweave.engine.state import RunState
 from planweave.forecast.estimates import Estimates
@@ -49,7 +50,7 @@ class LiveOptions:
     deadline: float | None = None
     budget_usd: float | None = None
     runs: int = 200
-    share: float = 0.05
+    share: float | None = 0.05  # None: refresh after every outcome, whatever it costs (tests)
     concurrency: int | None = ENGINE_CONCURRENCY
     capacities: Mapping[str, int] = field(default_factory=dict)
 
@@ -84,7 +85,11 @@ class LiveForecast:
             return
         loop = asyncio.get_running_loop()
         wait = self._next - time.perf_counter()
-        self._handle = loop.call_soon(self._refresh) if wait <= 0 else loop.call_later(wait, self._refresh)
+        if wait <= 0:
+            self._handle = loop.call_soon(self._refresh)
+        elif not isinstance(loop, VirtualEventLoop):
+            self._handle = loop.call_later(wait, self._refresh)
+        # else (virtual time, where a timer of real seconds would move the clock): the next outcome refreshes.
 
     def close(self) -> None:
         """Stop refreshing (the run ended)."""
@@ -106,7 +111,8 @@ class LiveForecast:
             return
         took = time.perf_counter() - began
         self.spent_s += took
-        self._next = time.perf_counter() + took / self.options.share
+        if self.options.share is not None:
+            self._next = time.perf_counter() + took / self.options.share
 
     def refresh(self) -> ForecastData:
         """Forecast the run from its state now and journal it as a ``forecast`` event."""
