@@ -1,0 +1,54 @@
+"""Allocation (MCPP): which model tier and how many parallel samples each ``llm`` step gets.
+
+:class:`Allocator` (pure) maximises P(the run completes within budget and deadline) by Monte Carlo over the remaining
+plan; :class:`AllocationSeam` is what the ``llm`` tool asks before a ``model: auto`` call (it reads the run's
+remaining plan, asks the allocator and journals an ``allocation`` event). See docs/allocation.md.
+"""
+
+from __future__ import annotations
+
+from planweave.allocate.allocator import POLICIES, Allocator, Policy
+from planweave.allocate.auto import allocated_call
+from planweave.allocate.model import (
+    MAX_SAMPLES,
+    SELECTS,
+    AllocationError,
+    Backoff,
+    Candidate,
+    Choice,
+    Decision,
+    Estimate,
+    Problem,
+    Select,
+    StepOptions,
+    TierProfile,
+    TierTable,
+)
+from planweave.allocate.samples import Verifier, output_key, run_samples
+from planweave.allocate.seam import AllocatedRun, AllocationSeam, AutoArgs
+
+__all__ = [
+    "MAX_SAMPLES",
+    "POLICIES",
+    "SELECTS",
+    "AllocatedRun",
+    "AllocationError",
+    "AllocationSeam",
+    "Allocator",
+    "AutoArgs",
+    "Backoff",
+    "Candidate",
+    "Choice",
+    "Decision",
+    "Estimate",
+    "Policy",
+    "Problem",
+    "Select",
+    "StepOptions",
+    "TierProfile",
+    "TierTable",
+    "Verifier",
+    "allocated_call",
+    "output_key",
+    "run_samples",
+]

@@ -1,0 +1,200 @@
+"""What the ``llm`` tool asks before a ``model: auto`` call: the run's remaining plan, the allocator, the journal.
+
+:class:`AllocationSeam` is bound to the runs it may read (``runs``: ``Engine.get``), the tier table, a deadline and
+an :class:`~planweave.allocate.Allocator`. When the tool runs a step with ``model: auto`` it calls
+:meth:`AllocationSeam.decide` with the step's context and its allocation arguments; the seam turns the run's plan
+and state into a :class:`~planweave.allocate.Problem` (finished steps left out, running steps pinned to what they
+were given, the step's retries left), asks the allocator, remembers the choice, and journals an ``allocation``
+event through the run. The allocator stays pure; the engine's core knows nothing of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, cast
+
+from planweave.allocate.allocator import Allocator, Policy
+from planweave.allocate.model import (
+    MAX_SAMPLES,
+    SELECTS,
+    AllocationError,
+    Backoff,
+    Choice,
+    Decision,
+    Problem,
+    Select,
+    StepOptions,
+    TierTable,
+)
+from planweave.engine.context import StepContext
+from planweave.engine.events import EventKind
+from planweave.engine.state import RunState
+from planweave.plan.graph import Plan
+from planweave.plan.model import Step
+
+DONE = frozenset({"succeeded", "skipped", "cancelled"})
+DEFAULT_MAX_SAMPLES = 3
+"""``samples: auto`` chooses among 1 .. this many parallel samples unless the step says ``max_samples``."""
+
+
+class AllocatedRun(Protocol):
+    """What the seam reads of a run (``engine.runtime.Run`` is one): its plan, its state, and a way to journal."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def state(self) -> RunState: ...
+
+    def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AutoArgs:
+    """An ``llm`` step's allocation arguments, checked: the tiers it may use, the sample counts, the select rule."""
+
+    tiers: tuple[str, ...]
+    samples: tuple[int, ...]
+    select: Select
+
+    @classmethod
+    def parse(cls, table: TierTable, args: Mapping[str, Any], *, step: str) -> AutoArgs:
+        """Check ``tiers``, ``samples`` (``auto`` or a count), ``max_samples`` and ``select`` of a step's args
+        against ``table``; raise :class:`AllocationError` naming the step and the field."""
+        where = f"step '{step}'"
+        tiers = args.get("tiers")
+        if tiers is None:
+            tiers = list(table.tiers)
+        if not isinstance(tiers, list | tuple) or not tiers or not all(isinstance(t, str) for t in tiers):
+            raise AllocationError(f"{where}: 'tiers' must be a non-empty list of tier names, got {tiers!r}")
+        for t in tiers:
+            if t not in table:
+                known = ", ".join(sorted(table.tiers))
+                raise AllocationError(f"{where}: 'tiers' names unknown tier '{t}' (known tiers: {known})")
+        most = args.get("max_samples")
+        if most is None:
+            most = DEFAULT_MAX_SAMPLES
+        if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_SAMPLES:
+            raise AllocationError(f"{where}: 'max_samples' must be a count from 1 to {MAX_SAMPLES}, got {most!r}")
+        samples = args.get("samples")
+        counts: tuple[int, ...]
+        if samples is None:
+            counts = (1,)
+        elif samples == "auto":
+            counts = tuple(range(1, most + 1))
+        elif isinstance(samples, int) and not isinstance(samples, bool) and 1 <= samples <= MAX_SAMPLES:
+            counts = (samples,)
+        else:
+            raise AllocationError(f"{where}: 'samples' must be 'auto' or a count from 1 to {MAX_SAMPLES}, "
+                                  f"got {samples!r}")
+        select = args.get("select") or "first_valid"
+        if select not in SELECTS:
+            raise AllocationError(f"{where}: 'select' must be one of {', '.join(SELECTS)}, got {select!r}")
+        return cls(tuple(tiers), counts, cast(Select, select))
+
+
+class AllocationSeam:
+    """Decides ``model: auto`` steps of the runs ``runs`` returns (or, bound later, :meth:`bind`'s); see the module
+    docstring.
+
+    ``deadline_at`` is the clock time the runs must finish by (None: no deadline); ``policy`` the allocator's policy
+    (``monte_carlo``, or a baseline); ``tool`` the name of the ``llm`` tool whose steps are allocated;
+    ``step_table`` a step's own tier profiles where they differ from ``table`` (declared, or from estimates).
+    """
+
+    def __init__(self, table: TierTable, runs: Callable[[str], AllocatedRun] | None = None, *,
+                 allocator: Allocator | None = None,
+                 deadline_at: float | None = None, policy: Policy = "monte_carlo", tool: str = "llm",
+                 step_table: Callable[[Step], TierTable | None] | None = None) -> None:
+        self.table = table
+        self.step_table = step_table
+        self.allocator = allocator if allocator is not None else Allocator(table)
+        self._runs = runs
+        self.deadline_at = deadline_at
+        self.policy: Policy = policy
+        self.tool = tool
+        self._given: dict[tuple[str, str], Choice] = {}
+        self.decisions: list[Decision] = []
+
+    def bind(self, runs: Callable[[str], AllocatedRun]) -> None:
+        """Read runs through ``runs`` (``Engine.get``): the tool is built before the engine that runs it."""
+        self._runs = runs
+
+    def decide(self, ctx: StepContext, auto: AutoArgs, *, budget_usd: float | None,
+               fits: Callable[[Choice], bool]) -> Decision:
+        """The choice for the step ``ctx`` runs, from its run's remaining plan; journaled as ``allocation``.
+
+        ``budget_usd`` is the dollars not yet spent (None: no dollar budget); ``fits`` whether a choice's reserved
+        worst case fits what is left now.
+        """
+        if self._runs is None:
+            raise AllocationError("the allocator is not bound to an engine: call AllocationSeam.bind(engine.get)")
+        run = self._runs(ctx.run_id)
+        problem = self.problem(run, ctx, auto, budget_usd)
+        decision = self.allocator.decide(problem, ctx.step_id, fits=fits, policy=self.policy)
+        self._given[(ctx.run_id, ctx.step_id)] = decision.choice
+        self.decisions.append(decision)
+        tier = self.table[decision.choice.tier]
+        data: dict[str, Any] = {
+            "tier": tier.name, "model": tier.model, "samples": decision.choice.samples, "select": auto.select,
+            "policy": decision.policy, "attempt": ctx.attempt, **decision.estimate.to_json(), "sims": decision.sims,
+            "overhead_s": round(decision.overhead_s, 6), "compared": [c.to_json() for c in decision.compared],
+        }
+        if decision.reason:
+            data["reason"] = decision.reason
+        run.record("allocation", data, ctx.step_id)
+        return decision
+
+    def problem(self, run: AllocatedRun, ctx: StepContext, auto: AutoArgs, budget_usd: float | None) -> Problem:
+        """The rest of ``run`` as the allocator sees it, with ``ctx``'s step free to choose."""
+        plan, state = run.plan, run.state
+        now = ctx.clock.now()
+        steps = []
+        for sid in plan.order:
+            rec = state.records.get(sid)
+            if rec is None or rec.status in DONE:
+                continue
+            step = plan.steps[sid]
+            options = self._options(run.plan, step, ctx, auto, rec.status, rec.attempts, rec.started_at, now)
+            own = self.step_table(step) if self.step_table is not None else None
+            steps.append(options if own is None else replace(options, table=own))
+        deadline = None if self.deadline_at is None else max(0.0, self.deadline_at - now)
+        return Problem(tuple(steps), budget_usd, deadline)
+
+    def _options(self, plan: Plan, step: Step, ctx: StepContext, auto: AutoArgs, status: str, attempts: int,
+                 started_at: float | None, now: float) -> StepOptions:
+        deps = plan.deps[step.id]
+        backoff = Backoff(step.retries.backoff, step.retries.factor, step.retries.max_backoff)
+        total = step.retries.max + 1
+        if step.id == ctx.step_id:
+            return StepOptions(step.id, deps, auto.tiers, auto.samples, auto.select,
+                               attempts=max(1, total - ctx.attempt + 1), backoff=backoff)
+        fixed_s = step.estimate.duration if step.estimate is not None else 0.0
+        fixed_usd = step.estimate.cost if step.estimate is not None else 0.0
+        if step.tool != self.tool:
+            return StepOptions(step.id, deps, fixed_s=fixed_s, fixed_usd=fixed_usd)
+        args = step.args
+        running = status in ("running", "waiting_input")
+        elapsed = max(0.0, now - started_at) if running and started_at is not None else 0.0
+        left = max(1, total - attempts + (1 if running else 0))
+        if args.get("model") == "auto":
+            try:
+                theirs = AutoArgs.parse(self.table, args, step=step.id)
+            except AllocationError:
+                return StepOptions(step.id, deps, fixed_s=fixed_s, fixed_usd=fixed_usd)  # it fails on its own
+            given = self._given.get((ctx.run_id, step.id))
+            if running:
+                pinned = given or Choice(theirs.tiers[0], theirs.samples[0])
+                return StepOptions(step.id, deps, theirs.tiers, theirs.samples, theirs.select, attempts=left,
+                                   backoff=backoff, chosen=pinned, elapsed_s=elapsed)
+            return StepOptions(step.id, deps, theirs.tiers, theirs.samples, theirs.select, attempts=left,
+                               backoff=backoff)
+        model = args.get("model")
+        tier = self.table.by_model(model) if isinstance(model, str) else None
+        if tier is None:
+            return StepOptions(step.id, deps, fixed_s=fixed_s, fixed_usd=fixed_usd)
+        samples = args.get("samples")
+        k = samples if isinstance(samples, int) and not isinstance(samples, bool) and samples > 0 else 1
+        return StepOptions(step.id, deps, (tier.name,), (k,), args.get("select") or "first_valid", attempts=left,
+                           backoff=backoff, chosen=Choice(tier.name, k), elapsed_s=elapsed)
