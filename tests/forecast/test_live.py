@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
-from planweave.engine.state import RunState
 from planweave.cli.views import forecast_line, live_view
 from planweave.engine.events import PAYLOADS, Event
+from planweave.engine.state import RunState
 from planweave.forecast.live import LiveForecast, LiveOptions, start_live_forecast
 from planweave.journal.memory import MemoryJournal
 from tests.engine.conftest import JournalAt
@@ -54,7 +54,8 @@ def test_refreshes_keep_to_their_share_of_the_loop(journal_at: JournalAt) -> Non
     eager = run_forecast(journal_at, LiveOptions(deadline=9.0, runs=20, share=None))[2]
     assert eager is not None and eager.refreshes == 6  # at once, then after each of the five outcomes
     # A share so small that after the first refresh the next is due long after the run's few milliseconds.
-    _, status, frugal = run_forecast(JournalAt("memory://", MemoryJournal()), LiveOptions(deadline=9.0, runs=20, share=1e-9))
+    frugal_options = LiveOptions(deadline=9.0, runs=20, share=1e-9)
+    _, status, frugal = run_forecast(JournalAt("memory://", MemoryJournal()), frugal_options)
     assert status == "succeeded" and frugal is not None and frugal.refreshes < eager.refreshes
 
 
