@@ -10,7 +10,7 @@ from rich.console import Console
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.cli.views import forecast_line, live_view
-from planweave.engine.events import PAYLOADS, Event
+from planweave.engine.events import PAYLOADS, Event, ForecastData
 from planweave.engine.state import RunState
 from planweave.forecast.live import LiveForecast, LiveOptions, start_live_forecast
 from planweave.journal.memory import MemoryJournal
@@ -42,7 +42,7 @@ def test_a_forecast_event_follows_step_outcomes_and_is_journaled(journal_at: Jou
     assert live is not None and live.refreshes == len(forecasts)
     assert 2 <= len(forecasts) <= len(outcomes) + 1  # the first at once, then after outcomes (some shared)
     first = forecasts[0].data
-    assert set(PAYLOADS["forecast"].__required_keys__) <= set(first)
+    assert PAYLOADS["forecast"] is ForecastData and set(ForecastData.__required_keys__) <= set(first)
     assert first["makespan"] == {"p50": 8.0, "p90": 8.0, "p99": 8.0}  # fixed estimates: the critical path
     assert (first["p_deadline"], first["p_budget"], first["critical_steps"]) == (1.0, 1.0, ["a", "b", "e"])
     after_a = next(e for e in forecasts if e.at == 2.0)  # a ended at 2: b and c run, the rest waits
