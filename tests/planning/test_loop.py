@@ -186,10 +186,12 @@ async def test_token_budget_stops_the_run_cleanly_and_says_why() -> None:
     def script(req: RecordedRequest) -> Reply:
         return Text(plan_lines(PLAN)) if purpose(req) == "plan" else ANSWER
 
+    # The joiner may not be lowered below its 2,500 tokens: with nothing in flight, its worst case is refused.
     result, server = await run_goal(script, tools_with(calls), budget=Budget(tokens=3000),
-                                    options=PlanningOptions(plan_max_tokens=1500, join_max_tokens=2500))
-    assert result.status == "cancelled"
-    assert result.error is not None and "budget exceeded" in result.error
+                                    options=PlanningOptions(plan_max_tokens=1500, join_max_tokens=2500,
+                                                            join_min_tokens=2500))
+    assert result.status == "failed"  # stopped by its budget: a failure, not a cancellation
+    assert result.error is not None and "stopped by its budget: budget exceeded" in result.error
     assert len(server.chat_requests) == 1  # the joiner call was never sent: its reservation did not fit
 
 

@@ -34,10 +34,11 @@ from planweave.models.base import (
     ModelClient,
     Role,
     StructuredMode,
+    Usage,
     UsageSource,
     check_schema,
 )
-from planweave.models.budget import Budget, Reservation
+from planweave.models.budget import Budget, Reservation, StreamMeter, acquire_call
 from planweave.models.errors import (
     BudgetExceeded,
     CallRefused,
@@ -107,8 +108,11 @@ __all__ = [
     "RateLimited",
     "Reservation",
     "Role",
+    "StreamMeter",
     "StructuredMode",
+    "Usage",
     "UsageSource",
+    "acquire_call",
     "approx_prompt_tokens",
     "approx_tokens",
     "call_context",

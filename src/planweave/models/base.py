@@ -50,10 +50,25 @@ class CompletionRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens a call has used so far: from the server's own counts (``source`` "server") or estimated."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    source: UsageSource
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
-    """A piece of streamed reply text."""
+    """A piece of streamed reply text; ``usage``, when the client knows it, is the call's usage up to this piece
+    (so a stream that is cut or cancelled can still be charged for what it cost)."""
 
     text: str
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,11 @@ is released, instead of failing while room is about to come back; once nothing i
 not fit gets what remains, down to the floor it declares (it lowers its ``max_tokens`` to the reservation's
 ``tokens``), and only below that floor is it refused.
 
+A reservation shrinks to the actual usage the moment its call ends, also when it fails or is cancelled: a streamed
+call that was cut is charged what it had cost by then, read by a :class:`StreamMeter` from its chunks (the server's
+counts where they came, else an estimate marked ``estimated``), so the spend a run reports never understates what
+the provider bills.
+
 Bookkeeping with no I/O: ``reserve``, ``settle`` and ``release`` never wait; the lock makes them safe for tools that
 run in worker threads, and a settle in a thread wakes the calls waiting in ``acquire`` through their loop. Dollars
 are counted in integer nano-dollars, so totals are exact whatever the order of settlement.
@@ -19,12 +24,15 @@ are counted in integer nano-dollars, so totals are exact whatever the order of s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from planweave.models.base import Chunk, CompletionRequest, Delta, Usage
 from planweave.models.errors import BudgetExceeded
+from planweave.models.pricing import CHARS_PER_TOKEN
 
 _NANO = 1_000_000_000
 
@@ -222,3 +230,52 @@ class Budget:
             f"spent_tokens={self._spent_tokens}, reserved_usd={self.reserved_usd:.6g}, "
             f"reserved_tokens={self._reserved_tokens})"
         )
+
+
+class StreamMeter:
+    """What a streamed call has cost so far, read from the chunks it yielded: to charge a stream that was cut.
+
+    Each :class:`Delta` may carry the call's usage up to it (the OpenAI client's do); text after the last one that
+    did, or all of it from a client whose deltas carry none, is estimated at :data:`CHARS_PER_TOKEN` characters a
+    token, on top of ``prompt_tokens`` (the caller's estimate of the prompt).
+    """
+
+    def __init__(self, prompt_tokens: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.chars = 0  # text received
+        self._usage: Usage | None = None
+        self._chars_at_usage = 0
+
+    def feed(self, chunk: Chunk) -> None:
+        """Count one chunk of the stream (a Completion, the end of a whole stream, adds nothing)."""
+        if isinstance(chunk, Delta):
+            self.chars += len(chunk.text)
+            if chunk.usage is not None:
+                self._usage, self._chars_at_usage = chunk.usage, self.chars
+
+    @property
+    def received(self) -> bool:
+        """Whether the stream yielded anything (a call cut before that may not have cost anything)."""
+        return self.chars > 0 or self._usage is not None
+
+    def spent(self) -> Usage:
+        """The usage to charge for the stream as it stands: ``estimated`` unless it is all the server's counts."""
+        tail = -(-(self.chars - self._chars_at_usage) // CHARS_PER_TOKEN)
+        if self._usage is None:
+            return Usage(self.prompt_tokens, tail, "estimated")
+        source = self._usage.source if tail == 0 else "estimated"
+        return Usage(self._usage.prompt_tokens, self._usage.completion_tokens + tail, source)
+
+
+async def acquire_call(budget: Budget, request: CompletionRequest, usd: float, tokens: int, *, floor_tokens: int
+                       ) -> tuple[Reservation, CompletionRequest]:
+    """Acquire a call's worst case (``usd``, ``tokens``: the prompt estimate plus ``request.max_tokens``) from
+    ``budget`` with :meth:`Budget.acquire`, the reply allowed down to ``floor_tokens`` (at most its ``max_tokens``);
+    return the reservation and the request to send, its ``max_tokens`` lowered to what was granted."""
+    if request.max_tokens is None:
+        raise ValueError("a budgeted call needs max_tokens (a budget cannot bound a call without it)")
+    prompt = tokens - request.max_tokens
+    reservation = await budget.acquire(usd, tokens, floor_tokens=prompt + min(floor_tokens, request.max_tokens))
+    if reservation.tokens < tokens:
+        request = dataclasses.replace(request, max_tokens=reservation.tokens - prompt)
+    return reservation, request

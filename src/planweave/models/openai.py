@@ -19,7 +19,10 @@
 * **Timeouts**: connect, read (the whole reply when not streaming; the first chunk when streaming) and stall (the
   longest gap between two chunks of a stream).
 * **Usage and cost**: token counts from the server (``stream_options.include_usage`` for streams) or, if it sends
-  none, estimated at four characters per token; cost from a :class:`~planweave.models.pricing.PriceTable`.
+  none, estimated (a stream's text events, else four characters per token); cost from a
+  :class:`~planweave.models.pricing.PriceTable`. Every streamed :class:`Delta` carries the call's usage so far
+  (the server's counts where its chunks carry them, else the estimate), so a stream that is cut or cancelled can
+  be charged for what it cost.
 * **Errors translated at the boundary** into :mod:`planweave.models.errors`, naming the model and base URL, never
   the API key.
 """
@@ -50,6 +53,7 @@ from planweave.models.base import (
     Delta,
     Message,
     StructuredMode,
+    Usage,
     UsageSource,
     check_schema,
 )
@@ -62,7 +66,13 @@ from planweave.models.errors import (
     ProviderError,
     RateLimited,
 )
-from planweave.models.pricing import DEFAULT_MAX_TOKENS, PriceTable, approx_prompt_tokens, approx_tokens
+from planweave.models.pricing import (
+    CHARS_PER_TOKEN,
+    DEFAULT_MAX_TOKENS,
+    PriceTable,
+    approx_prompt_tokens,
+    approx_tokens,
+)
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 BODY_EXCERPT = 300  # characters of an error body kept in ProviderError
@@ -462,8 +472,6 @@ class OpenAIChatClient:
         if "error" in event:
             raise self._bad_reply(state.requested, "error in stream", body=_text(data))
         state.model = event.get("model") or state.model
-        if event.get("usage"):
-            state.usage = event["usage"]
         text = ""
         for choice in event.get("choices") or ():
             content = (choice.get("delta") or {}).get("content")
@@ -474,6 +482,9 @@ class OpenAIChatClient:
         if text:
             state.pieces.append(text)
             state.chars += len(text)
+        if event.get("usage"):  # the last chunk's (include_usage) or, with continuous usage, every chunk's
+            state.usage = event["usage"]
+            state.events_at_usage = state.text_events
         return text
 
     def _bad_reply(self, model: str, what: str, status: int = 200, body: str = "") -> ProviderError:
@@ -533,7 +544,8 @@ class OpenAIChatClient:
                     sent = loop.time()
                     response, mode = await self._open(request, model, stream=True)
                     chunks = response.aiter_bytes()
-                    state = _StreamState(model)
+                    state = _StreamState(model, prompt_estimate=approx_prompt_tokens(m.content
+                                                                                     for m in request.messages))
                     first_token: float | None = None
                     buffer = b""
                     ended = False
@@ -562,7 +574,7 @@ class OpenAIChatClient:
                                 if first_token is None:
                                     first_token = loop.time()
                                 yielded = True
-                                yield Delta(text)
+                                yield Delta(text, state.usage_so_far())
                         if not ended:
                             await _drain(chunks)
                     finally:
@@ -595,11 +607,24 @@ class _StreamState:
     chars: int = 0
     text_events: int = 0
     usage: Mapping[str, Any] | None = None
+    events_at_usage: int = 0  # text events seen when ``usage`` arrived
     finish: str | None = None
     done: bool = False
+    prompt_estimate: int = 0
 
     def __post_init__(self) -> None:
         self.model = self.model or self.requested
+
+    def usage_so_far(self) -> Usage:
+        """The call's usage up to now: the server's last counts plus one token per text event since (servers send
+        about one per event), else the prompt estimate and the text events (as :meth:`OpenAIChatClient._finish`)."""
+        usage = self.usage
+        prompt = usage.get("prompt_tokens") if usage else None
+        completion = usage.get("completion_tokens") if usage else None
+        if isinstance(prompt, int) and isinstance(completion, int):
+            since = self.text_events - self.events_at_usage
+            return Usage(prompt, completion + since, "server" if since == 0 else "estimated")
+        return Usage(self.prompt_estimate, max(self.text_events, -(-self.chars // CHARS_PER_TOKEN)), "estimated")
 
 
 async def _drain(chunks: AsyncIterator[bytes], timeout: float = 1.0) -> None:

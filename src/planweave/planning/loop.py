@@ -32,10 +32,12 @@ from planweave.models import (
     Delta,
     Message,
     ModelClient,
+    Usage,
     call_context,
 )
+from planweave.models.budget import StreamMeter, acquire_call
 from planweave.models.errors import ModelError, ModelTimeout, ModelUnavailable, ProviderError
-from planweave.models.pricing import approx_prompt_tokens
+from planweave.models.pricing import PriceTable, approx_prompt_tokens, worst_case
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import parse_step
 from planweave.plan.model import PlanSpec
@@ -43,6 +45,7 @@ from planweave.plan.refs import rename_refs
 from planweave.planning import prompts
 from planweave.planning.lines import LineParser
 
+_NO_PRICES = PriceTable({})  # a client without a price table: calls cost nothing in dollars
 NO_STEP_LINE = ("the reply has no step line: write each step as a JSON object on its own line, or [] if no step "
                 "is needed")
 
@@ -57,6 +60,10 @@ class PlanningOptions:
     max_staleness: int | None = None  # events since the re-planner looked beyond which a proposal is refused
     plan_max_tokens: int = 2048
     join_max_tokens: int = 1024
+    # The least a planner's or joiner's reply may be lowered to when the budget has less room than max_tokens left
+    # and nothing in flight can free more: below it the call is refused and the run stops, failed, by its budget.
+    plan_min_tokens: int = 256
+    join_min_tokens: int = 128
     summary_chars: int = 4000
     deadline_s: float | None = None
     synchronous: bool = False  # re-plan only once every step stopped (the LLMCompiler way; for comparisons)
@@ -111,11 +118,12 @@ class PlanningLoop:
         run = await self.start(goal, run_id=run_id)
         return await run.wait()
 
-    async def start(self, goal: str, *, run_id: str | None = None) -> Run:
-        """Start planning ``goal``: return the run at once; the loop drives it in the engine's task group."""
+    async def start(self, goal: str, *, run_id: str | None = None, priority: float = 0.0) -> Run:
+        """Start planning ``goal``: return the run at once; the loop drives it in the engine's task group.
+        ``priority`` orders its model calls (planner, joiner, ``llm`` steps) at shared endpoints (journaled)."""
         capacities = {self._model_resource: self.options.model_capacity} if self.options.model_capacity else {}
         run = await self.engine.start(PlanSpec(steps=(), goal=goal, capacities=capacities), tools=self.tools,
-                                      run_id=run_id, hold=True, source="goal")
+                                      run_id=run_id, hold=True, source="goal", priority=priority)
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
@@ -163,8 +171,9 @@ class PlanningLoop:
                     await self._react(run, goal)
         except TimeoutError:
             run.cancel(f"deadline of {timeout:g}s reached; stopped with what was done")
-        except BudgetExceeded as exc:
-            run.cancel(f"stopped with what was done: {exc}")
+        except BudgetExceeded as exc:  # the budget decided: a failure to report, not a cancellation
+            run.record("escalation", {"rung": "fail", "reason": f"stopped by its budget: {exc}"})
+            run.fail(f"stopped by its budget: {exc}")
         except ModelError as exc:
             if run.finished:
                 return
@@ -318,7 +327,8 @@ class PlanningLoop:
             return True
         summary = self._summary(run)
         completion = await self._call(run, "join", [Message("user", prompts.join_prompt(goal, summary))],
-                                      max_tokens=self.options.join_max_tokens, schema=prompts.JOIN_SCHEMA)
+                                      max_tokens=self.options.join_max_tokens,
+                                      floor_tokens=self.options.join_min_tokens, schema=prompts.JOIN_SCHEMA)
         decision = completion.parsed if isinstance(completion.parsed, Mapping) else _loads(completion.text)
         answer = decision.get("answer") if isinstance(decision, Mapping) else None
         if isinstance(answer, str) and answer.strip():
@@ -389,7 +399,8 @@ class PlanningLoop:
                 else:
                     admit(line.steps, line.number)
 
-        completion = await self._call(run, purpose, messages, max_tokens=self.options.plan_max_tokens, on_text=feed)
+        completion = await self._call(run, purpose, messages, max_tokens=self.options.plan_max_tokens,
+                                      floor_tokens=self.options.plan_min_tokens, on_text=feed)
         for line in parser.close():
             if line.error:
                 errors.append(line.error)
@@ -604,44 +615,69 @@ class PlanningLoop:
 
     # -- one model call, budgeted and journaled --------------------------------------------------------------------
     async def _call(
-        self, run: Run, purpose: str, messages: list[Message], *, max_tokens: int,
+        self, run: Run, purpose: str, messages: list[Message], *, max_tokens: int, floor_tokens: int,
         schema: Mapping[str, Any] | None = None, on_text: Callable[[str], None] | None = None,
     ) -> Completion:
+        """Call the model within the budget: wait for room, the reply lowered down to ``floor_tokens`` when nothing
+        in flight can free more; the reservation is settled the moment the call ends, a cut stream charged (and
+        journaled) for what it had cost."""
         request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema)
+        prices = getattr(self.client, "prices", None)
         reservation = None
         if self.budget is not None:
-            prompt_tokens = approx_prompt_tokens(m.content for m in messages)
-            prices = getattr(self.client, "prices", None)
-            estimate = prices.cost(self.client.model, prompt_tokens, max_tokens) if prices is not None else None
-            reservation = self.budget.reserve(estimate or 0.0, prompt_tokens + max_tokens)
+            usd, tokens = worst_case(request, self.client.model, prices if isinstance(prices, PriceTable)
+                                     else _NO_PRICES)
+            reservation, request = await acquire_call(self.budget, request, usd or 0.0, tokens,
+                                                      floor_tokens=floor_tokens)
         started = self.engine.clock.now()
         # The planner's and joiner's calls hold up the whole run: queued at its priority with no slack.
         call = CallClass(priority=run.priority, slack=0.0, run_id=run.id, purpose=purpose)
+        meter = StreamMeter(approx_prompt_tokens(m.content for m in messages))
+        completion: Completion | None = None
         try:
             with call_context(call):
                 if on_text is None:
                     completion = await self.client.complete(request)
                 else:
-                    completion = await _consume(self.client.stream(request), on_text)
-        except BaseException:
-            if reservation is not None and self.budget is not None:
+                    completion = await _consume(self.client.stream(request), on_text, meter)
+        except BaseException as exc:
+            if meter.received:  # a stream cut by an error or a cancellation costs what it had generated
+                usage = meter.spent()
+                cost = prices.cost(self.client.model, usage.prompt_tokens, usage.completion_tokens) \
+                    if isinstance(prices, PriceTable) else None
+                if reservation is not None and self.budget is not None:
+                    self.budget.settle(reservation, cost or 0.0, usage.total_tokens)
+                self._journal_call(run, purpose, started, model=self.client.model, usage=usage, cost=cost,
+                                   cut=type(exc).__name__)
+            elif reservation is not None and self.budget is not None:
                 self.budget.release(reservation)
             raise
         if reservation is not None and self.budget is not None:
             self.budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
-        run.record("model_call", {
-            "purpose": purpose, "model": completion.model, "prompt_tokens": completion.prompt_tokens,
-            "completion_tokens": completion.completion_tokens, "cost_usd": completion.cost_usd or 0.0,
-            "usage_source": completion.usage_source, "started_at": started, "finished_at": self.engine.clock.now(),
-            "replans": self._replans,  # spent so far: a resumed loop continues the count (_journaled_replans)
-        })
+        self._journal_call(run, purpose, started, model=completion.model,
+                           usage=Usage(completion.prompt_tokens, completion.completion_tokens,
+                                       completion.usage_source), cost=completion.cost_usd)
         return completion
 
+    def _journal_call(self, run: Run, purpose: str, started: float, *, model: str, usage: Usage,
+                      cost: float | None, cut: str | None = None) -> None:
+        data: dict[str, Any] = {
+            "purpose": purpose, "model": model, "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens, "cost_usd": cost or 0.0, "usage_source": usage.source,
+            "started_at": started, "finished_at": self.engine.clock.now(),
+            "replans": self._replans,  # spent so far: a resumed loop continues the count (_journaled_replans)
+        }
+        if cut is not None:
+            data["cut"] = cut  # the stream ended early (the exception that ended it): charged for what it sent
+        run.record("model_call", data)
 
-async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[[str], None]) -> Completion:
+
+async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[[str], None],
+                   meter: StreamMeter) -> Completion:
     completion: Completion | None = None
     async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
         async for chunk in stream:
+            meter.feed(chunk)
             if isinstance(chunk, Delta):
                 on_text(chunk.text)
             else:

@@ -10,7 +10,11 @@ first token and tokens per second are configurable. Every request is recorded in
 A :class:`Congestion` model (off by default) makes it behave like an overloaded endpoint: past a concurrency knee
 each call is slower (time to first token up, tokens per second down, so throughput falls), past a hard limit calls
 get HTTP 429 at once. Every chat call's start, end, status, concurrency and tokens are kept in
-:attr:`ScriptedLLM.served`, for tests that check what a client really sent.
+:attr:`ScriptedLLM.served`, for tests that check what a client really sent. A streamed call is billed as it goes,
+like a real provider: its prompt when the stream starts, each token as it is written, so a stream that is cut
+(:class:`Drop`, a client that goes away) is billed for what was sent. With ``stream_options.include_usage`` the
+usage comes in a last chunk; with ``usage_in_every_chunk`` (or the request's ``continuous_usage_stats``, vLLM's
+option) every content chunk carries the usage so far.
 
     server = ScriptedLLM([Text("hello"), HttpError(429, retry_after=1), Text("again")])
     async with server as base_url:          # http://127.0.0.1:PORT/v1
@@ -125,7 +129,8 @@ class Congestion:
 @dataclass(slots=True)
 class ServedCall:
     """One chat call as the server saw it: when it arrived and ended (loop time), its HTTP status, how many chat
-    calls were in flight when it arrived (itself included), and the tokens it was billed (0 for errors)."""
+    calls were in flight when it arrived (itself included), and the tokens it was billed (0 for errors; a stream's
+    prompt once it started and each token it sent, also when the stream was cut)."""
 
     started: float
     concurrency: int
@@ -210,6 +215,7 @@ class ScriptedLLM:
         host: str = "127.0.0.1",
         port: int = 0,
         congestion: Congestion | None = None,
+        usage_in_every_chunk: bool = False,
     ) -> None:
         self._function: ScriptFunction | None = script if callable(script) else None
         self._queue: deque[Reply] = deque() if callable(script) else deque(script)
@@ -222,6 +228,7 @@ class ScriptedLLM:
         self.port = port
         self.requests: list[RecordedRequest] = []
         self.congestion = congestion
+        self.usage_in_every_chunk = usage_in_every_chunk
         self.served: list[ServedCall] = []
         self.in_flight = 0
         self._server: asyncio.Server | None = None
@@ -474,9 +481,19 @@ class ScriptedLLM:
         model = self._model(req)
         loop = asyncio.get_running_loop()
 
+        options = req.body.get("stream_options") if isinstance(req.body, dict) else None
+        options = options if isinstance(options, dict) else {}
+        every = timing.usage and (self.usage_in_every_chunk or bool(options.get("continuous_usage_stats")))
+        billed = Text("", usage=timing.usage, prompt_tokens=timing.prompt_tokens)
+        self._usage(req, billed, 0, call)  # the prompt is billed once generation starts
+
         def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
-            chunk = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                                     "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if delta.get("content"):
+                call.completion_tokens += 1  # billed as it is sent: a cut stream still costs what it sent
+                if every:
+                    chunk["usage"] = self._usage(req, billed, call.completion_tokens)
             return b"data: " + orjson.dumps(chunk) + b"\n\n"
 
         async def send_pieces(pieces: list[str]) -> None:
@@ -516,9 +533,8 @@ class ScriptedLLM:
             reply = Text(reply.after + reply.then)
         finish = reply.finish_reason
         writer.write(conn.send(h11.Data(data=event({}, finish))))
-        options = req.body.get("stream_options") if isinstance(req.body, dict) else None
         self._usage(req, reply, len(pieces), call)
-        if reply.usage and isinstance(options, dict) and options.get("include_usage"):
+        if reply.usage and options.get("include_usage"):
             usage = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
                      "choices": [], "usage": self._usage(req, reply, len(pieces))}
             writer.write(conn.send(h11.Data(data=b"data: " + orjson.dumps(usage) + b"\n\n")))

@@ -8,14 +8,12 @@ and budget, so the CLI decides which model serves plan steps.
 
 from __future__ import annotations
 
-import math
 from contextlib import aclosing
 from typing import Any
 
 from planweave.engine.context import current_step
 from planweave.errors import ToolError
 from planweave.models import (
-    CHARS_PER_TOKEN,
     DEFAULT_MAX_TOKENS,
     Budget,
     BudgetExceeded,
@@ -32,6 +30,9 @@ from planweave.models import (
     ProviderError,
     RateLimited,
     Reservation,
+    StreamMeter,
+    Usage,
+    acquire_call,
     approx_prompt_tokens,
     check_schema,
     worst_case,
@@ -62,6 +63,21 @@ def tool_error(exc: ModelError | BudgetExceeded) -> ToolError:
     return ToolError(str(exc), kind=kind, retryable=retryable)
 
 
+def _report(model: str, usage: Usage, cost: float | None, *, cut: str | None = None) -> None:
+    """Journal a call through the step running it (the run counts its tokens and cost); nothing outside a run."""
+    try:
+        step = current_step()
+    except LookupError:  # called outside a run (directly, in a test): nothing to journal
+        return
+    data: dict[str, Any] = {
+        "purpose": "llm_step", "model": model, "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens, "cost_usd": cost or 0.0, "usage_source": usage.source,
+    }
+    if cut is not None:
+        data["cut"] = cut  # the stream ended early (the exception that ended it): charged for what it sent
+    step.report_usage(data)
+
+
 def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     client: ModelClient,
     budget: Budget | None = None,
@@ -69,19 +85,22 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     default_model: str | None = None,
     prices: PriceTable | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    min_tokens: int = 32,
     name: str = "llm",
 ) -> Tool:
     """Build the ``llm`` tool calling ``client`` (``default_model`` or the client's model unless a step names one).
 
     With a ``budget``, each call reserves its worst case (prompt estimate with a margin, plus ``max_tokens``) before
-    it starts and settles with the actual usage after; a call that does not fit fails with kind ``budget``. A USD
+    it starts, waiting while other calls' reservations are open (:meth:`Budget.acquire`); once nothing in flight can
+    free room, it runs with ``max_tokens`` lowered to what remains, down to ``min_tokens`` (its floor), and only
+    below that fails with kind ``budget``. It settles the moment it ends, a cut stream for what it had cost. A USD
     budget needs a price for the model (``prices``, default the built-in table), or the call is refused.
     """
     table = prices if prices is not None else PriceTable()
 
-    def reserve(request: CompletionRequest, model: str) -> Reservation | None:
+    async def reserve(request: CompletionRequest, model: str) -> tuple[Reservation | None, CompletionRequest]:
         if budget is None:
-            return None
+            return None, request
         usd, tokens = worst_case(request, model, table, default_max_tokens=default_max_tokens)
         if usd is None:
             if budget.usd_limit is not None:
@@ -91,7 +110,26 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                     kind="budget", retryable=False,
                 )
             usd = 0.0
-        return budget.reserve(usd, tokens)
+        return await acquire_call(budget, request, usd, tokens, floor_tokens=min_tokens)
+
+    def settle(reservation: Reservation | None, request: CompletionRequest, meter: StreamMeter,
+               completion: Completion | None, cut: BaseException | None) -> None:
+        """Charge the call the moment it ends; a stream cut by an error or a cancellation is charged, and journaled
+        (``cut``, usage ``estimated`` unless the server's counts cover it), for what it had cost."""
+        if completion is not None:
+            if reservation is not None and budget is not None:
+                budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
+            return
+        if not meter.received:
+            if reservation is not None and budget is not None:
+                budget.release(reservation)
+            return
+        usage = meter.spent()
+        model = request.model or client.model
+        cost = table.cost(model, usage.prompt_tokens, usage.completion_tokens)
+        if reservation is not None and budget is not None:
+            budget.settle(reservation, cost or 0.0, usage.total_tokens)
+        _report(model, usage, cost, cut=type(cut).__name__ if cut is not None else "ended")
 
     async def llm(
         prompt: str,
@@ -122,33 +160,26 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             temperature=temperature, schema=schema,
         )
         try:
-            reservation = reserve(request, chosen)
+            reservation, request = await reserve(request, chosen)
         except BudgetExceeded as exc:
             raise tool_error(exc) from None
-        received = 0
+        meter = StreamMeter(approx_prompt_tokens(m.content for m in request.messages))
         completion: Completion | None = None
+        cut: BaseException | None = None
         try:
             async with aclosing(client.stream(request)) as chunks:
                 async for chunk in chunks:
-                    if isinstance(chunk, Delta):
-                        received += len(chunk.text)
-                    else:
+                    meter.feed(chunk)
+                    if not isinstance(chunk, Delta):
                         completion = chunk
         except ModelError as exc:
+            cut = exc
             raise tool_error(exc) from None
+        except BaseException as exc:  # cancelled (the run stopped, a timeout): still charged for what it sent
+            cut = exc
+            raise
         finally:
-            if reservation is not None and budget is not None:
-                if completion is not None:
-                    budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
-                elif received:
-                    # Failed or cancelled mid-stream: the provider bills what it generated; estimate it.
-                    prompt_tokens = approx_prompt_tokens(m.content for m in request.messages)
-                    out_tokens = math.ceil(received / CHARS_PER_TOKEN)
-                    cost = table.cost(chosen, prompt_tokens, out_tokens) or 0.0
-                    budget.settle(reservation, min(cost, reservation.usd),
-                                  min(prompt_tokens + out_tokens, reservation.tokens))
-                else:
-                    budget.release(reservation)
+            settle(reservation, request, meter, completion, cut)
         if completion is None:
             raise ToolError(f"model '{chosen}': the stream ended without a completion", kind="provider_error")
         result: dict[str, Any] = {"json": completion.parsed} if schema is not None else {"text": completion.text}
@@ -160,16 +191,8 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         }
         result["cost_usd"] = completion.cost_usd
         result["model"] = completion.model
-        try:
-            step = current_step()
-        except LookupError:  # called outside a run (directly, in a test): nothing to journal
-            pass
-        else:  # the run journals the call and counts its tokens and cost
-            step.report_usage({
-                "purpose": "llm_step", "model": completion.model, "prompt_tokens": completion.prompt_tokens,
-                "completion_tokens": completion.completion_tokens, "cost_usd": completion.cost_usd or 0.0,
-                "usage_source": completion.usage_source,
-            })
+        _report(completion.model, Usage(completion.prompt_tokens, completion.completion_tokens,
+                                        completion.usage_source), completion.cost_usd)
         return result
 
     return Tool.from_function(llm, name=name, idempotent=True)
