@@ -59,6 +59,7 @@ class JournaledRun:
     problem: str | None = None  # why the events could not be folded (state is None then)
     outputs: Mapping[str, Any] = field(default_factory=dict)  # of succeeded steps, if read with outputs=True
     events: Sequence[Event] = ()  # the run's events, if read with outputs=True (for every attempt's error)
+    allocations: Sequence[Mapping[str, Any]] = ()  # the allocator's decisions (allocation events), in order
 
     @property
     def status(self) -> str:
@@ -89,6 +90,8 @@ class JournaledRun:
         assert self.state is not None
         report = run_report(self.state, self.status, self.outputs, redact=shown_redaction())  # as GET /runs/{id}
         report["owner"] = dict(self.owner)
+        if self.allocations:
+            report["allocations"] = [dict(a) for a in self.allocations]
         hide = shown_redaction()
         shown: dict[str, Any] = report if hide is None else hide(report)
         return shown
@@ -96,12 +99,15 @@ class JournaledRun:
 
 def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
     owner: Mapping[str, Any] = {}
+    allocations: list[Mapping[str, Any]] = []
     for event in events:
         if event.kind in ("run_created", "run_resumed"):
             owner = event.data.get("owner", {})
+        elif event.kind == "allocation":
+            allocations.append({"step": event.step, "at": event.at, **event.data})
     last_at = events[-1].at if events else None
     try:
-        return JournaledRun(run_id, fold_run(run_id, events), owner, last_at)
+        return JournaledRun(run_id, fold_run(run_id, events), owner, last_at, allocations=allocations)
     except (PlanweaveError, KeyError, TypeError, ValueError) as exc:  # a damaged run must not hide the others
         return JournaledRun(run_id, None, owner, last_at, problem=f"cannot read this run: {exc}")
 
@@ -312,6 +318,9 @@ def show(
         for esc in state.escalations:
             where = f" step '{esc['step']}'" if esc.get("step") else ""
             console.print(Text(f"  {esc.get('rung')}{where}: {esc.get('reason', '')}"[:400]))
+    if found.allocations:
+        console.print()
+        console.print(views.allocations_table(found.allocations))
 
 
 def register(app: typer.Typer) -> None:

@@ -660,3 +660,26 @@ def versions_table(state: RunState) -> Table:
                       ids(v.get("adopted", [])), Text(ids(v.get("cancelled", [])), style="red"),
                       ids(v.get("dropped", [])))
     return table
+
+
+def allocations_table(allocations: Sequence[Mapping[str, Any]]) -> Table:
+    """The allocator's decisions (``allocation`` events): per step and attempt, the tier and samples chosen, the
+    estimated P(within budget and deadline) of the choice, and the candidates it was compared with."""
+    table = Table(title="allocations", title_justify="left", title_style="bold", box=None, pad_edge=False,
+                  header_style="bold")
+    for column in ("step", "attempt", "choice", "policy", "P(all)", "P(budget)", "P(deadline)", "compared"):
+        table.add_column(column)
+
+    def pct(value: Any) -> str:
+        return "—" if value is None else f"{100 * float(value):.0f}%"
+
+    for a in allocations:
+        compared = sorted(a.get("compared", []), key=lambda c: -float(c.get("p_all", 0.0)))
+        others = ", ".join(f"{c.get('tier')}x{c.get('samples')} {pct(c.get('p_all'))}"
+                           + ("" if c.get("fits", True) else " (no room)") for c in compared[:4])
+        if len(compared) > 4:
+            others += f" (+{len(compared) - 4})"
+        table.add_row(str(a.get("step")), str(a.get("attempt", 1)), f"{a.get('tier')} x{a.get('samples')}",
+                      str(a.get("policy", "")), pct(a.get("p_all")), pct(a.get("p_budget")),
+                      pct(a.get("p_deadline")), others)
+    return table
