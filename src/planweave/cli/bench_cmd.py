@@ -141,3 +141,16 @@ def bench_admission(ctx: typer.Context) -> None:
     from planweave.bench.admission import main as admission_main
 
     raise typer.Exit(admission_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "allocate",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_allocate(ctx: typer.Context) -> None:
+    """Cheapest, strongest, greedy and Monte Carlo allocation of synthetic CodeFlow/ProofFlow runs under budgets
+    and deadlines from loose to tight; options go to planweave.bench.allocate (--help)."""
+    from planweave.bench.allocate import main as allocate_main
+
+    raise typer.Exit(allocate_main(list(ctx.args)))

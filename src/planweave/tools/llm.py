@@ -8,9 +8,11 @@ and budget, so the CLI decides which model serves plan steps.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Literal
 
+from planweave.allocate import AllocationSeam, Verifier, allocated_call
 from planweave.engine.context import current_step
 from planweave.errors import ToolError
 from planweave.models import (
@@ -87,6 +89,8 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     min_tokens: int = 32,
     name: str = "llm",
+    allocation: AllocationSeam | None = None,
+    verifiers: Mapping[str, Verifier] | None = None,
 ) -> Tool:
     """Build the ``llm`` tool calling ``client`` (``default_model`` or the client's model unless a step names one).
 
@@ -95,6 +99,10 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     free room, it runs with ``max_tokens`` lowered to what remains, down to ``min_tokens`` (its floor), and only
     below that fails with kind ``budget``. It settles the moment it ends, a cut stream for what it had cost. A USD
     budget needs a price for the model (``prices``, default the built-in table), or the call is refused.
+
+    ``allocation`` (an :class:`~planweave.allocate.AllocationSeam`) decides steps saying ``model: auto``: tier and
+    parallel samples, each sample reserved and charged as one call; ``verifiers`` are the named checks ``select:
+    verifier`` may use (docs/allocation.md).
     """
     table = prices if prices is not None else PriceTable()
 
@@ -138,11 +146,17 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         model: str | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        tiers: list[str] | None = None,
+        samples: int | Literal["auto"] | None = None,
+        max_samples: int | None = None,
+        select: Literal["vote", "first_valid", "verifier"] | None = None,
+        verifier: str | None = None,
     ) -> dict[str, Any]:
         """Ask a language model; with ``schema`` (a JSON schema) the reply is parsed JSON matching it.
 
         Returns ``text`` (or ``json``), ``tokens`` (prompt, completion, total, estimated), ``cost_usd`` and
-        ``model``.
+        ``model``. ``model: auto`` lets the allocator choose among ``tiers`` (and, with ``samples: auto``, how many
+        parallel samples, picked by ``select``); see docs/allocation.md.
         """
         if max_tokens is not None and max_tokens < 1:
             raise ToolError(f"max_tokens must be at least 1, got {max_tokens}", kind="arguments", retryable=False)
@@ -154,6 +168,18 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                 check_schema(schema)
             except ValueError as exc:
                 raise ToolError(f"schema: {exc}", kind="arguments", retryable=False) from None
+        if model == "auto" or samples is not None or select is not None or verifier is not None:
+            def worst(m: str) -> tuple[float | None, int]:
+                probe = CompletionRequest.of(prompt, system=system, model=m, schema=schema,
+                                             max_tokens=max_tokens or default_max_tokens)
+                return worst_case(probe, m, table, default_max_tokens=default_max_tokens)
+
+            return await allocated_call(
+                lambda m: llm(prompt, system, schema, m, max_tokens, temperature),
+                model=model, default_model=default_model or client.model, seam=allocation, verifiers=verifiers or {},
+                budget=budget, worst=worst, args={"tiers": tiers, "samples": samples, "max_samples": max_samples,
+                                                  "select": select, "verifier": verifier},
+            )
         chosen = model or default_model or client.model
         request = CompletionRequest.of(
             prompt, system=system, model=chosen, max_tokens=max_tokens or default_max_tokens,

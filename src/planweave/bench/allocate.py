@@ -1,0 +1,319 @@
+"""``planweave bench allocate``: which tier and how many samples per step, under budgets and deadlines.
+
+Seeded synthetic workflows shaped like the seed's CodeFlow (a spec, modules written in parallel, integration, tests:
+``select: first_valid``, a module is done when one sample passes its check) and ProofFlow (lemmas in chains and
+branches, then the theorem: ``select: vote``, a lemma is done when most samples agree). Every step is an ``llm``
+step with ``model: auto``, ``tiers: [small, medium, large]`` and ``samples: auto`` (1-3) and two retries; each has
+a difficulty in [0, 1] and a size in [0.5, 2], drawn from the seed. At tier ``t`` one call succeeds with
+``p_t ** (1 + 3 * difficulty)`` and takes a lognormal ``median_t * size`` seconds; it costs ``cost_t * size``.
+
+The runs go through the real engine on the virtual clock, the real ``llm`` tool (its budget reservations, parallel
+samples and select rules) and the allocator; the model is :class:`SyntheticModel`, a :class:`ModelClient` that
+samples each call's outcome from the step's declared distribution (no HTTP). Per budget and deadline (multiples of
+the workflow's reference: the expected cost and the critical path of the medium tier), from loose to tight, it
+prints the fraction of runs that succeeded within both, for four policies of the same seam: always the cheapest
+tier, always the strongest, greedy per step (the cheapest choice whose own success probability reaches 0.95) and
+the Monte Carlo allocator; and the allocator's own wall time per decision. Runs are paired: run ``i`` of every
+policy is the same workflow, under the same budget and deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Literal, cast
+
+import typer
+
+from planweave.allocate import POLICIES, AllocationSeam, Allocator, Policy, TierProfile, TierTable
+from planweave.bench.cli import parse_command_line
+from planweave.clock import VirtualClock, run_virtual
+from planweave.engine.context import current_step
+from planweave.models import Budget, Chunk, Completion, CompletionRequest, Delta, MalformedOutput, PriceTable
+from planweave.models.pricing import Price
+from planweave.plan.model import Step
+
+__all__ = ["BASE_TIERS", "Cell", "SyntheticModel", "main", "run_bench", "workflow"]
+
+Shape = Literal["codeflow", "proofflow"]
+SHAPES: tuple[Shape, ...] = ("codeflow", "proofflow")
+
+BASE_TIERS = TierTable({
+    "small": TierProfile("small", "syn-small", p_success=0.75, duration_s=2.0, cost_usd=0.002, duration_sigma=0.4,
+                         tokens=200),
+    "medium": TierProfile("medium", "syn-medium", p_success=0.88, duration_s=5.0, cost_usd=0.01,
+                          duration_sigma=0.4, tokens=200),
+    "large": TierProfile("large", "syn-large", p_success=0.97, duration_s=12.0, cost_usd=0.05, duration_sigma=0.4,
+                         tokens=200),
+})
+PRICES = PriceTable({t.model: Price(input=0.0, output=t.cost_usd / t.tokens * 1e6) for t in BASE_TIERS.tiers.values()})
+RETRIES = 2
+SETTINGS: tuple[tuple[str, float, float], ...] = (
+    ("loose", 4.0, 4.0), ("moderate", 2.0, 2.0), ("tight", 1.0, 1.0), ("tight budget", 0.6, 4.0),
+    ("tight deadline", 4.0, 0.6),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkStep:
+    """A step of a synthetic workflow: what it waits for, how hard and how big it is."""
+
+    id: str
+    after: tuple[str, ...]
+    difficulty: float
+    size: float
+
+    def table(self) -> TierTable:
+        """The tiers as they behave on this step."""
+        return TierTable({name: TierProfile(
+            name, t.model, p_success=t.p_success ** (1.0 + 3.0 * self.difficulty), duration_s=t.duration_s * self.size,
+            cost_usd=t.cost_usd * self.size, duration_sigma=t.duration_sigma, tokens=math.ceil(t.tokens * self.size),
+        ) for name, t in BASE_TIERS.tiers.items()})
+
+
+def workflow(shape: Shape, seed: int) -> list[WorkStep]:
+    """A seeded workflow of the shape: CodeFlow (spec, 3-5 modules in parallel, integrate, tests) or ProofFlow
+    (two or three chains of 2-3 lemmas, then the theorem)."""
+    rng = random.Random(f"{shape}/{seed}")
+
+    def step(sid: str, after: Sequence[str]) -> WorkStep:
+        return WorkStep(sid, tuple(after), round(rng.random(), 3), round(rng.uniform(0.5, 2.0), 3))
+
+    if shape == "codeflow":
+        steps = [step("spec", [])]
+        modules = [f"module_{j}" for j in range(rng.randint(3, 5))]
+        steps += [step(m, ["spec"]) for m in modules]
+        steps += [step("integrate", modules), step("tests", ["integrate"])]
+        return steps
+    steps = []
+    ends = []
+    for c in range(rng.randint(2, 3)):
+        prev: list[str] = []
+        for j in range(rng.randint(2, 3)):
+            sid = f"lemma_{c}_{j}"
+            steps.append(step(sid, prev))
+            prev = [sid]
+        ends += prev
+    steps.append(step("theorem", ends))
+    return steps
+
+
+def plan_of(steps: Sequence[WorkStep], shape: Shape) -> dict[str, Any]:
+    select = "first_valid" if shape == "codeflow" else "vote"
+    schema = {"type": "object", "properties": {"answer": {"const": "ok"}}, "required": ["answer"]}
+    return {"steps": [{
+        "id": s.id, "tool": "llm", "after": list(s.after), "retries": {"max": RETRIES, "backoff": 0.5},
+        "args": {"prompt": f"{s.id}: do it", "model": "auto", "tiers": list(BASE_TIERS.tiers), "samples": "auto",
+                 "max_samples": 3, "select": select, "schema": schema,
+                 "max_tokens": max(t.tokens for t in s.table().tiers.values())},
+    } for s in steps]}
+
+
+def reference(steps: Sequence[WorkStep]) -> tuple[float, float]:
+    """The medium tier's expected cost (attempts included) and critical path: what budgets and deadlines scale."""
+    cost = 0.0
+    finish: dict[str, float] = {}
+    for s in steps:
+        medium = s.table()["medium"]
+        cost += medium.cost_usd / max(medium.p_success, 0.05)
+        finish[s.id] = medium.duration_s + max((finish[a] for a in s.after), default=0.0)
+    return cost, max(finish.values())
+
+
+class SyntheticModel:
+    """A :class:`ModelClient` whose every call samples its outcome from the calling step's declared profile.
+
+    A valid call streams its tokens over its duration and returns ``{"answer": "ok"}``; an invalid one streams as
+    long, then fails as a reply not matching the schema (:class:`MalformedOutput`). Priced by :data:`PRICES`, so
+    a cut stream is charged for the share it sent.
+    """
+
+    def __init__(self, tables: Mapping[tuple[str, str], TierTable], seed: int) -> None:
+        self._tables = tables
+        self._rng = random.Random(seed)
+        self.calls = 0
+
+    @property
+    def model(self) -> str:
+        return "syn-small"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        completion: Completion | None = None
+        async for chunk in self.stream(request):
+            if isinstance(chunk, Completion):
+                completion = chunk
+        assert completion is not None
+        return completion
+
+    async def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
+        ctx = current_step()
+        table = self._tables[(ctx.run_id, ctx.step_id)]
+        model = request.model or self.model
+        profile = next(t for t in table.tiers.values() if t.model == model)
+        self.calls += 1
+        valid = self._rng.random() < profile.p_success
+        seconds = profile.duration_s * math.exp(profile.duration_sigma * self._rng.gauss(0.0, 1.0))
+        pieces = 4
+        per_piece = "x" * (4 * profile.tokens // pieces)  # four characters a token
+        for _ in range(pieces):
+            await asyncio.sleep(seconds / pieces)
+            yield Delta(per_piece)
+        if not valid:
+            raise MalformedOutput(f"model '{model}': the reply does not match the schema", model=model,
+                                  base_url="synthetic://", text="nope")
+        yield Completion(text='{"answer": "ok"}', model=model, prompt_tokens=0, completion_tokens=profile.tokens,
+                         usage_source="server", cost_usd=profile.cost_usd, parsed={"answer": "ok"},
+                         duration_s=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One policy under one budget and deadline: runs, how many finished within both, spend, decisions."""
+
+    shape: str
+    setting: str
+    budget_x: float
+    deadline_x: float
+    policy: str
+    runs: int
+    completed: int
+    fraction: float
+    mean_cost_usd: float
+    decisions: int
+    overhead_ms_p50: float
+    overhead_ms_p90: float
+
+
+async def _one_run(shape: Shape, seed: int, budget_x: float, deadline_x: float, policy: Policy, sims: int
+                   ) -> tuple[bool, float, list[float]]:
+    from planweave import Toolbox, open_engine
+    from planweave.engine.runtime import cancel_at_deadline
+    from planweave.tools.llm import llm_tool
+
+    steps = workflow(shape, seed)
+    ref_cost, ref_time = reference(steps)
+    budget_usd, deadline_s = ref_cost * budget_x, ref_time * deadline_x
+    run_id = f"{shape}-{seed}"
+    tables = {(run_id, s.id): s.table() for s in steps}
+    by_step = {s.id: tables[(run_id, s.id)] for s in steps}
+    model = SyntheticModel(tables, seed)
+    budget = Budget(usd=budget_usd)
+    clock = VirtualClock()
+
+    def step_table(step: Step) -> TierTable | None:
+        return by_step.get(step.id)
+
+    seam = AllocationSeam(BASE_TIERS, allocator=Allocator(BASE_TIERS, sims=sims, seed=seed), policy=policy,
+                          step_table=step_table, deadline_at=asyncio.get_running_loop().time() + deadline_s)
+    tools = Toolbox({"llm": llm_tool(model, budget, prices=PRICES, allocation=seam)})
+    async with open_engine("memory://", clock=clock, concurrency=None, tools=tools) as engine:
+        seam.bind(engine.get)
+        run = await engine.start(plan_of(steps, shape), run_id=run_id)
+        cancel_at_deadline(engine, run, deadline_s)
+        result = await run.wait()
+    ok = result.ok and budget.spent_usd <= budget_usd + 1e-12
+    return ok, budget.spent_usd, [d.overhead_s for d in seam.decisions]
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy], sims: int,
+              settings: Sequence[tuple[str, float, float]] = SETTINGS, seed: int = 0) -> dict[str, Any]:
+    """Run every policy on ``runs`` workflows of each shape under every setting; return the cells and overheads."""
+    cells: list[Cell] = []
+    overheads: dict[str, list[float]] = {p: [] for p in policies}
+    started = time.perf_counter()
+    for shape in shapes:
+        for name, bx, dx in settings:
+            for policy in policies:
+                done = 0
+                costs: list[float] = []
+                cell_overheads: list[float] = []
+                for i in range(runs):
+                    ok, cost, spent = run_virtual(_one_run(shape, seed + i, bx, dx, policy, sims))
+                    done += ok
+                    costs.append(cost)
+                    cell_overheads += spent
+                overheads[policy] += cell_overheads
+                cells.append(Cell(shape, name, bx, dx, policy, runs, done, done / runs, statistics.fmean(costs),
+                                  len(cell_overheads), 1000 * _quantile(cell_overheads, 0.5),
+                                  1000 * _quantile(cell_overheads, 0.9)))
+    return {
+        "runs": runs, "sims": sims, "seed": seed, "wall_s": round(time.perf_counter() - started, 2),
+        "cells": [asdict(c) for c in cells],
+        "overhead_ms": {p: {"decisions": len(v), "p50": round(1000 * _quantile(v, 0.5), 3),
+                            "p90": round(1000 * _quantile(v, 0.9), 3),
+                            "mean": round(1000 * statistics.fmean(v), 3) if v else 0.0}
+                        for p, v in overheads.items()},
+    }
+
+
+def render(result: Mapping[str, Any]) -> str:
+    """The table: per shape and setting, the fraction completed within budget and deadline per policy."""
+    cells = result["cells"]
+    policies = list(dict.fromkeys(c["policy"] for c in cells))
+    lines = [f"{result['runs']} runs per cell, {result['sims']} simulated runs per decision, "
+             f"{result['wall_s']}s", ""]
+    header = f"{'shape':<10} {'setting':<15} {'budget':>6} {'deadline':>8} " + " ".join(f"{p:>12}" for p in policies)
+    lines += [header, "-" * len(header)]
+    rows: dict[tuple[str, str], dict[str, Mapping[str, Any]]] = {}
+    for c in cells:
+        rows.setdefault((c["shape"], c["setting"]), {})[c["policy"]] = c
+    for (shape, setting), by_policy in rows.items():
+        any_cell = next(iter(by_policy.values()))
+        lines.append(f"{shape:<10} {setting:<15} {any_cell['budget_x']:>5}x {any_cell['deadline_x']:>7}x "
+                     + " ".join(f"{by_policy[p]['fraction']:>12.2f}" for p in policies if p in by_policy))
+    lines.append("")
+    for policy, o in result["overhead_ms"].items():
+        lines.append(f"overhead per decision, {policy}: p50 {o['p50']:.1f} ms, p90 {o['p90']:.1f} ms "
+                     f"({o['decisions']} decisions)")
+    return "\n".join(lines)
+
+
+def _command(
+    runs: Annotated[int, typer.Option("--runs", min=1, help="Runs per shape, setting and policy.")] = 20,
+    shapes: Annotated[str, typer.Option("--shapes", help="Comma-separated: codeflow, proofflow.")
+                      ] = "codeflow,proofflow",
+    policies: Annotated[str, typer.Option("--policies", help="Comma-separated: " + ", ".join(POLICIES) + ".")
+                        ] = ",".join(("cheapest", "strongest", "greedy", "monte_carlo")),
+    sims: Annotated[int, typer.Option("--sims", min=1, help="Simulated runs per allocator decision.")] = 100,
+    seed: Annotated[int, typer.Option("--seed", help="The first workflow's seed.")] = 0,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> tuple[dict[str, Any], bool]:
+    """Cheapest, strongest, greedy and Monte Carlo allocation of synthetic CodeFlow/ProofFlow runs on the virtual
+    clock, from loose to tight budgets and deadlines."""
+    shape_list = [s.strip() for s in shapes.split(",") if s.strip()]
+    for s in shape_list:
+        if s not in SHAPES:
+            raise typer.BadParameter(f"unknown shape '{s}' (shapes: {', '.join(SHAPES)})", param_hint="--shapes")
+    policy_list = [p.strip() for p in policies.split(",") if p.strip()]
+    for p in policy_list:
+        if p not in POLICIES:
+            raise typer.BadParameter(f"unknown policy '{p}' (policies: {', '.join(POLICIES)})",
+                                     param_hint="--policies")
+    result = run_bench(runs=runs, shapes=cast(list[Shape], shape_list), policies=cast(list[Policy], policy_list),
+                       sims=sims, seed=seed)
+    return result, json_output
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print the table (or JSON); exit status 2 for bad options."""
+    result, as_json = parse_command_line(_command, argv, "planweave bench allocate")
+    print(json.dumps(result, indent=2) if as_json else render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
