@@ -272,7 +272,8 @@ class Worker:
         try:
             if not events:
                 run = await self.engine.start(claim.run.plan, tools=self.tools, run_id=rid,
-                                              source=claim.run.source, on_failure=options.get("on_failure"))
+                                              source=claim.run.source, on_failure=options.get("on_failure"),
+                                              priority=float(options.get("priority") or 0.0))
             else:
                 run = await self.engine.resume(rid, tools=self.tools,
                                                retry_unknown=bool(options.get("retry_unknown")))

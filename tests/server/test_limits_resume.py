@@ -62,3 +62,23 @@ async def test_a_restart_keeps_the_deadline_a_plan_was_posted_with(journal_url: 
     created_at, finished_at = result.state.created_at, result.state.finished_at
     assert created_at is not None and finished_at is not None
     assert 1.4 <= finished_at - created_at < 5  # the original deadline, not a fresh 1.5 s from the restart
+
+
+async def test_a_posted_priority_is_journaled_and_kept_by_a_restart(journal_url: str) -> None:
+    closed = asyncio.Event()
+    async with start_live(journal_url, tools=gated_tools(closed)) as first, first.client() as client:
+        refused = await client.post("/runs", content='{"plan": {"steps": [{"id": "a", "tool": "noop"}]}, '
+                                                     '"priority": Infinity}',
+                                    headers={"content-type": "application/json"})
+        created = await client.post("/runs", json={"plan": SLOW_AFTER_GATE, "priority": 4})
+        assert created.status_code == 201, created.text
+        run_id = created.json()["run_id"]
+        await first.until_step(run_id, "gate", "running")
+        before = first.run(run_id).priority
+    assert refused.status_code == 422 and "priority" in refused.text, refused.text
+    async with start_live(journal_url, tools=gated_tools(closed)) as second:
+        assert second.server.recovered == [run_id]
+        after = second.run(run_id).priority
+        events = await second.journal_events(run_id)
+    assert before == after == 4.0
+    assert events[0].data["options"]["priority"] == 4.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -258,6 +259,16 @@ def journal_flag(url: str) -> str:
     return "" if url == default_journal_url() else f" --journal {url}"
 
 
+def _finite_priority(value: float) -> float:
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"must be a finite number, got {value}")
+    return value
+
+
+PriorityOption = Annotated[float, typer.Option(
+    "--priority", callback=_finite_priority,
+    help="The run's priority for shared model endpoints: its model calls queue ahead of lower ones' (default 0; "
+         "journaled, a resume keeps it; docs/admission.md).")]
 ModelLimitsOption = Annotated[Path | None, typer.Option(
     "--model-limits", metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
     help="Limits per model (max_concurrency, tokens_per_minute, requests_per_minute, adaptive window) that every "

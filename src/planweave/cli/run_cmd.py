@@ -18,6 +18,7 @@ from planweave.cli.common import (
     JsonOption,
     McpOption,
     ModelLimitsOption,
+    PriorityOption,
     RootOption,
     ToolsOption,
     UsageError,
@@ -228,6 +229,7 @@ def run(
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     model_limits: ModelLimitsOption = None,
+    priority: PriorityOption = 0.0,
     forecast: Annotated[bool, typer.Option("--forecast", help=(
         "Forecast a plan file's run as it goes (on by default with --deadline or --budget-usd): after step "
         "outcomes, journaled as forecast events and shown live (docs/forecast.md)."))] = False,
@@ -267,7 +269,7 @@ def run(
                 tools = (await plan_model.toolbox(stack, base, run_limits.budget()) if plan_model is not None
                          else None)
                 started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
-                                             on_failure=on_failure, limits=run_limits.journaled(
+                                             on_failure=on_failure, priority=priority, limits=run_limits.journaled(
                                                  engine.clock.now(), plan_model.model if plan_model else None))
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
@@ -298,7 +300,7 @@ def run(
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
-                return await loop.start(goal_text, run_id=run_id)
+                return await loop.start(goal_text, run_id=run_id, priority=priority)
 
             begin = begin_goal
 

@@ -26,6 +26,7 @@ from planweave.cli.common import (
     JournalOption,
     JsonOption,
     McpOption,
+    PriorityOption,
     RootOption,
     ToolsOption,
     UsageError,
@@ -93,6 +94,7 @@ def submit(
     retry_unknown: Annotated[bool, typer.Option(
         "--retry-unknown", help="When a worker takes the run over, re-run the steps that were running even if they "
                                 "are not idempotent (default: they become unknown and the run stops short).")] = False,
+    priority: PriorityOption = 0.0,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
@@ -122,6 +124,8 @@ def submit(
                     options: dict[str, Any] = {"retry_unknown": retry_unknown}
                     if on_failure is not None:
                         options["on_failure"] = on_failure
+                    if priority:
+                        options["priority"] = priority
                     await store.submit(QueuedRun(rid, plan.to_document(), str(file), options))
 
         asyncio.run(go())

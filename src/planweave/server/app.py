@@ -108,6 +108,9 @@ class RunSubmission(BaseModel):
                                                               "(default: the server's --max-budget-tokens).")
     deadline: float | None = Field(None, gt=0, description="Cancel the run after this many seconds "
                                                            "(default: the server's --max-deadline).")
+    priority: float = Field(0.0, allow_inf_nan=False,
+                            description="The run's priority for shared model endpoints: its model calls queue ahead "
+                                        "of lower ones' (journaled; a resume keeps it).")
     max_replans: int | None = Field(None, ge=0, description="Most re-plans of a goal run "
                                                             "(default: the server's --max-replans, else 5).")
 
@@ -315,15 +318,17 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
         if state.model is None:
             raise PlanInvalid([PlanProblem("", "goal", "this server has no model to plan goals with: start it with "
                                                        "`planweave serve --model NAME`")], HTTP_SOURCE)
-        run = await state.model.start_goal(submission.goal, submission.run_id, limits)
+        run = await state.model.start_goal(submission.goal, submission.run_id, limits, submission.priority)
     else:
         _check_plan_limits(submission, state.model)
         document = _checked_plan(submission)
         if state.model is None:
             run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE,
-                                           limits=limits.journaled(state.engine.clock.now()))
+                                           limits=limits.journaled(state.engine.clock.now()),
+                                           priority=submission.priority)
         else:
-            run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits)
+            run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
+                                               submission.priority)
         start_deadline(state.engine, run, limits)
     # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
     await state.engine.journal.flush()
@@ -342,7 +347,7 @@ async def _queue_run(state: AppState, submission: RunSubmission, response: Respo
     _check_plan_limits(submission, None)
     rid = await queue_plan(state.queue, _checked_plan(submission), submission.run_id,
                            state.engine.tools or builtin_tools(), dict(state.engine.capacities),
-                           deadline=submission.deadline)
+                           deadline=submission.deadline, priority=submission.priority)
     response.headers["Location"] = f"/queue/{quote(rid)}"
     return RunAccepted(run_id=rid, status="queued")
 

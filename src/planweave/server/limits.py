@@ -93,10 +93,12 @@ class ServerModel:
             return self.base
         return self.base.merged(Toolbox({"llm": llm_tool(self.client, budget)}))
 
-    async def start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits) -> Run:
+    async def start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits,
+                         priority: float = 0.0) -> Run:
         """Start a plan whose ``llm`` steps spend at most the run's budget (its limits journaled for a resume)."""
         return await self.engine.start(document, tools=self.tools(limits.budget()), run_id=run_id, source=source,
-                                       limits=limits.journaled(self.engine.clock.now(), self.client.model))
+                                       limits=limits.journaled(self.engine.clock.now(), self.client.model),
+                                       priority=priority)
 
     def planning_loop(self, limits: RunLimits) -> PlanningLoop:
         """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
@@ -105,9 +107,9 @@ class ServerModel:
 
         return build_planning_loop(self.engine, self.client, self.base, limits)
 
-    async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits) -> Run:
+    async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0) -> Run:
         """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans)."""
-        return await self.planning_loop(limits).start(goal, run_id=run_id)
+        return await self.planning_loop(limits).start(goal, run_id=run_id, priority=priority)
 
 
 async def open_server_model(

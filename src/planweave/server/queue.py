@@ -26,7 +26,7 @@ QUEUE_SOURCE = "POST /runs (queued)"
 
 
 async def queue_plan(store: LeaseStore, spec: PlanSpec, run_id: str | None, tools: ToolCatalog,
-                     capacities: dict[str, int], *, deadline: float | None) -> str:
+                     capacities: dict[str, int], *, deadline: float | None, priority: float = 0.0) -> str:
     """Check ``spec`` against the server's tools (the workers are given the same) and queue it; its run id."""
     if deadline is not None:
         raise PlanInvalid([PlanProblem("", "deadline", "a queued run has no deadline: the workers do not enforce "
@@ -34,7 +34,7 @@ async def queue_plan(store: LeaseStore, spec: PlanSpec, run_id: str | None, tool
                           QUEUE_SOURCE)
     plan = validate_plan(spec, tools, {**spec.capacities, **capacities}, source=QUEUE_SOURCE)
     rid = run_id or uuid.uuid4().hex[:12]
-    await store.submit(QueuedRun(rid, plan.to_document(), QUEUE_SOURCE, {}))
+    await store.submit(QueuedRun(rid, plan.to_document(), QUEUE_SOURCE, {"priority": priority} if priority else {}))
     return rid
 
 
