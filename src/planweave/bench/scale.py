@@ -85,6 +85,11 @@ class Phase:
     p99_ms: float = 0.0
     mean_ms: float = 0.0
     start_s: float = 0.0  # time to submit every run
+    # The same latency for the steps that became ready after the last run was submitted: the pace once the burst
+    # of starting runs (which saturates the loop) is over (0: no such step).
+    steady_p50_ms: float = 0.0
+    steady_p99_ms: float = 0.0
+    steady_steps: int = 0
 
 
 @dataclass
@@ -107,13 +112,16 @@ class _Timings:
         self.started = [[0.0] * steps for _ in range(runs)]
         self.due = [[0.0] * steps for _ in range(runs)]
         self.asked = [0.0] * runs  # when the run was asked to start
+        self.burst_end = 0.0  # when the last run had been asked to start
 
-    def latencies(self) -> list[float]:
+    def latencies(self, *, after: float | None = None) -> list[float]:
+        """Every step's ready-to-start latency; ``after``: only of the steps that became ready after that time."""
         out: list[float] = []
         for run, starts in enumerate(self.started):
             ready = self.asked[run]
             for k, start in enumerate(starts):
-                out.append(start - ready)
+                if after is None or ready > after:
+                    out.append(start - ready)
                 ready = self.due[run][k]
         return out
 
@@ -128,6 +136,11 @@ def _fill_phase(phase: Phase, timings: _Timings, wall: float, started: float, rs
     phase.p99_ms = lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1000
     phase.mean_ms = statistics.fmean(lat) * 1000
     phase.start_s = started
+    steady = sorted(timings.latencies(after=timings.burst_end))
+    if steady:
+        phase.steady_p50_ms = steady[len(steady) // 2] * 1000
+        phase.steady_p99_ms = steady[min(len(steady) - 1, int(len(steady) * 0.99))] * 1000
+        phase.steady_steps = len(steady)
 
 
 async def _baseline(runs: int, steps: int, sleep_s: float) -> tuple[_Timings, float, float, _PeakRSS]:
@@ -147,7 +160,8 @@ async def _baseline(runs: int, steps: int, sleep_s: float) -> tuple[_Timings, fl
         for run in range(runs):
             timings.asked[run] = loop.time()
             tasks.append(loop.create_task(one(run)))
-        submitted = loop.time() - t0
+        timings.burst_end = loop.time()
+        submitted = timings.burst_end - t0
         await asyncio.gather(*tasks)
         wall = loop.time() - t0
     return timings, wall, submitted, rss
@@ -185,7 +199,8 @@ async def _engine(runs: int, steps: int, sleep_s: float, url: str) -> tuple[_Tim
             timings.asked[run] = loop.time()
             # No run id given: a given one is checked against the journal first, a durable read (a commit) per run.
             started.append(await engine.start(docs[run]))
-        submitted = loop.time() - t0
+        timings.burst_end = loop.time()
+        submitted = timings.burst_end - t0
         for result in await asyncio.gather(*(r.wait() for r in started)):
             status[result.status] = status.get(result.status, 0) + 1
         wall = loop.time() - t0
@@ -365,6 +380,11 @@ def runs_table(result: ScaleResult) -> str:
         ("ready-to-start p50 (ms)", f"{b.p50_ms:,.2f}", f"{e.p50_ms:,.2f}", _ratio(e.p50_ms, b.p50_ms)),
         ("ready-to-start p99 (ms)", f"{b.p99_ms:,.2f}", f"{e.p99_ms:,.2f}", _ratio(e.p99_ms, b.p99_ms)),
         ("ready-to-start mean (ms)", f"{b.mean_ms:,.2f}", f"{e.mean_ms:,.2f}", _ratio(e.mean_ms, b.mean_ms)),
+        ("after the burst: steps", f"{b.steady_steps:,}", f"{e.steady_steps:,}", ""),
+        ("after the burst: p50 (ms)", f"{b.steady_p50_ms:,.2f}", f"{e.steady_p50_ms:,.2f}",
+         _ratio(e.steady_p50_ms, b.steady_p50_ms)),
+        ("after the burst: p99 (ms)", f"{b.steady_p99_ms:,.2f}", f"{e.steady_p99_ms:,.2f}",
+         _ratio(e.steady_p99_ms, b.steady_p99_ms)),
     ]
     head = (f"{result.runs:,} concurrent runs x {result.steps} chained steps sleeping {result.sleep_s:g} s, one "
             f"process (journal {result.journal}); runs ended: {result.status}")
