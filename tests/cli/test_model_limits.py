@@ -74,3 +74,13 @@ def test_the_live_view_shows_each_endpoints_queue_and_wait() -> None:
     asyncio.run(main())
     assert seen[0].startswith("model live-view-m: 2 queued (oldest ") and " · 1/1 in flight · wait mean " in seen[0]
     assert seen[1].startswith("model live-view-m: 0 queued · 0/1 in flight") and seen[1].endswith("3 rate limited")
+
+
+def test_resume_takes_model_limits_too_and_refuses_a_bad_file(tmp_path: Path) -> None:
+    limits = tmp_path / "limits.yaml"
+    limits.write_text("m: {max_concurrency: 0}\n")
+    done = subprocess.run([sys.executable, "-m", "planweave.cli.main", "resume", "some-run", "--journal",
+                           f"sqlite:///{tmp_path / 'runs.db'}", "--model-limits", str(limits)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"--model-limits: {limits}: model 'm': max_concurrency" in done.stderr and "Traceback" not in done.stderr

@@ -343,6 +343,7 @@ def resume(
                                                          "failed and the slowest steps).")] = False,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
+    model_limits: ModelLimitsOption = None,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
 
@@ -350,6 +351,8 @@ def resume(
     defaults.timeout, or the --step-timeout or built-in default it was run with) are not changed by a resume.
     """
     with clean_errors(json_output):
+        if model_limits is not None:
+            use_model_limits(model_limits)
         url = journal or default_journal_url()
         if journal_file_missing(url):
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
