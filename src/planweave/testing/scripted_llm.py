@@ -14,7 +14,8 @@ get HTTP 429 at once. Every chat call's start, end, status, concurrency and toke
 like a real provider: its prompt when the stream starts, each token as it is written, so a stream that is cut
 (:class:`Drop`, a client that goes away) is billed for what was sent. With ``stream_options.include_usage`` the
 usage comes in a last chunk; with ``usage_in_every_chunk`` (or the request's ``continuous_usage_stats``, vLLM's
-option) every content chunk carries the usage so far.
+option) every content chunk carries the usage so far. With ``honour_max_tokens`` a reply longer than the request's
+``max_tokens`` (or ``max_completion_tokens``) is cut there, ``finish_reason`` "length", as a real model's is.
 
     server = ScriptedLLM([Text("hello"), HttpError(429, retry_after=1), Text("again")])
     async with server as base_url:          # http://127.0.0.1:PORT/v1
@@ -28,6 +29,7 @@ reply as :func:`reply_from_json` reads it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import itertools
 import json
@@ -216,6 +218,7 @@ class ScriptedLLM:
         port: int = 0,
         congestion: Congestion | None = None,
         usage_in_every_chunk: bool = False,
+        honour_max_tokens: bool = False,
     ) -> None:
         self._function: ScriptFunction | None = script if callable(script) else None
         self._queue: deque[Reply] = deque() if callable(script) else deque(script)
@@ -229,6 +232,7 @@ class ScriptedLLM:
         self.requests: list[RecordedRequest] = []
         self.congestion = congestion
         self.usage_in_every_chunk = usage_in_every_chunk
+        self.honour_max_tokens = honour_max_tokens
         self.served: list[ServedCall] = []
         self.in_flight = 0
         self._server: asyncio.Server | None = None
@@ -371,7 +375,7 @@ class ScriptedLLM:
                     retry_after=congestion.retry_after))
                 return True
             slowdown = congestion.slowdown(call.concurrency)
-        reply = await self._next_reply(req)
+        reply = self._within_max_tokens(req, await self._next_reply(req))
         call.status = reply.status if isinstance(reply, HttpError) else 200
         if isinstance(reply, HttpError):
             await self._send_error(conn, writer, reply)
@@ -388,6 +392,17 @@ class ScriptedLLM:
         assert isinstance(reply, Text)
         await self._complete(conn, writer, req, reply, call, slowdown)
         return True
+
+    def _within_max_tokens(self, req: RecordedRequest, reply: Reply) -> Reply:
+        """``reply`` cut at the request's max_tokens (finish_reason "length") when the server honours it."""
+        limit = req.body.get("max_tokens", req.body.get("max_completion_tokens")) if isinstance(req.body, dict) \
+            else None
+        if not self.honour_max_tokens or not isinstance(limit, int) or not isinstance(reply, Text):
+            return reply
+        pieces = split_tokens(reply.text)
+        if len(pieces) <= limit:
+            return reply
+        return dataclasses.replace(reply, text="".join(pieces[:limit]), finish_reason="length")
 
     async def _next_reply(self, req: RecordedRequest) -> Reply:
         if self._function is not None:

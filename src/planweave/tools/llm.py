@@ -87,7 +87,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     default_model: str | None = None,
     prices: PriceTable | None = None,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
-    min_tokens: int = 32,
+    min_tokens: int = 64,
     name: str = "llm",
     allocation: AllocationSeam | None = None,
     verifiers: Mapping[str, Verifier] | None = None,
