@@ -6,8 +6,10 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import pytest
 from rich.console import Console
 
+import planweave.forecast.live as live_module
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.cli.views import forecast_line, live_view
 from planweave.engine.events import PAYLOADS, Event, ForecastData
@@ -50,13 +52,21 @@ def test_a_forecast_event_follows_step_outcomes_and_is_journaled(journal_at: Jou
     assert after_a.data["critical_steps"] == ["b", "e"]
 
 
-def test_refreshes_keep_to_their_share_of_the_loop(journal_at: JournalAt) -> None:
+def test_refreshes_keep_to_their_share_of_the_loop(journal_at: JournalAt, monkeypatch: pytest.MonkeyPatch) -> None:
     eager = run_forecast(journal_at, LiveOptions(deadline=9.0, runs=20, share=None))[2]
     assert eager is not None and eager.refreshes == 6  # at once, then after each of the five outcomes
-    # A share so small that after the first refresh the next is due long after the run's few milliseconds.
-    frugal_options = LiveOptions(deadline=9.0, runs=20, share=1e-9)
-    _, status, frugal = run_forecast(JournalAt("memory://", MemoryJournal()), frugal_options)
-    assert status == "succeeded" and frugal is not None and frugal.refreshes < eager.refreshes
+    # An allowance of 1 ms at a first guess of 5 us per step and run: 40 runs of the 5-step plan fit, not 200.
+    monkeypatch.setattr(live_module, "INITIAL_ALLOWANCE_S", 0.001)
+    monkeypatch.setattr(live_module, "GUESS_PER_STEP_S", 5e-6)
+    events, status, _ = run_forecast(JournalAt("memory://", MemoryJournal()), LiveOptions(deadline=9.0, share=1e-9))
+    assert status == "succeeded"
+    assert [e.data["runs"] for e in events if e.kind == "forecast"][:1] == [40]
+    # No allowance and a share that grows none: nothing is forecast, and the run is as it was.
+    monkeypatch.setattr(live_module, "INITIAL_ALLOWANCE_S", 0.0)
+    events, status, frugal = run_forecast(JournalAt("memory://", MemoryJournal()), LiveOptions(deadline=9.0,
+                                                                                             share=1e-12))
+    assert status == "succeeded" and frugal is not None and frugal.refreshes == 0
+    assert not [e for e in events if e.kind == "forecast"]
 
 
 def test_the_live_view_shows_the_last_forecast_in_one_line() -> None:

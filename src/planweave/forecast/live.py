@@ -1,12 +1,14 @@
 """The forecast of a running run, refreshed after its step outcomes and journaled as ``forecast`` events.
 
 A :class:`LiveForecast` listens to one run. A step outcome (``step_succeeded``, ``step_failed``) asks for a refresh;
-the refresh runs in a later loop callback, never inside the engine's event emission, and keeps to a budget: after a
-refresh that took ``d`` seconds of wall time the next waits at least ``d / share`` (default share 5%), so however big
-the plan, forecasting takes at most that share of the loop (outcomes that arrive meanwhile share one refresh; on
-the virtual clock, where a wait of real seconds would move virtual time, the next outcome after it refreshes). Each
-refresh simulates ``runs`` runs (default 200: a p_deadline within about ±3.5 points) from the run's current state and
-journals the result through :meth:`Run.record`.
+the refresh runs in a later loop callback, never inside the engine's event emission, and keeps to a budget of wall
+time: :data:`INITIAL_ALLOWANCE_S` plus ``share`` (default 5%) of the time since the forecast started, less what
+refreshes spent. A refresh simulates ``runs`` runs (default 200: a p_deadline within about ±3.5 points) from the
+run's current state, or fewer (at least :data:`MIN_RUNS`) when the budget allows only those, at the cost per run the
+previous refresh measured; when not even those fit, it waits for the budget to grow (outcomes that arrive meanwhile
+share it; on the virtual clock, where a wait of real seconds would move virtual time, the next outcome after it
+asks again). So however big the plan, forecasting takes about that share of the loop. Each refresh is journaled
+through :meth:`Run.record`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ if TYPE_CHECKING:
 _log = logging.getLogger("planweave.forecast")
 
 _OUTCOMES = frozenset({"step_succeeded", "step_failed"})
+
+MIN_RUNS = 20
+"""The fewest simulated runs a refresh does (a p_deadline within about ±11 points); fewer are not worth journaling."""
+
+INITIAL_ALLOWANCE_S = 0.02
+"""Wall seconds the first refreshes may spend before the share of the run's time has grown any allowance."""
+
+GUESS_PER_STEP_S = 5e-6
+"""Wall seconds one step of one simulated run costs, as a first guess (measured: 2-10 us, by machine load)."""
 
 
 class ForecastedRun(Protocol):
@@ -68,7 +79,9 @@ class LiveForecast:
         self.spent_s = 0.0  # wall seconds spent forecasting
         self.last: ForecastData | None = None
         self._handle: asyncio.Handle | None = None
-        self._next = 0.0  # time.perf_counter() before which no refresh starts
+        self._began = time.perf_counter()
+        # Wall seconds one simulated run costs: a guess from the plan's size until the first refresh measures it.
+        self._per_run = GUESS_PER_STEP_S * max(1, len(run.state.plan.order))
         self._closed = False
         run.subscribe(self.on_event)
 
@@ -84,12 +97,27 @@ class LiveForecast:
         if self._closed or self._handle is not None:
             return
         loop = asyncio.get_running_loop()
-        wait = self._next - time.perf_counter()
-        if wait <= 0:
+        share = self.options.share
+        missing = 0.0 if share is None else MIN_RUNS * self._per_run - self.allowance()
+        if missing <= 0:
             self._handle = loop.call_soon(self._refresh)
-        elif not isinstance(loop, VirtualEventLoop):
-            self._handle = loop.call_later(wait, self._refresh)
+        elif share is not None and not isinstance(loop, VirtualEventLoop):
+            self._handle = loop.call_later(missing / share, self._refresh)
         # else (virtual time, where a timer of real seconds would move the clock): the next outcome refreshes.
+
+    def allowance(self) -> float:
+        """Wall seconds a refresh may spend now: the first :data:`INITIAL_ALLOWANCE_S`, plus ``share`` of the time
+        since the forecast started, less what refreshes spent (unbounded with ``share`` None)."""
+        share = self.options.share
+        if share is None:
+            return float("inf")
+        return INITIAL_ALLOWANCE_S + share * (time.perf_counter() - self._began) - self.spent_s
+
+    def affordable_runs(self) -> int:
+        """Simulated runs the next refresh does: ``runs``, or fewer (at least :data:`MIN_RUNS`) within the allowance."""
+        if self.options.share is None:
+            return self.options.runs
+        return max(MIN_RUNS, min(self.options.runs, int(self.allowance() / self._per_run)))
 
     def close(self) -> None:
         """Stop refreshing (the run ended)."""
@@ -102,24 +130,25 @@ class LiveForecast:
         self._handle = None
         if self._closed or self._run.state.status != "running":
             return
+        runs = self.affordable_runs()
         began = time.perf_counter()
         try:
-            self.refresh()
+            self.refresh(runs)
         except Exception:  # a forecast must never break the run it watches
             _log.exception("forecast of run %s failed; no more refreshes", self._run.state.run_id)
             self.close()
             return
         took = time.perf_counter() - began
         self.spent_s += took
-        if self.options.share is not None:
-            self._next = time.perf_counter() + took / self.options.share
+        self._per_run = took / runs
 
-    def refresh(self) -> ForecastData:
-        """Forecast the run from its state now and journal it as a ``forecast`` event."""
+    def refresh(self, runs: int | None = None) -> ForecastData:
+        """Forecast the run from its state now (``runs`` simulated runs, default the options') and journal it as a
+        ``forecast`` event."""
         began = time.perf_counter()
         opts = self.options
         result = forecast(self._run.state, self.estimates, deadline=opts.deadline, budget_usd=opts.budget_usd,
-                          runs=opts.runs, seed=self.refreshes, concurrency=opts.concurrency,
+                          runs=runs or opts.runs, seed=self.refreshes, concurrency=opts.concurrency,
                           capacities=opts.capacities, now=self._clock.now())
         doc = result.to_json()
         data: ForecastData = {
@@ -135,14 +164,32 @@ class LiveForecast:
         return data
 
 
+HISTORY_MAX_AGE_S = 30.0
+"""How long (wall seconds) the estimates read from one journal serve the live forecasts of the runs started
+after: a server starting many runs a second reads the journal's history once, not once per run."""
+
+_history: dict[int, tuple[Any, Estimates, float]] = {}  # id(journal) -> (journal, table, time.monotonic() read)
+
+
+async def journal_estimates(journal: Any) -> Estimates:
+    """The estimates table of ``journal`` (a :class:`~planweave.journal.Journal`), read again when older than
+    :data:`HISTORY_MAX_AGE_S`."""
+    from planweave.forecast.history import read_estimates
+
+    cached = _history.get(id(journal))
+    if cached is not None and cached[0] is journal and time.monotonic() - cached[2] < HISTORY_MAX_AGE_S:
+        return cached[1]
+    table = await read_estimates(journal)
+    _history[id(journal)] = (journal, table, time.monotonic())
+    return table
+
+
 async def watch_forecast(run: ForecastedRun, clock: Clock, journal: Any, options: LiveOptions) -> LiveForecast:
     """Start forecasting ``run`` live: the first forecast from the plan's estimates at once, then, once the
     ``journal``'s history is read (a :class:`~planweave.journal.Journal`; in the caller's task), from it too."""
-    from planweave.forecast.history import read_estimates
-
     live = LiveForecast(run, clock, None, options)
     live.request()
-    live.estimates = await read_estimates(journal)
+    live.estimates = await journal_estimates(journal)
     return live
 
 
