@@ -368,8 +368,12 @@ class Run:
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             # SystemExit and KeyboardInterrupt too: raised in a task they would escape the loop and end the process.
             # A real Ctrl-C never arrives here: the CLI turns SIGINT into a cancellation of its main task.
+            if rec.status == "cancelled":
+                return  # the run was stopped, and the step with it, in the turn before its task saw the cancellation
             self._fail(rec, step, attempt, exc)
         else:
+            if rec.status == "cancelled":
+                return  # as above: the outcome came too late, the step is over
             self.outputs[sid] = output
             self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
         finally:
