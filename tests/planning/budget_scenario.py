@@ -8,9 +8,11 @@ included (:attr:`ScriptedLLM.served`), so a test can compare what the run report
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from dataclasses import dataclass
+from typing import Literal
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.engine.limits import RunLimits
@@ -38,14 +40,19 @@ def purpose(req: RecordedRequest) -> str:
     return "llm"
 
 
-def script(req: RecordedRequest) -> Reply:
+def script(req: RecordedRequest, *, usage: bool = True) -> Reply:
+    """The model: the 12-step plan (a re-plan keeps nothing more to do: ``[]``), a sentence per step, the answer."""
     kind = purpose(req)
     if kind == "join":
-        return Text(ANSWER)
+        return Text(ANSWER, usage=usage)
     if kind == "plan":
-        return Text(plan_lines(PLAN) if "Write the plan" in " ".join(str(m.get("content")) for m in req.messages)
-                    else "[]\n")
-    return Text(REPLY)
+        first = "Write the plan" in " ".join(str(m.get("content")) for m in req.messages)
+        return Text(plan_lines(PLAN) if first else "[]\n", usage=usage)
+    return Text(REPLY, usage=usage)
+
+
+UsageMode = Literal["final", "every", "none"]
+"""How the server reports usage in streams: a last chunk (``include_usage``), every chunk, or not at all."""
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,11 @@ class Outcome:
 
 
 async def run_scenario(budget_tokens: int | None, *, tps: float = 100.0, plan_max_tokens: int = 800,
-                       stream_usage: bool = True) -> Outcome:
-    """Run the goal with ``--budget-tokens budget_tokens`` and the planner capped at ``plan_max_tokens``."""
-    server = ScriptedLLM(script, tokens_per_second=tps)
+                       usage: UsageMode = "final") -> Outcome:
+    """Run the goal with ``--budget-tokens budget_tokens`` and the planner capped at ``plan_max_tokens``, against a
+    server that honours max_tokens and reports usage as ``usage`` says."""
+    server = ScriptedLLM(functools.partial(script, usage=usage != "none"), tokens_per_second=tps,
+                         usage_in_every_chunk=usage == "every", honour_max_tokens=True)
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
             open_engine("memory://", tools=builtin_tools(), clock=VirtualClock()) as engine:
         loop = build_planning_loop(engine, client, builtin_tools(), RunLimits(budget_tokens=budget_tokens),
