@@ -18,16 +18,23 @@ import asyncio
 import contextlib
 import os
 import socket
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
-from planweave.engine.runtime import Engine
+from planweave.engine.limits import JournaledLimits, RunLimits
+from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.errors import JournalError, PlanweaveError, RunError, RunNotFound
 from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
 from planweave.journal.postgres import PostgresJournal
 from planweave.plan.catalog import ToolCatalog
+
+if TYPE_CHECKING:
+    from planweave.models import Budget
+
+#: The catalog a run's steps get, given the model its ``llm`` steps call (None: it names none) and its budget.
+RunTools = Callable[[str | None, "Budget | None"], Awaitable[ToolCatalog | None]]
 
 __all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "cancel_queued", "default_worker_name",
            "refuse_if_queued"]
@@ -124,10 +131,17 @@ class Worker:
 
     The caller owns ``engine`` (open, on ``journal``), ``journal`` and ``store``; :meth:`serve` sets the journal's
     fence. ``log`` receives one line per claim, end, loss and hand-back.
+
+    A queued run's limits (``options.limits`` of its queue row: budget and deadline, as ``planweave submit`` gives
+    them) and the model its ``llm`` steps call (``options.model``) are applied as ``planweave run`` applies them:
+    ``run_tools`` gives the run its catalog (``llm`` bound to that model within that budget), the deadline counts
+    from the start and is journaled, so a worker that takes the run over keeps the same end and what is left of the
+    budget. Without ``run_tools`` a run naming a model fails at start, saying so.
     """
 
     def __init__(self, engine: Engine, journal: PostgresJournal, store: LeaseStore, options: WorkerOptions, *,
-                 tools: ToolCatalog | None = None, log: Callable[[str], None] = lambda line: None) -> None:
+                 tools: ToolCatalog | None = None, log: Callable[[str], None] = lambda line: None,
+                 run_tools: RunTools | None = None) -> None:
         if engine.journal is not journal:
             raise ValueError(f"worker '{options.name}': the engine must write to the worker's journal")
         self.engine = engine
@@ -135,6 +149,7 @@ class Worker:
         self.store = store
         self.options = options
         self.tools = tools
+        self.run_tools = run_tools
         self.tally = WorkerTally()
         self.fence = Fence(options.name, self._refused)
         self._log = log
@@ -271,12 +286,12 @@ class Worker:
         options = claim.run.options
         try:
             if not events:
-                run = await self.engine.start(claim.run.plan, tools=self.tools, run_id=rid,
-                                              source=claim.run.source, on_failure=options.get("on_failure"),
-                                              priority=float(options.get("priority") or 0.0))
+                run = await self._begin(claim)
             else:
-                run = await self.engine.resume(rid, tools=self.tools,
-                                               retry_unknown=bool(options.get("retry_unknown")))
+                recorded = JournaledLimits.from_events(events)
+                tools = await self._tools_for(rid, recorded.model, recorded.budget())
+                run = await self.engine.resume(rid, tools=tools, retry_unknown=bool(options.get("retry_unknown")))
+                recorded.apply_deadline(self.engine, run)
         except RunError:
             # Ended meanwhile from outside (`planweave cancel` of a run whose worker had died): that is its outcome.
             ended = _outcome(await self.journal.read(rid))
@@ -287,6 +302,29 @@ class Worker:
             self.engine.interrupt(rid)  # lost, or the worker began stopping, while the run was being started
         result = await run.wait()
         return result.status, result.error
+
+    async def _begin(self, claim: Claim) -> Run:
+        """Start a run claimed for the first time, within the limits it was queued with."""
+        options = claim.run.options
+        queued = options.get("limits") or {}
+        limits = RunLimits(**{f.name: queued.get(f.name) for f in fields(RunLimits)})
+        model = options.get("model")
+        tools = await self._tools_for(claim.run_id, model, limits.budget())
+        journaled = limits.journaled(self.engine.clock.now(), model) if queued or model else None
+        run = await self.engine.start(claim.run.plan, tools=tools, run_id=claim.run_id, source=claim.run.source,
+                                      on_failure=options.get("on_failure"), limits=journaled,
+                                      priority=float(options.get("priority") or 0.0))
+        if limits.deadline is not None:
+            cancel_at_deadline(self.engine, run, limits.deadline)
+        return run
+
+    async def _tools_for(self, run_id: str, model: str | None, budget: Budget | None) -> ToolCatalog | None:
+        if self.run_tools is not None:
+            return await self.run_tools(model, budget)
+        if model is not None:
+            raise RunError(f"run '{run_id}' calls model '{model}' in its llm steps, and worker {self.name} has no "
+                           "model client to give it")
+        return self.tools
 
     # -- keeping leases ---------------------------------------------------------------------------------------------
     async def _renew_loop(self) -> None:

@@ -26,6 +26,7 @@ from planweave.cli.common import (
     JournalOption,
     JsonOption,
     McpOption,
+    ModelLimitsOption,
     PriorityOption,
     RootOption,
     ToolsOption,
@@ -35,6 +36,7 @@ from planweave.cli.common import (
     load_tools,
     open_mcp,
     print_json,
+    use_model_limits,
 )
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.extras import require
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
     from planweave.engine.executor import Executor
     from planweave.journal.leases import LeaseStore, WorkerView
     from planweave.journal.postgres import PostgresJournal
+    from planweave.models import Budget, ModelClient
     from planweave.tools import Toolbox
     from planweave.workers import WorkerOptions
 
@@ -95,6 +98,16 @@ def submit(
         "--retry-unknown", help="When a worker takes the run over, re-run the steps that were running even if they "
                                 "are not idempotent (default: they become unknown and the run stops short).")] = False,
     priority: PriorityOption = 0.0,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="The model the plan's llm steps call (the worker's --base-url endpoint serves it).",
+        envvar="PLANWEAVE_MODEL")] = None,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD for the "
+                                                                                 "llm steps.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens for "
+                                                                                     "the llm steps.")] = None,
+    deadline: Annotated[float | None, typer.Option(
+        "--deadline", min=0, help="Cancel the run this many seconds after a worker starts it (kept by a worker "
+                                  "that takes it over).")] = None,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
@@ -111,7 +124,14 @@ def submit(
         from planweave.planfile import load_plan_file
 
         url = _queue_url(journal, "submit")
+        if model is None:
+            for flag, given in (("--budget-usd", budget_usd), ("--budget-tokens", budget_tokens)):
+                if given is not None:
+                    raise UsageError(f"{flag} applies to the model the plan's llm steps call: give --model NAME too")
+        limits = _queued_limits(budget_usd, budget_tokens, _seconds_flag(deadline, "--deadline"))
         toolbox = _toolbox(tools, workdir, allow_exec, allow_env, root)
+        if model is not None and "llm" not in toolbox:
+            toolbox = toolbox.merged(_llm_for_checks())
         spec = with_default_timeout(load_plan_file(file), _seconds_flag(step_timeout))
         rid = run_id or uuid.uuid4().hex[:12]
 
@@ -126,6 +146,10 @@ def submit(
                         options["on_failure"] = on_failure
                     if priority:
                         options["priority"] = priority
+                    if limits:
+                        options["limits"] = limits
+                    if model is not None:
+                        options["model"] = model
                     await store.submit(QueuedRun(rid, plan.to_document(), str(file), options))
 
         asyncio.run(go())
@@ -136,10 +160,27 @@ def submit(
         typer.echo(f"queued run {rid}: a worker (planweave worker --journal {url}) runs it", err=True)
 
 
-def _seconds_flag(value: float | None) -> float | None:
+def _seconds_flag(value: float | None, flag: str = "--step-timeout") -> float | None:
     if value is not None and not 0 < value < float("inf"):
-        raise UsageError(f"--step-timeout {value}: expected a number of seconds above 0")
+        raise UsageError(f"{flag} {value}: expected a number of seconds above 0")
     return value
+
+
+def _queued_limits(budget_usd: float | None, budget_tokens: int | None, deadline: float | None) -> dict[str, Any]:
+    """The limits a queued run carries (``options.limits``): only those given."""
+    given = {"budget_usd": budget_usd, "budget_tokens": budget_tokens, "deadline": deadline}
+    return {k: v for k, v in given.items() if v is not None}
+
+
+def _llm_for_checks() -> Toolbox:
+    """An ``llm`` tool for checking a plan at submit (the workers bind the real one): it is never called."""
+    from typing import cast
+
+    from planweave.models import ModelClient
+    from planweave.tools import Toolbox
+    from planweave.tools.llm import llm_tool
+
+    return Toolbox({"llm": llm_tool(cast(ModelClient, None))})
 
 
 def worker(
@@ -162,6 +203,10 @@ def worker(
     root: RootOption = None,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
+    base_url: Annotated[str | None, typer.Option(
+        "--base-url", metavar="URL", help="OpenAI-compatible endpoint of the models queued runs' llm steps call "
+                                          "(default $OPENAI_BASE_URL).")] = None,
+    model_limits: ModelLimitsOption = None,
 ) -> None:
     """Run the runs queued in a PostgreSQL journal, under leases, until SIGTERM/SIGINT (then hand them back)."""
     with clean_errors(json_output):
@@ -175,7 +220,9 @@ def worker(
             raise UsageError(str(exc)) from None
         # The plans are not known yet: with Ray installed, steps that say executor: ray go to Ray (as on resume).
         flags = ExecutorFlags(executor, ray_address, tuple(tools or ()))
-        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor()))
+        if model_limits is not None:
+            use_model_limits(model_limits)
+        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), base_url))
     if json_output:
         print_json({"status": "stopped", "worker": options.name, **tally})
     else:
@@ -183,7 +230,7 @@ def worker(
 
 
 async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[str, ...], concurrency: int,
-                executor: Executor) -> dict[str, Any]:
+                executor: Executor, base_url: str | None) -> dict[str, Any]:
     from planweave.engine.runtime import Engine
     from planweave.workers import Worker
 
@@ -196,7 +243,8 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
         journal, store = await stack.enter_async_context(_queue(url))
         engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency,
                                                             executor=executor))
-        runner = Worker(engine, journal, store, options, tools=box, log=log)
+        runner = Worker(engine, journal, store, options, tools=box, log=log,
+                        run_tools=_ModelTools(stack, box, base_url).tools)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, runner.stop)
         try:
@@ -205,6 +253,28 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
     return tally.as_dict()
+
+
+class _ModelTools:
+    """A queued run's catalog: the worker's tools plus ``llm`` on the model the run names, within its budget (one
+    client per model, opened on first use for the worker's life)."""
+
+    def __init__(self, stack: AsyncExitStack, tools: Toolbox, base_url: str | None) -> None:
+        self._stack, self._tools, self._base_url = stack, tools, base_url
+        self._clients: dict[str, ModelClient] = {}
+
+    async def tools(self, model: str | None, budget: Budget | None) -> Toolbox | None:
+        if model is None or "llm" in self._tools:
+            return None  # the engine's own tools
+        from planweave.models import resolve_model
+        from planweave.tools import Toolbox
+        from planweave.tools.llm import llm_tool
+
+        client = self._clients.get(model)
+        if client is None:
+            options = {"base_url": self._base_url} if self._base_url else {}
+            client = self._clients[model] = await self._stack.enter_async_context(resolve_model(model, **options))
+        return self._tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
 
 
 def workers(
