@@ -1,0 +1,46 @@
+"""planweave bench allocate, small: every policy and setting is run through the engine, --json, bad options exit 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from planweave.allocate import TierTable
+from planweave.bench.allocate import SETTINGS, main, plan_of, reference, workflow
+from planweave.cli.main import app
+
+
+def test_the_bench_prints_a_cell_per_shape_setting_and_policy_as_json() -> None:
+    result = CliRunner().invoke(app, ["bench", "allocate", "--runs", "2", "--shapes", "codeflow,proofflow",
+                                      "--policies", "cheapest,monte_carlo", "--sims", "20", "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    cells = out["cells"]
+    assert len(cells) == 2 * len(SETTINGS) * 2
+    assert {(c["shape"], c["policy"]) for c in cells} == {(s, p) for s in ("codeflow", "proofflow")
+                                                          for p in ("cheapest", "monte_carlo")}
+    for c in cells:
+        assert c["runs"] == 2 and 0 <= c["completed"] <= 2 and c["fraction"] == c["completed"] / 2
+        assert c["decisions"] >= 4  # every step of every run asked the allocator (retries ask again)
+        assert c["mean_cost_usd"] > 0
+    assert out["overhead_ms"]["monte_carlo"]["decisions"] > 0 and out["overhead_ms"]["monte_carlo"]["p50"] > 0
+
+
+def test_the_workflows_are_seeded_and_their_plans_are_model_auto_steps() -> None:
+    assert workflow("codeflow", 3) == workflow("codeflow", 3) != workflow("codeflow", 4)
+    steps = workflow("proofflow", 1)
+    plan = plan_of(steps, "proofflow")
+    assert all(s["args"]["model"] == "auto" and s["args"]["select"] == "vote" for s in plan["steps"])
+    cost, seconds = reference(steps)
+    assert cost > 0 and seconds > 0
+    assert isinstance(steps[0].table(), TierTable)
+
+
+@pytest.mark.parametrize("args", [["--shapes", "nope"], ["--policies", "best"], ["--runs", "0"]])
+def test_bad_options_exit_2_naming_them(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    assert info.value.code == 2
+    assert args[0] in capsys.readouterr().err
