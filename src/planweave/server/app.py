@@ -330,6 +330,12 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
                                                submission.priority)
         start_deadline(state.engine, run, limits)
+        if limits.deadline is not None or limits.budget_usd is not None:  # the dashboard shows its forecast
+            from planweave.forecast.live import LiveOptions, start_live_forecast
+
+            start_live_forecast(state.engine, run, LiveOptions(
+                limits.deadline, limits.budget_usd, concurrency=state.engine.concurrency,
+                capacities=dict(state.engine.capacities)))
     # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
     await state.engine.journal.flush()
     response.headers["Location"] = f"/runs/{quote(run.id)}"

@@ -367,6 +367,7 @@
     $("gantt").replaceChildren();
     $("step-panel").hidden = true;
     $("waiting").hidden = true;
+    $("forecast").hidden = true;
     $("waiting-list").replaceChildren();
     delete $("waiting-list").dataset.key;
     renderRuns();
@@ -429,6 +430,10 @@
         current.errors.push({ at, step, kind: `escalation: ${data.rung}`, text: data.reason || "", escalation: true });
         renderErrors(current);
         break;
+      case "forecast":
+        current.forecast = data;
+        renderForecast(data);
+        break;
       case "run_finished":
         closeOpenAttempts(current, at, "interrupted");
         if (data.error) {
@@ -439,6 +444,42 @@
       default:
         break;
     }
+  }
+
+  // The run's last forecast (a "forecast" event): a probability bar for its deadline and its budget, the
+  // makespan percentiles, and a histogram of the simulated makespans with the deadline marked.
+  function renderForecast(data) {
+    $("forecast").hidden = false;
+    $("forecast-runs").textContent = `(${data.runs} simulated runs, at ${formatDuration(data.elapsed || 0)})`;
+    for (const [id, p] of [["forecast-deadline", data.p_deadline], ["forecast-budget", data.p_budget]]) {
+      const bar = $(id);
+      bar.hidden = p === null || p === undefined;
+      if (bar.hidden) continue;
+      bar.dataset.p = String(p);
+      bar.classList.toggle("low", p < 0.5);
+      bar.querySelector(".fill").style.width = `${Math.round(p * 100)}%`;
+      bar.querySelector(".value").textContent = `${Math.round(p * 100)}%`;
+    }
+    const m = data.makespan || {};
+    $("forecast-makespan").textContent = `makespan p50 ${formatDuration(m.p50)} · p90 ${formatDuration(m.p90)} · ` +
+      `p99 ${formatDuration(m.p99)}` + (data.critical_steps && data.critical_steps.length
+      ? ` · critical: ${data.critical_steps.join(" → ")}` : "");
+    const hist = data.histogram || [];
+    const chart = $("forecast-hist");
+    const width = 360, height = 60;
+    const most = Math.max(1, ...hist.map((b) => b[1]));
+    const low = hist.length ? hist[0][0] : 0;
+    const step = hist.length > 1 ? hist[1][0] - hist[0][0] : 1;
+    const high = low + step * Math.max(1, hist.length);
+    const x = (t) => ((t - low) / (high - low || 1)) * width;
+    const bars = hist.map(([start, count]) => svg("rect", {
+      class: "bin", x: x(start), width: Math.max(1, x(start + step) - x(start) - 1),
+      y: height - (count / most) * height, height: (count / most) * height,
+    }, svg("title", {}, `${formatDuration(start)}: ${count} runs`)));
+    const marks = data.deadline !== null && data.deadline !== undefined && data.deadline >= low && data.deadline <= high
+      ? [svg("line", { class: "deadline", x1: x(data.deadline), x2: x(data.deadline), y1: 0, y2: height })] : [];
+    chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    chart.replaceChildren(...bars, ...marks);
   }
 
   async function refreshRun(current) {
