@@ -38,6 +38,16 @@ def random_plan(steps: int, seed: int = 1, tool: str = "sleep", seconds: float =
     return {"steps": out}
 
 
+def layered(layers: int, width: int, seconds: float) -> dict[str, Any]:
+    """``layers`` layers of ``width`` sleeps of ``seconds``, each step after every step of the layer before."""
+    steps = []
+    for layer in range(layers):
+        before = [f"l{layer - 1}_{j}" for j in range(width)] if layer else []
+        steps += [{"id": f"l{layer}_{j}", "tool": "sleep", "args": {"seconds": seconds}, "after": before,
+                   "estimate": {"duration": seconds}} for j in range(width)]
+    return {"steps": steps}
+
+
 def history(seed: int = 2) -> Estimates:
     """A history of 500 attempts of the sleep tool: lognormal durations (median 4 s), 10% failures."""
     rng = random.Random(seed)
@@ -123,11 +133,12 @@ def main(
         figures = [live_run(overhead_doc, options, table) for _ in range(repeat)]
         print(f"400-step noop run, live forecast {label}: " + ", ".join(f"{s * 1000:.0f} ms ({n} refreshes)"
                                                                        for s, n in figures))
-    sleepy = random_plan(100, seconds=0.02)
-    for label, options in (("off", None), ("on (share 5%)", LiveOptions(deadline=60, runs=200))):
-        figures = [live_run(sleepy, options, table) for _ in range(repeat)]
-        print(f"100-step run of 20 ms sleeps, live forecast {label}: " + ", ".join(
-            f"{s * 1000:.0f} ms ({n} refreshes)" for s, n in figures))
+    for name, doc in (("100-step run of 20 ms sleeps", random_plan(100, seconds=0.02)),
+                      ("20 layers x 10 sleeps of 0.1 s", layered(20, 10, 0.1))):
+        for label, options in (("off", None), ("on (share 5%)", LiveOptions(deadline=60, runs=200))):
+            figures = [live_run(doc, options, table) for _ in range(repeat)]
+            print(f"{name}, live forecast {label}: " + ", ".join(
+                f"{s * 1000:.0f} ms ({n} refreshes)" for s, n in figures))
 
 
 if __name__ == "__main__":
