@@ -55,7 +55,8 @@ async def allocated_call(single: Callable[[str], Awaitable[dict[str, Any]]], *, 
     if model == "auto":
         if seam is None:
             raise ToolError("model: auto needs a tier table: this llm tool was built without an allocator "
-                            "(planweave run --tiers FILE)", kind="arguments", retryable=False)
+                            "(llm_tool(..., allocation=AllocationSeam(tiers)); the CLI has no option for it yet)",
+                            kind="arguments", retryable=False)
         try:
             ctx = current_step()
         except LookupError:
