@@ -100,9 +100,16 @@ def main(
     asynchow: Annotated[Path, typer.Option(help="The AsyncHow files.")] = Path("../shared/data/asynchow"),
     repeat: Annotated[int, typer.Option(min=1)] = 3,
     runs: Annotated[int, typer.Option(min=1)] = 1000,
+    live_only: Annotated[bool, typer.Option("--live-only", help="Only the live forecast's overhead.")] = False,
 ) -> None:
-    plan = validate_plan(parse_plan_document(random_plan(100), "random"))
     table = history()
+    if not live_only:
+        offline(asynchow, repeat, runs, table)
+    live_overhead(repeat, table)
+
+
+def offline(asynchow: Path, repeat: int, runs: int, table: Estimates) -> None:
+    plan = validate_plan(parse_plan_document(random_plan(100), "random"))
     show(f"forecast N={runs}, 100-step plan, fixed estimates", timed(lambda: forecast(plan, Estimates(), runs=runs),
                                                                    repeat))
     show(f"forecast N={runs}, 100-step plan, lognormal history + retries",
@@ -126,6 +133,9 @@ def main(
     sample = plans[:: max(1, len(plans) // 200)]
     spent = timed(lambda: [forecast(p, Estimates(), runs=runs, concurrency=None) for p in sample], 1)[0]
     print(f"AsyncHow: N={runs} over {len(sample)} plans: {spent / len(sample) * 1000:.1f} ms per plan")
+
+
+def live_overhead(repeat: int, table: Estimates) -> None:
 
     overhead_doc = random_plan(400, tool="noop")
     for label, options in (("off", None), ("on (share 5%)", LiveOptions(deadline=60, runs=200)),

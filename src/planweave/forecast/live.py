@@ -1,7 +1,8 @@
 """The forecast of a running run, refreshed after its step outcomes and journaled as ``forecast`` events.
 
 A :class:`LiveForecast` listens to one run. A step outcome (``step_succeeded``, ``step_failed``) asks for a refresh;
-the refresh runs in a later loop callback, never inside the engine's event emission, and keeps to a budget of wall
+the refresh snapshots the run in a later loop callback (never inside the engine's event emission) and simulates in a
+worker thread, so the loop keeps dispatching meanwhile (the thread still takes the GIL); it keeps to a budget of wall
 time: :data:`INITIAL_ALLOWANCE_S` plus ``share`` (default 5%) of the time since the forecast started, less what
 refreshes spent. A refresh simulates ``runs`` runs (default 200: a p_deadline within about ±3.5 points) from the
 run's current state, or fewer (at least :data:`MIN_RUNS`) when the budget allows only those, at the cost per run the
@@ -14,9 +15,10 @@ through :meth:`Run.record`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -24,7 +26,7 @@ from planweave.clock import Clock, VirtualEventLoop
 from planweave.engine.events import Event, EventKind, ForecastData
 from planweave.engine.state import RunState
 from planweave.forecast.estimates import Estimates
-from planweave.forecast.simulate import ENGINE_CONCURRENCY, forecast
+from planweave.forecast.simulate import ENGINE_CONCURRENCY, Forecast, RunSnapshot, forecast, snapshot
 
 if TYPE_CHECKING:
     from planweave.engine.runtime import Engine, Run
@@ -36,11 +38,11 @@ _OUTCOMES = frozenset({"step_succeeded", "step_failed"})
 MIN_RUNS = 20
 """The fewest simulated runs a refresh does (a p_deadline within about ±11 points); fewer are not worth journaling."""
 
-INITIAL_ALLOWANCE_S = 0.02
+INITIAL_ALLOWANCE_S = 0.01
 """Wall seconds the first refreshes may spend before the share of the run's time has grown any allowance."""
 
-GUESS_PER_STEP_S = 5e-6
-"""Wall seconds one step of one simulated run costs, as a first guess (measured: 2-10 us, by machine load)."""
+GUESS_PER_STEP_S = 1e-5
+"""Wall seconds one step of one simulated run costs, as a first guess (measured: 5-15 us, by machine load)."""
 
 
 class ForecastedRun(Protocol):
@@ -70,7 +72,10 @@ class LiveForecast:
     """Refreshes one run's forecast after its step outcomes (see the module docstring)."""
 
     def __init__(self, run: ForecastedRun, clock: Clock, estimates: Estimates | None = None,
-                 options: LiveOptions = LiveOptions()) -> None:
+                 options: LiveOptions = LiveOptions(), *,
+                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None) -> None:
+        """``spawn`` starts each refresh's task (default: a task of the running loop; the CLI and the server give
+        the engine's, so that closing the engine cancels it)."""
         self._run = run
         self._clock = clock
         self.estimates = estimates or Estimates()
@@ -78,7 +83,11 @@ class LiveForecast:
         self.refreshes = 0
         self.spent_s = 0.0  # wall seconds spent forecasting
         self.last: ForecastData | None = None
+        self._spawn = spawn
+        self._tasks: set[asyncio.Task[None]] = set()
         self._handle: asyncio.Handle | None = None
+        self._busy = False  # a refresh is simulating (in a thread)
+        self._again = False  # an outcome arrived meanwhile: refresh once more after it
         self._began = time.perf_counter()
         # Wall seconds one simulated run costs: a guess from the plan's size until the first refresh measures it.
         self._per_run = GUESS_PER_STEP_S * max(1, len(run.state.plan.order))
@@ -95,6 +104,9 @@ class LiveForecast:
     def request(self) -> None:
         """Ask for a refresh: in the next loop callback, or once the budget allows (one pending at a time)."""
         if self._closed or self._handle is not None:
+            return
+        if self._busy:
+            self._again = True
             return
         loop = asyncio.get_running_loop()
         share = self.options.share
@@ -120,48 +132,70 @@ class LiveForecast:
         return max(MIN_RUNS, min(self.options.runs, int(self.allowance() / self._per_run)))
 
     def close(self) -> None:
-        """Stop refreshing (the run ended)."""
+        """Stop refreshing (the run ended): a pending refresh is cancelled, one simulating is not journaled."""
         self._closed = True
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
 
+    async def wait(self) -> None:
+        """Return once no refresh is simulating (tests and benchmarks read the figures after)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
     def _refresh(self) -> None:
+        """Snapshot the run now, in the loop, and simulate it in a task that waits for a worker thread."""
         self._handle = None
         if self._closed or self._run.state.status != "running":
             return
-        runs = self.affordable_runs()
+        self._busy = True
+        work = self._simulate(snapshot(self._run.state, self._clock.now()), self.affordable_runs())
+        try:
+            task = self._spawn(work) if self._spawn is not None else asyncio.get_running_loop().create_task(work)
+        except RuntimeError:  # the engine is closing: no more refreshes
+            work.close()
+            self._busy = False
+            self.close()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _simulate(self, snap: RunSnapshot, runs: int) -> None:
+        opts = self.options
         began = time.perf_counter()
         try:
-            self.refresh(runs)
+            # In a worker thread: the loop keeps dispatching while it simulates (on the virtual clock, time waits).
+            result = await asyncio.get_running_loop().run_in_executor(None, functools.partial(
+                forecast, snap, self.estimates, deadline=opts.deadline, budget_usd=opts.budget_usd, runs=runs,
+                seed=self.refreshes, concurrency=opts.concurrency, capacities=opts.capacities))
         except Exception:  # a forecast must never break the run it watches
             _log.exception("forecast of run %s failed; no more refreshes", self._run.state.run_id)
             self.close()
             return
+        finally:
+            self._busy = False
         took = time.perf_counter() - began
         self.spent_s += took
         self._per_run = took / runs
+        if self._closed or self._run.state.status != "running":
+            return  # the run ended meanwhile: its last forecast would come after its end
+        self._record(result, took)
+        if self._again:
+            self._again = False
+            self.request()
 
-    def refresh(self, runs: int | None = None) -> ForecastData:
-        """Forecast the run from its state now (``runs`` simulated runs, default the options') and journal it as a
-        ``forecast`` event."""
-        began = time.perf_counter()
-        opts = self.options
-        result = forecast(self._run.state, self.estimates, deadline=opts.deadline, budget_usd=opts.budget_usd,
-                          runs=runs or opts.runs, seed=self.refreshes, concurrency=opts.concurrency,
-                          capacities=opts.capacities, now=self._clock.now())
+    def _record(self, result: Forecast, took: float) -> None:
         doc = result.to_json()
         data: ForecastData = {
             "runs": result.runs, "p_success": result.p_success, "p_deadline": result.p_deadline,
             "p_budget": result.p_budget, "p_all": result.p_all, "makespan": doc["makespan"],
             "cost_usd": doc["cost_usd"], "critical_steps": doc["critical_steps"], "deadline": result.deadline,
             "budget_usd": result.budget_usd, "elapsed": result.elapsed, "histogram": doc["histogram"],
-            "overhead_s": time.perf_counter() - began,
+            "overhead_s": took,
         }
         self.refreshes += 1
         self.last = data
         self._run.record("forecast", data)
-        return data
 
 
 HISTORY_MAX_AGE_S = 30.0
@@ -184,15 +218,19 @@ async def journal_estimates(journal: Any) -> Estimates:
     return table
 
 
-async def watch_forecast(run: ForecastedRun, clock: Clock, journal: Any, options: LiveOptions) -> LiveForecast:
+async def watch_forecast(run: ForecastedRun, clock: Clock, journal: Any, options: LiveOptions, *,
+                         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None,
+                         ) -> LiveForecast:
     """Start forecasting ``run`` live: the first forecast from the plan's estimates at once, then, once the
     ``journal``'s history is read (a :class:`~planweave.journal.Journal`; in the caller's task), from it too."""
-    live = LiveForecast(run, clock, None, options)
+    live = LiveForecast(run, clock, None, options, spawn=spawn)
     live.request()
     live.estimates = await journal_estimates(journal)
     return live
 
 
 def start_live_forecast(engine: Engine, run: Run, options: LiveOptions) -> asyncio.Task[LiveForecast]:
-    """Forecast ``run`` live in ``engine`` (its clock and journal), the history read in a task of the engine's."""
-    return engine.spawn(watch_forecast(run, engine.clock, engine.journal, options), name=f"planweave-forecast-{run.id}")
+    """Forecast ``run`` live in ``engine`` (its clock and journal), the history read and every refresh simulated in
+    tasks of the engine's."""
+    return engine.spawn(watch_forecast(run, engine.clock, engine.journal, options, spawn=engine.spawn),
+                        name=f"planweave-forecast-{run.id}")

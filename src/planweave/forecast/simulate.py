@@ -132,6 +132,20 @@ def _start_of_run(state: RunState, now: float) -> _Start:
     return start
 
 
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A run's plan and where each of its steps is at one moment: what a forecast of the run needs, copied out of
+    its live state so that the simulation may run elsewhere (a thread) while the run goes on."""
+
+    plan: Plan
+    start: _Start
+
+
+def snapshot(state: RunState, now: float | None = None) -> RunSnapshot:
+    """The snapshot of ``state`` at ``now`` (its clock's time; default: its latest recorded time)."""
+    return RunSnapshot(state.plan, _start_of_run(state, _latest_time(state) if now is None else now))
+
+
 class _Simulation:
     """One forecast's precomputed plan and models; :meth:`run` simulates the rest of the plan once."""
 
@@ -293,7 +307,7 @@ def _claims_fit(plan: Plan, capacities: Mapping[str, int]) -> None:
 
 
 def forecast(
-    target: Plan | RunState,
+    target: Plan | RunState | RunSnapshot,
     estimates: Estimates | None = None,
     *,
     deadline: float | None = None,
@@ -307,16 +321,18 @@ def forecast(
     """Simulate the rest of ``target`` ``runs`` times and summarise: success, deadline and budget probabilities,
     makespan and cost percentiles (from the run's start), and the steps most often on the critical chain.
 
-    ``target`` is a plan (simulated from its start) or a run's state at ``now`` (its clock's time; default: its
-    last step's latest time). ``deadline`` is seconds from the run's start; ``budget_usd`` its whole budget (the
-    run's cost so far counts). ``concurrency`` and ``capacities`` are the engine's (the plan's own capacities are
-    adopted where the engine has none, as the engine does). Deterministic for a given ``seed``.
+    ``target`` is a plan (simulated from its start), a run's state at ``now`` (its clock's time; default: its
+    last step's latest time) or a :func:`snapshot` of one. ``deadline`` is seconds from the run's start;
+    ``budget_usd`` its whole budget (the run's cost so far counts). ``concurrency`` and ``capacities`` are the
+    engine's (the plan's own capacities are adopted where the engine has none, as the engine does). Deterministic
+    for a given ``seed``.
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
     if isinstance(target, RunState):
-        plan = target.plan
-        start = _start_of_run(target, _latest_time(target) if now is None else now)
+        target = snapshot(target, now)
+    if isinstance(target, RunSnapshot):
+        plan, start = target.plan, target.start
     else:
         plan = target
         start = _start_of_plan(plan)
@@ -383,4 +399,4 @@ def step_models(plan: Plan, estimates: Estimates) -> dict[str, StepModel]:
     return {sid: estimates.step_model(plan.steps[sid], plan.fingerprints[sid]) for sid in plan.order}
 
 
-__all__ = ["ENGINE_CONCURRENCY", "Forecast", "Quantiles", "forecast", "step_models"]
+__all__ = ["ENGINE_CONCURRENCY", "Forecast", "Quantiles", "RunSnapshot", "forecast", "snapshot", "step_models"]
