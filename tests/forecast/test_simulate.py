@@ -193,3 +193,13 @@ def test_steps_start_by_critical_path_priority_as_the_engine_orders_them() -> No
     # Two slots: b (rank 5) and a start; when b ends, c (rank 4) goes before d (rank 1), which waited longer.
     doc = {"steps": [fixed_step("a", 4), fixed_step("b", 1), fixed_step("c", 4, ["b"]), fixed_step("d", 1)]}
     assert forecast(plan_of(doc), runs=3, concurrency=2).makespan.p50 == 5.0  # first come first served: 6
+
+
+def test_overrides_replace_a_steps_model() -> None:
+    from planweave.forecast.estimates import Duration, StepModel
+
+    faster = StepModel(Duration("fixed", value=1.0), 1.0, 2.0)
+    result = forecast(plan_of(DIAMOND), runs=5, overrides={"b": faster})
+    assert result.makespan.p50 == 7.0  # a, c, d, e: 2 + 1 + 3 + 1
+    assert result.cost_usd.p50 == pytest.approx(4 * 0.25 + 2.0)
+    assert result.critical_steps == ("a", "c", "d", "e")

@@ -150,7 +150,7 @@ class _Simulation:
     """One forecast's precomputed plan and models; :meth:`run` simulates the rest of the plan once."""
 
     def __init__(self, plan: Plan, estimates: Estimates, start: _Start, concurrency: int | None,
-                 capacities: Mapping[str, int]) -> None:
+                 capacities: Mapping[str, int], overrides: Mapping[str, StepModel]) -> None:
         self.plan = plan
         self.start = start
         self.concurrency = concurrency
@@ -160,7 +160,8 @@ class _Simulation:
         self.fallback_models: dict[str, StepModel] = {}
         for sid in plan.order:
             step = plan.steps[sid]
-            self.models[sid] = estimates.step_model(step, prints[sid])
+            found = overrides.get(sid)
+            self.models[sid] = found if found is not None else estimates.step_model(step, prints[sid])
             if step.fallback is not None:
                 self.fallback_models[sid] = estimates.step_model(step, prints[sid], tool=step.fallback.tool)
         self.waiting = {sid: sum(1 for d in plan.deps[sid] if d not in start.done) for sid in plan.order}
@@ -317,6 +318,7 @@ def forecast(
     concurrency: int | None = ENGINE_CONCURRENCY,
     capacities: Mapping[str, int] | None = None,
     now: float | None = None,
+    overrides: Mapping[str, StepModel] | None = None,
 ) -> Forecast:
     """Simulate the rest of ``target`` ``runs`` times and summarise: success, deadline and budget probabilities,
     makespan and cost percentiles (from the run's start), and the steps most often on the critical chain.
@@ -325,7 +327,8 @@ def forecast(
     last step's latest time) or a :func:`snapshot` of one. ``deadline`` is seconds from the run's start;
     ``budget_usd`` its whole budget (the run's cost so far counts). ``concurrency`` and ``capacities`` are the
     engine's (the plan's own capacities are adopted where the engine has none, as the engine does). Deterministic
-    for a given ``seed``.
+    for a given ``seed``. ``overrides`` replaces the model of the steps it names (an allocator comparing a tier or
+    a sample count for a step gives that choice's duration, success and cost); a fallback keeps its own.
     """
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
@@ -342,7 +345,7 @@ def forecast(
     for name, amount in plan.spec.capacities.items():
         caps.setdefault(name, amount)
     _claims_fit(plan, caps)
-    sim = _Simulation(plan, estimates or Estimates(), start, concurrency, caps)
+    sim = _Simulation(plan, estimates or Estimates(), start, concurrency, caps, overrides or {})
     rng = random.Random(seed)
     makespans: list[float] = []
     costs: list[float] = []
