@@ -12,19 +12,20 @@ import functools
 import json
 import sys
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import RunResult
+from planweave.models import Budget, Reservation
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import build_planning_loop
-from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, ServedCall, Text, plan_lines
 
 GOAL = "write one word about each of twelve topics"
 STEPS = 12
 PROMPT = "In one sentence of about thirty words, say what topic number {} of the twelve is about."
-PLAN = [{"id": f"t{i}", "tool": "llm", "args": {"prompt": PROMPT.format(i), "max_tokens": 64}}
+PLAN: list[dict[str, Any]] = [{"id": f"t{i}", "tool": "llm", "args": {"prompt": PROMPT.format(i), "max_tokens": 64}}
         for i in range(1, STEPS + 1)]
 REPLY = "Blue, like the sky over the sea on a clear and quiet summer morning."
 ANSWER = json.dumps({"answer": "twelve words, one per topic"})
@@ -62,6 +63,7 @@ class Outcome:
     result: RunResult
     served_tokens: int  # prompt + completion tokens the server sent, over every chat call (cut ones too)
     calls: int
+    served: list[ServedCall]  # the server's record of each chat call, in the order they arrived
 
     @property
     def reported_tokens(self) -> int:
@@ -69,7 +71,7 @@ class Outcome:
 
 
 async def run_scenario(budget_tokens: int | None, *, tps: float = 100.0, plan_max_tokens: int = 800,
-                       usage: UsageMode = "final") -> Outcome:
+                       usage: UsageMode = "final", budget: Budget | None = None) -> Outcome:
     """Run the goal with ``--budget-tokens budget_tokens`` and the planner capped at ``plan_max_tokens``, against a
     server that honours max_tokens and reports usage as ``usage`` says."""
     server = ScriptedLLM(functools.partial(script, usage=usage != "none"), tokens_per_second=tps,
@@ -77,9 +79,29 @@ async def run_scenario(budget_tokens: int | None, *, tps: float = 100.0, plan_ma
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
             open_engine("memory://", tools=builtin_tools(), clock=VirtualClock()) as engine:
         loop = build_planning_loop(engine, client, builtin_tools(), RunLimits(budget_tokens=budget_tokens),
-                                   plan_max_tokens=plan_max_tokens)
+                                   plan_max_tokens=plan_max_tokens, budget=budget)
         result = await loop.run(GOAL)
-    return Outcome(result, sum(c.tokens for c in server.served), len(server.served))
+    return Outcome(result, sum(c.tokens for c in server.served), len(server.served), server.served)
+
+
+class RecordingBudget(Budget):
+    """A budget that keeps the worst case of every call that asked it for room, in order."""
+
+    def __init__(self, tokens: int | None = None) -> None:
+        super().__init__(tokens=tokens)
+        self.asked: list[int] = []
+
+    async def acquire(self, estimate_usd: float, estimate_tokens: int, *, floor_tokens: int | None = None
+                      ) -> Reservation:
+        self.asked.append(estimate_tokens)
+        return await super().acquire(estimate_usd, estimate_tokens, floor_tokens=floor_tokens)
+
+
+def planner_worst_case() -> int:
+    """The tokens the scenario's planner reserves for its call (its prompt estimate with the margin, plus 800)."""
+    budget = RecordingBudget()
+    run_virtual(run_scenario(None, budget=budget))
+    return budget.asked[0]
 
 
 def main(argv: list[str]) -> None:

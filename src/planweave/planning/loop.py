@@ -32,6 +32,7 @@ from planweave.models import (
     Delta,
     Message,
     ModelClient,
+    Reservation,
     Usage,
     call_context,
 )
@@ -81,6 +82,17 @@ class _Trigger:
     reason: str
 
 
+@dataclass
+class _OpenCall:
+    """A model call of the loop in flight: what it has cost so far and the reservation it holds."""
+
+    purpose: str
+    started: float
+    meter: StreamMeter
+    reservation: Reservation | None
+    ended: bool = False  # charged or released (by the call itself, or by the run stopping under it)
+
+
 _DEFERRED = ("observation", "human")  # triggers that are not failures to repair together
 
 
@@ -111,6 +123,7 @@ class PlanningLoop:
         self._planning = True  # the initial plan is still streaming in
         self._questions: dict[str, str] = {}  # human.input step asking a person -> the failed step it is about
         self._given_up: set[str] = set()  # failed steps the ladder's fail rung was journaled for (once each)
+        self._open_calls: list[_OpenCall] = []  # the loop's model calls in flight (a re-plan beside the planner)
 
     # -- the whole loop -------------------------------------------------------------------------------------------
     async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
@@ -238,7 +251,9 @@ class PlanningLoop:
         def listen(event: Event) -> None:
             kind, sid = event.kind, event.step
             if sid is None:
-                pass
+                if kind == "run_cancelled":  # charge the loop's cut calls now, before the run reports its spend
+                    for call in list(self._open_calls):
+                        self._charge_cut(run, call, "run stopped")
             elif sid in self._questions:  # a person answered (or the question failed): act on it
                 if kind == "step_succeeded" or (kind == "step_failed" and event.data.get("final")):
                     self._triggers.append(_Trigger("human", self._questions[sid], sid))
@@ -629,35 +644,47 @@ class PlanningLoop:
                                      else _NO_PRICES)
             reservation, request = await acquire_call(self.budget, request, usd or 0.0, tokens,
                                                       floor_tokens=floor_tokens)
-        started = self.engine.clock.now()
         # The planner's and joiner's calls hold up the whole run: queued at its priority with no slack.
         call = CallClass(priority=run.priority, slack=0.0, run_id=run.id, purpose=purpose)
-        meter = StreamMeter(approx_prompt_tokens(m.content for m in messages))
-        completion: Completion | None = None
+        open_call = _OpenCall(purpose, self.engine.clock.now(), StreamMeter(approx_prompt_tokens(
+            m.content for m in messages)), reservation)
+        self._open_calls.append(open_call)
         try:
             with call_context(call):
                 if on_text is None:
                     completion = await self.client.complete(request)
                 else:
-                    completion = await _consume(self.client.stream(request), on_text, meter)
+                    completion = await _consume(self.client.stream(request), on_text, open_call.meter)
         except BaseException as exc:
-            if meter.received:  # a stream cut by an error or a cancellation costs what it had generated
-                usage = meter.spent()
-                cost = prices.cost(self.client.model, usage.prompt_tokens, usage.completion_tokens) \
-                    if isinstance(prices, PriceTable) else None
-                if reservation is not None and self.budget is not None:
-                    self.budget.settle(reservation, cost or 0.0, usage.total_tokens)
-                self._journal_call(run, purpose, started, model=self.client.model, usage=usage, cost=cost,
-                                   cut=type(exc).__name__)
-            elif reservation is not None and self.budget is not None:
-                self.budget.release(reservation)
+            self._charge_cut(run, open_call, type(exc).__name__)
             raise
+        finally:
+            self._open_calls.remove(open_call)
         if reservation is not None and self.budget is not None:
             self.budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
-        self._journal_call(run, purpose, started, model=completion.model,
+        self._journal_call(run, purpose, open_call.started, model=completion.model,
                            usage=Usage(completion.prompt_tokens, completion.completion_tokens,
                                        completion.usage_source), cost=completion.cost_usd)
         return completion
+
+    def _charge_cut(self, run: Run, call: _OpenCall, cut: str) -> None:
+        """End a call that did not finish, once: a stream that yielded anything is charged (and journaled, marked
+        ``cut``) for what it had cost; one that yielded nothing frees its reservation."""
+        if call.ended:
+            return
+        call.ended = True
+        if not call.meter.received:
+            if call.reservation is not None and self.budget is not None:
+                self.budget.release(call.reservation)
+            return
+        usage = call.meter.spent()
+        prices = getattr(self.client, "prices", None)
+        cost = prices.cost(self.client.model, usage.prompt_tokens, usage.completion_tokens) \
+            if isinstance(prices, PriceTable) else None
+        if call.reservation is not None and self.budget is not None:
+            self.budget.settle(call.reservation, cost or 0.0, usage.total_tokens)
+        self._journal_call(run, call.purpose, call.started, model=self.client.model, usage=usage, cost=cost,
+                           cut=cut)
 
     def _journal_call(self, run: Run, purpose: str, started: float, *, model: str, usage: Usage,
                       cost: float | None, cut: str | None = None) -> None:
