@@ -26,6 +26,7 @@ from planweave.allocate.model import (
 )
 from planweave.allocate.samples import Verifier, output_key, run_samples
 from planweave.allocate.seam import AllocatedRun, AllocationSeam, AutoArgs
+from planweave.allocate.tiers_file import load_tiers
 
 __all__ = [
     "MAX_SAMPLES",
@@ -49,6 +50,7 @@ __all__ = [
     "TierTable",
     "Verifier",
     "allocated_call",
+    "load_tiers",
     "output_key",
     "run_samples",
 ]

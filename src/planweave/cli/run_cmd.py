@@ -54,6 +54,7 @@ from planweave.planfile import load_plan_file
 from planweave.tools import Toolbox
 
 if TYPE_CHECKING:
+    from planweave.allocate import AllocationSeam
     from planweave.models import Budget
     from planweave.planning import PlanningLoop
 
@@ -98,6 +99,7 @@ class PlanModel:
     base_url: str | None
     budget_usd: float | None
     budget_tokens: int | None
+    allocation: AllocationSeam | None = None  # --tiers: the allocator for model: auto steps
 
     @staticmethod
     def from_flags(
@@ -125,7 +127,35 @@ class PlanModel:
 
         client = await stack.enter_async_context(
             resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
-        return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
+        return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget,
+                                                                                   allocation=self.allocation)}))
+
+
+def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool = False) -> PlanModel | None:
+    """``plan_model`` with an allocator on the tier table in ``path`` if given (bad file, a --goal run, or no
+    --model: exit 2)."""
+    from planweave.allocate import AllocationError, AllocationSeam, load_tiers
+
+    if path is None:
+        return plan_model
+    if goal:
+        raise UsageError("--tiers applies to plan files: their llm steps saying model: auto are allocated")
+    if plan_model is None:
+        raise UsageError("--tiers applies to the model a plan file's llm steps call: give --model NAME too")
+    try:
+        table = load_tiers(path)
+    except AllocationError as exc:
+        raise UsageError(f"--tiers: {exc}") from None
+    return replace(plan_model, allocation=AllocationSeam(table))
+
+
+def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: float | None) -> None:
+    """Let a --tiers allocator read the engine's runs, and count the run's --deadline from now."""
+    if plan_model is None or plan_model.allocation is None:
+        return
+    plan_model.allocation.bind(engine.get)
+    if deadline is not None:
+        plan_model.allocation.deadline_at = engine.clock.now() + deadline
 
 
 @dataclass(frozen=True)
@@ -233,6 +263,9 @@ def run(
     forecast: Annotated[bool, typer.Option("--forecast", help=(
         "Forecast a plan file's run as it goes (on by default with --deadline or --budget-usd): after step "
         "outcomes, journaled as forecast events and shown live (docs/forecast.md)."))] = False,
+    tiers: Annotated[Path | None, typer.Option("--tiers", metavar="FILE", help=(
+        "Model tiers (YAML/JSON: per tier its model, p_success, duration_s, cost_usd) for a plan file's llm steps "
+        "saying model: auto: the allocator chooses tier and samples per step (docs/allocation.md)."))] = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -250,6 +283,7 @@ def run(
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
                                               plan_max_tokens)
+            plan_model = _with_tiers(plan_model, tiers)
             if ask_human:
                 raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
                                  "escalation ladder (use approval: or human.input steps in the plan)")
@@ -266,6 +300,7 @@ def run(
             async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
                 base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
                 run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
+                _bind_allocation(plan_model, engine, deadline)
                 tools = (await plan_model.toolbox(stack, base, run_limits.budget()) if plan_model is not None
                          else None)
                 started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
@@ -285,6 +320,7 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
+            _with_tiers(None, tiers, goal=True)
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
