@@ -55,7 +55,7 @@ async def allocated_call(single: Callable[[str], Awaitable[dict[str, Any]]], *, 
     if model == "auto":
         if seam is None:
             raise ToolError("model: auto needs a tier table: this llm tool was built without an allocator "
-                            "(llm_tool(..., allocation=AllocationSeam(tiers)); the CLI has no option for it yet)",
+                            "(planweave run --tiers FILE, or llm_tool(..., allocation=AllocationSeam(tiers)))",
                             kind="arguments", retryable=False)
         try:
             ctx = current_step()
