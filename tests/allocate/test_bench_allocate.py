@@ -26,6 +26,9 @@ def test_the_bench_prints_a_cell_per_shape_setting_and_policy_as_json() -> None:
         assert c["decisions"] >= 4  # every step of every run asked the allocator (retries ask again)
         assert c["mean_cost_usd"] > 0
     assert out["overhead_ms"]["monte_carlo"]["decisions"] > 0 and out["overhead_ms"]["monte_carlo"]["p50"] > 0
+    calibration = out["calibration"]["monte_carlo"]
+    assert calibration["runs"] == 2 * len(SETTINGS) * 2 and 0 <= calibration["brier"] <= 1
+    assert sum(b["runs"] for b in calibration["bins"]) == calibration["runs"]
 
 
 def test_the_workflows_are_seeded_and_their_plans_are_model_auto_steps() -> None:

@@ -13,8 +13,9 @@ samples each call's outcome from the step's declared distribution (no HTTP). Per
 the workflow's reference: the expected cost and the critical path of the medium tier), from loose to tight, it
 prints the fraction of runs that succeeded within both, for four policies of the same seam: always the cheapest
 tier, always the strongest, greedy per step (the cheapest choice whose own success probability reaches 0.95) and
-the Monte Carlo allocator; and the allocator's own wall time per decision. Runs are paired: run ``i`` of every
-policy is the same workflow, under the same budget and deadline.
+the Monte Carlo allocator; the allocator's own wall time per decision; and how well the P(all) it predicts at a
+run's first decision matches what happens (Brier score, predicted vs observed per fifth of [0, 1]). Runs are
+paired: run ``i`` of every policy is the same workflow, under the same budget and deadline.
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ class Cell:
 
 
 async def _one_run(shape: Shape, seed: int, budget_x: float, deadline_x: float, policy: Policy, sims: int
-                   ) -> tuple[bool, float, list[float]]:
+                   ) -> tuple[bool, float, list[float], float | None]:
     from planweave import Toolbox, open_engine
     from planweave.engine.runtime import cancel_at_deadline
     from planweave.tools.llm import llm_tool
@@ -219,7 +220,8 @@ async def _one_run(shape: Shape, seed: int, budget_x: float, deadline_x: float, 
         cancel_at_deadline(engine, run, deadline_s)
         result = await run.wait()
     ok = result.ok and budget.spent_usd <= budget_usd + 1e-12
-    return ok, budget.spent_usd, [d.overhead_s for d in seam.decisions]
+    first = seam.decisions[0].estimate.p_all if seam.decisions else None  # the forecast made before anything ran
+    return ok, budget.spent_usd, [d.overhead_s for d in seam.decisions], first
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -234,6 +236,7 @@ def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy],
     """Run every policy on ``runs`` workflows of each shape under every setting; return the cells and overheads."""
     cells: list[Cell] = []
     overheads: dict[str, list[float]] = {p: [] for p in policies}
+    forecasts: dict[str, list[tuple[float, bool]]] = {p: [] for p in policies}
     started = time.perf_counter()
     for shape in shapes:
         for name, bx, dx in settings:
@@ -242,7 +245,9 @@ def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy],
                 costs: list[float] = []
                 cell_overheads: list[float] = []
                 for i in range(runs):
-                    ok, cost, spent = run_virtual(_one_run(shape, seed + i, bx, dx, policy, sims))
+                    ok, cost, spent, first = run_virtual(_one_run(shape, seed + i, bx, dx, policy, sims))
+                    if first is not None:
+                        forecasts[policy].append((first, ok))
                     done += ok
                     costs.append(cost)
                     cell_overheads += spent
@@ -257,7 +262,26 @@ def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy],
                             "p90": round(1000 * _quantile(v, 0.9), 3),
                             "mean": round(1000 * statistics.fmean(v), 3) if v else 0.0}
                         for p, v in overheads.items()},
+        "calibration": {p: calibration(v) for p, v in forecasts.items()},
     }
+
+
+def calibration(pairs: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+    """The allocator's own forecast (P(all) of the plan it allocated, at the run's first decision) against what
+    happened: Brier score, mean predicted vs observed, and per fifth of [0, 1]."""
+    if not pairs:
+        return {"runs": 0}
+    brier = statistics.fmean((p - ok) ** 2 for p, ok in pairs)
+    bins = []
+    for lo in (0.0, 0.2, 0.4, 0.6, 0.8):
+        inside = [(p, ok) for p, ok in pairs if lo <= p < lo + 0.2 or (lo == 0.8 and p == 1.0)]
+        if inside:
+            bins.append({"p_lo": lo, "p_hi": round(lo + 0.2, 1), "runs": len(inside),
+                         "predicted": round(statistics.fmean(p for p, _ in inside), 3),
+                         "observed": round(statistics.fmean(ok for _, ok in inside), 3)})
+    return {"runs": len(pairs), "brier": round(brier, 4),
+            "predicted": round(statistics.fmean(p for p, _ in pairs), 3),
+            "observed": round(statistics.fmean(ok for _, ok in pairs), 3), "bins": bins}
 
 
 def render(result: Mapping[str, Any]) -> str:
@@ -279,6 +303,10 @@ def render(result: Mapping[str, Any]) -> str:
     for policy, o in result["overhead_ms"].items():
         lines.append(f"overhead per decision, {policy}: p50 {o['p50']:.1f} ms, p90 {o['p90']:.1f} ms "
                      f"({o['decisions']} decisions)")
+    for policy, c in result.get("calibration", {}).items():
+        if c.get("runs"):
+            lines.append(f"forecast at the first decision, {policy}: P(all) {c['predicted']:.2f} predicted, "
+                         f"{c['observed']:.2f} observed, Brier {c['brier']:.3f} ({c['runs']} runs)")
     return "\n".join(lines)
 
 
