@@ -105,6 +105,7 @@ def main(
     table = history()
     if not live_only:
         offline(asynchow, repeat, runs, table)
+        history_read(repeat)
     live_overhead(repeat, table)
 
 
@@ -133,6 +134,23 @@ def offline(asynchow: Path, repeat: int, runs: int, table: Estimates) -> None:
     sample = plans[:: max(1, len(plans) // 200)]
     spent = timed(lambda: [forecast(p, Estimates(), runs=runs, concurrency=None) for p in sample], 1)[0]
     print(f"AsyncHow: N={runs} over {len(sample)} plans: {spent / len(sample) * 1000:.1f} ms per plan")
+
+
+def history_read(repeat: int) -> None:
+    """How long the estimates table of a journal of 100 runs of the 100-step plan (10,000 attempts) takes."""
+    from planweave.forecast.history import read_estimates
+    from planweave.journal.memory import MemoryJournal
+
+    async def fill() -> MemoryJournal:
+        journal = MemoryJournal()
+        async with open_engine(journal, clock=VirtualClock(), tools=builtin_tools()) as engine:
+            for _ in range(100):
+                await (await engine.start(random_plan(100))).wait()
+        return journal
+
+    journal = run_virtual(fill())
+    show("estimates table of a journal of 100 runs x 100 steps (memory)",
+         timed(lambda: asyncio.run(read_estimates(journal)), repeat))
 
 
 def live_overhead(repeat: int, table: Estimates) -> None:

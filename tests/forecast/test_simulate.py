@@ -175,18 +175,21 @@ def test_forecast_is_calibrated_against_real_engine_runs() -> None:
 def test_the_table_reads_from_a_journal_the_same_as_from_its_events() -> None:
     events = events_of(noisy_plan(), noisy_tools(4, 0.2), runs=20)
 
-    async def go() -> Estimates:
+    async def go() -> tuple[Estimates, Estimates]:
         journal = MemoryJournal()
         for e in events:
             journal.append(e._replace(pos=None))
         await journal.flush()
-        return await read_estimates(journal)
+        return await read_estimates(journal, runs=None), await read_estimates(journal, runs=5)
 
-    table = run_virtual(go())
+    table, newest = run_virtual(go())
     work = table.get("tool", "work")
     assert work is not None and work.n == estimates_from_events(events).table[("tool", "work")].n
     assert work.n >= 20 * 6
     assert 0.6 < work.success.mean < 0.95
+    runs = list(dict.fromkeys(e.run_id for e in events))[-5:]
+    last_five = [e for e in events if e.run_id in runs]
+    assert newest.table[("tool", "work")].n == estimates_from_events(last_five).table[("tool", "work")].n < work.n
 
 
 def test_steps_start_by_critical_path_priority_as_the_engine_orders_them() -> None:

@@ -1,13 +1,14 @@
 """Read a journal's history into the estimates table (an adapter: it reads any :class:`Journal`).
 
-The table is derived, never stored: :func:`read_estimates` folds every run in the journal (with the engine's own
-fold, so plan versions, retries and fallbacks read as the engine saw them) and fits the attempts it finds. It is
-recomputed on each call, so it is never stale and there is no cache to invalidate; the cost is one read of the
-journal (docs/forecast.md gives the figure).
+The table is derived, never stored: :func:`read_estimates` folds the journal's newest runs (:data:`HISTORY_RUNS`;
+with the engine's own fold, so plan versions, retries and fallbacks read as the engine saw them) and fits the
+attempts it finds. It is recomputed on each call, so it is never stale and there is no cache to invalidate; the
+cost is reading and folding those runs (docs/forecast.md gives the figure).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 from planweave.engine.events import Event
@@ -15,6 +16,7 @@ from planweave.engine.state import RunState
 from planweave.errors import PlanweaveError
 from planweave.forecast.estimates import Estimates, Observation, build_estimates
 from planweave.journal.base import Journal
+from planweave.journal.summary import RunQuery
 
 
 def run_observations(state: RunState) -> list[Observation]:
@@ -74,6 +76,19 @@ def estimates_from_events(events: Sequence[Event], prior: tuple[float, float] = 
     return build_estimates(observations, prior)
 
 
-async def read_estimates(journal: Journal, prior: tuple[float, float] = (1.0, 1.0)) -> Estimates:
-    """The estimates table of every run in ``journal`` (memory, SQLite or PostgreSQL), recomputed now."""
-    return estimates_from_events(await journal.read(), prior)
+HISTORY_RUNS = 200
+"""How many of a journal's newest runs the table is fitted from: enough for the fits, and a bounded cost however
+long the journal (folding a run costs about 10 ms per 100 steps)."""
+
+
+async def read_estimates(journal: Journal, prior: tuple[float, float] = (1.0, 1.0), *,
+                         runs: int | None = HISTORY_RUNS) -> Estimates:
+    """The estimates table of the newest ``runs`` runs in ``journal`` (memory, SQLite or PostgreSQL; None: every
+    run), recomputed now. The events are read here; they are folded and fitted in a worker thread, so a running
+    engine's loop is not held up by a long history."""
+    if runs is None:
+        events = await journal.read()
+    else:
+        page = await journal.list_runs(RunQuery(limit=runs))
+        events = [e for summary in reversed(page.runs) for e in await journal.read(summary.run_id)]
+    return await asyncio.to_thread(estimates_from_events, events, prior)
