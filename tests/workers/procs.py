@@ -74,6 +74,15 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 30, every:
         time.sleep(every)
 
 
+def started_by(pg: Schema, name: str) -> int:
+    """Runs ``name`` holds now and has begun running (a step started under its lease's epoch)."""
+    ((n,),) = pg.query(
+        "SELECT count(DISTINCT l.run_id) FROM {s}.planweave_leases l JOIN {s}.planweave_events e "
+        "ON e.run_id = l.run_id AND e.lease_epoch = l.epoch AND e.kind = 'step_started' "
+        "WHERE l.state = 'running' AND l.holder = %s", (name,))
+    return int(n)
+
+
 def held_by(pg: Schema, name: str) -> int:
     ((n,),) = pg.query("SELECT count(*) FROM {s}.planweave_leases WHERE state = 'running' AND holder = %s", (name,))
     return int(n)

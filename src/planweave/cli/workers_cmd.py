@@ -245,13 +245,11 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
                                                             executor=executor))
         runner = Worker(engine, journal, store, options, tools=box, log=log,
                         run_tools=_ModelTools(stack, box, base_url).tools)
+        # Installed until the loop closes (which removes them), not just while serving: a second SIGTERM arriving
+        # while the worker closes its engine and journal (a supervisor repeating itself) must not kill it mid-way.
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, runner.stop)
-        try:
-            tally = await runner.serve()
-        finally:
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
+        tally = await runner.serve()
     return tally.as_dict()
 
 
