@@ -273,10 +273,10 @@ def calibration(pairs: Sequence[tuple[float, bool]]) -> dict[str, Any]:
         return {"runs": 0}
     brier = statistics.fmean((p - ok) ** 2 for p, ok in pairs)
     bins = []
-    for lo in (0.0, 0.2, 0.4, 0.6, 0.8):
-        inside = [(p, ok) for p, ok in pairs if lo <= p < lo + 0.2 or (lo == 0.8 and p == 1.0)]
+    for fifth in range(5):
+        inside = [(p, ok) for p, ok in pairs if min(4, int(p * 5)) == fifth]
         if inside:
-            bins.append({"p_lo": lo, "p_hi": round(lo + 0.2, 1), "runs": len(inside),
+            bins.append({"p_lo": fifth / 5, "p_hi": (fifth + 1) / 5, "runs": len(inside),
                          "predicted": round(statistics.fmean(p for p, _ in inside), 3),
                          "observed": round(statistics.fmean(ok for _, ok in inside), 3)})
     return {"runs": len(pairs), "brier": round(brier, 4),
