@@ -37,7 +37,7 @@ def estimates(
 ) -> None:
     """Show the estimates fitted from the journal's history: per tool, model and repeated step, the attempts seen,
     the duration distribution (lognormal, or the samples when few), the success rate (Beta posterior), tokens and
-    cost per attempt. Derived from the journal each time: nothing is stored."""
+    cost per attempt. Derived from the journal's newest 200 runs each time: nothing is stored."""
     with clean_errors(json_output):
         if kind is not None and kind not in ("tool", "model", "step"):
             raise UsageError(f"--kind {kind}: use tool, model or step")
