@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,10 @@ from planweave.allocate import AllocationSeam, Allocator, TierProfile, TierTable
 from planweave.cli.main import app
 from planweave.clock import RealClock
 from planweave.engine.events import Event
-from planweave.models import Budget
+from planweave.engine.executor import ThreadExecutor
+from planweave.engine.runtime import Engine
+from planweave.journal.memory import MemoryJournal
+from planweave.models import Budget, Chunk, Completion, CompletionRequest
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
 from planweave.models.pricing import Price, PriceTable
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
@@ -155,3 +159,38 @@ async def test_model_auto_without_an_allocator_or_with_an_unknown_tier_fails_nam
     failed = next(e for e in events if e.kind == "step_failed")
     assert "unknown tier 'huge'" in failed.data["error"] and failed.data["kind"] == "arguments"
     assert server.chat_requests == []
+
+
+class Instant:
+    """A model client answering at once (no HTTP: the thread executor runs the tool on a loop of its own)."""
+
+    model = "m-small"
+
+    async def complete(self, request: CompletionRequest) -> Completion:
+        return Completion(text="ok", model=request.model or self.model, prompt_tokens=1, completion_tokens=1,
+                          usage_source="server", cost_usd=0.0)
+
+    async def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
+        yield await self.complete(request)
+
+
+async def test_a_decision_made_in_a_worker_thread_is_journaled_on_the_engine_loop() -> None:
+    seam = AllocationSeam(TIERS, allocator=Allocator(TIERS, sims=50),
+                          deadline_at=RealClock().now() + 18.0)
+    tools = Toolbox({"llm": llm_tool(Instant(), allocation=seam)})
+    async with Engine(MemoryJournal(), tools=tools, executor=ThreadExecutor()) as engine:
+        seam.bind(engine.get)
+        emitted_on: list[int] = []
+
+        def listen(event: Event) -> None:
+            if event.kind == "allocation":
+                emitted_on.append(threading.get_ident())
+
+        run = await engine.start({"steps": [{"id": "a", "tool": "llm", "args": {
+            "prompt": "a", "model": "auto", "tiers": ["small", "large"]}}]}, on_event=listen)
+        result = await run.wait()
+        events = await engine.journal.read(run.id)
+    assert result.status == "succeeded", result.error
+    assert [(e.step, e.data["tier"]) for e in allocations(list(events))] == [("a", "large")]
+    assert result.outputs["a"]["model"] == "m-large"
+    assert emitted_on == [threading.get_ident()]  # on the engine's loop, not the worker's thread

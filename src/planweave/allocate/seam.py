@@ -10,6 +10,7 @@ event through the run. The allocator stays pure; the engine's core knows nothing
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
@@ -115,11 +116,18 @@ class AllocationSeam:
         self.policy: Policy = policy
         self.tool = tool
         self._given: dict[tuple[str, str], Choice] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.decisions: list[Decision] = []
 
     def bind(self, runs: Callable[[str], AllocatedRun]) -> None:
-        """Read runs through ``runs`` (``Engine.get``): the tool is built before the engine that runs it."""
+        """Read runs through ``runs`` (``Engine.get``): the tool is built before the engine that runs it. Called on
+        the engine's loop, it remembers it: a decision made in a worker thread (``executor: thread``) is journaled
+        on that loop."""
         self._runs = runs
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
 
     def decide(self, ctx: StepContext, auto: AutoArgs, *, budget_usd: float | None,
                fits: Callable[[Choice], bool]) -> Decision:
@@ -143,8 +151,18 @@ class AllocationSeam:
         }
         if decision.reason:
             data["reason"] = decision.reason
-        run.record("allocation", data, ctx.step_id)
+        self._journal(run, data, ctx.step_id)
         return decision
+
+    def _journal(self, run: AllocatedRun, data: Mapping[str, Any], step: str) -> None:
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if self._loop is not None and here is not self._loop:
+            self._loop.call_soon_threadsafe(run.record, "allocation", data, step)
+        else:
+            run.record("allocation", data, step)
 
     def problem(self, run: AllocatedRun, ctx: StepContext, auto: AutoArgs, budget_usd: float | None) -> Problem:
         """The rest of ``run`` as the allocator sees it, with ``ctx``'s step free to choose."""
