@@ -45,7 +45,9 @@ def _retries_shorthand(value: Any) -> Any:
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: the validators are built when a plan is first read, not at import: the commands that never read
+    # one (--help, runs, approve, send, cancel, tools) skip it (docs/benchmarks.md, "CLI start-up").
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class RetryPolicy(_Frozen):
@@ -89,7 +91,7 @@ NEVER_RETRIED = frozenset({"output", "reference", "arguments", "exit", "interrup
 """Kinds that ``error`` in a retry policy does not match: retried only when ``on`` names them."""
 
 
-NO_RETRIES = RetryPolicy()
+NO_RETRIES = RetryPolicy.model_construct()  # the defaults, without building the validator at import
 
 
 class Estimate(_Frozen):
