@@ -3,12 +3,16 @@ input naming it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env
+import pytest
+
+from planweave.journal import open_journal
+from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env, wait_for_step
 
 PLAN = """\
 steps:
@@ -75,3 +79,36 @@ def test_bad_input_exits_2_naming_it(tmp_path: Path) -> None:
     claim.write_text("steps:\n  - {id: a, tool: sleep, resources: {gpu: 1}}\n")
     refused = planweave("forecast", str(claim), "--journal", url)
     assert refused.returncode == 2 and "gpu" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def forecast_events(url: str, run_id: str) -> list[Any]:
+    async def read() -> list[Any]:
+        async with open_journal(url) as journal:
+            return await journal.read(run_id)
+
+    return [e for e in asyncio.run(read()) if e.kind in ("forecast", "run_resumed")]
+
+
+def test_a_run_with_a_deadline_journals_its_forecast_and_a_resumed_one_goes_on(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.yaml"
+    plan.write_text("steps:\n"
+                    "  - {id: a, tool: sleep, args: {seconds: 0.1}, estimate: {duration: 0.1}}\n"
+                    "  - {id: b, tool: sleep, args: {seconds: 1.5}, after: [a], estimate: {duration: 1.5}}\n")
+    url = sqlite_url(tmp_path)
+    proc = subprocess.Popen(cli_command("run", str(plan), "--deadline", "100", "--run-id", "fr", "--journal", url),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=subprocess_env(), text=True)
+    try:
+        wait_for_step(url, "fr", "b", "running", proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    before = forecast_events(url, "fr")
+    assert before and before[0].data["makespan"]["p50"] == pytest.approx(1.6, abs=0.1)  # estimates: 0.1 + 1.5 s
+    assert before[0].data["deadline"] == 100.0 and before[0].data["p_deadline"] == 1.0
+    resumed = planweave("resume", "fr", "--journal", url)
+    assert resumed.returncode == 0, resumed.stderr
+    after = forecast_events(url, "fr")[len(before):]
+    assert after[0].kind == "run_resumed"
+    forecasts = [e for e in after if e.kind == "forecast"]
+    assert forecasts and forecasts[0].data["deadline"] == pytest.approx(100.0, abs=0.1)  # as started, from its start
+    assert forecasts[0].data["elapsed"] > before[-1].data["elapsed"]

@@ -182,6 +182,14 @@ class ResumeLimits:
             tools = await PlanModel(recorded.model, self.base_url, None, None).toolbox(stack, base, recorded.budget())
         run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
         recorded.apply_deadline(engine, run)
+        created = run.state.created_at
+        if created is not None and (recorded.deadline_at is not None or recorded.limits.budget_usd is not None):
+            from planweave.forecast.live import LiveOptions, start_live_forecast
+
+            deadline = None if recorded.deadline_at is None else recorded.deadline_at - created  # from its start
+            start_live_forecast(engine, run, LiveOptions(deadline, recorded.limits.budget_usd,
+                                                         concurrency=engine.concurrency,
+                                                         capacities=dict(engine.capacities)))
         return run
 
     def _check_without_model(self, run_id: str) -> None:
