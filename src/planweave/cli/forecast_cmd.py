@@ -58,7 +58,8 @@ def estimates(
         d = e.duration.to_json()
         shape = (f"logN median {d['median']:.3g}s sd {d['sigma']:.2f}" if e.duration.kind == "lognormal"
                  else f"{d['kind']} mean {d['mean']:.3g}s")
-        typer.echo(f"{e.kind:5} {e.name[:28]:28} {e.n:>5} {shape:24} {e.success.mean:>8.3f} "
+        name = (e.label or e.name)[:28]
+        typer.echo(f"{e.kind:5} {name:28} {e.n:>5} {shape:24} {e.success.mean:>8.3f} "
                    f"{e.tokens_in:>6.0f}/{e.tokens_out:<7.0f} {e.cost_usd:>9.4g}")
 
 

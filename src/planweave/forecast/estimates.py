@@ -40,6 +40,7 @@ class Observation:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    label: str = ""  # for people: a step fingerprint's step id and tool
 
 
 @dataclass(frozen=True)
@@ -124,10 +125,12 @@ class Estimate:
     tokens_in: float
     tokens_out: float
     cost_usd: float
+    label: str = ""  # a step fingerprint's latest step id and tool
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "kind": self.kind, "name": self.name, "n": self.n, "duration": self.duration.to_json(),
+            "kind": self.kind, "name": self.name, "label": self.label or self.name, "n": self.n,
+            "duration": self.duration.to_json(),
             "success": {"alpha": self.success.alpha, "beta": self.success.beta, "mean": self.success.mean},
             "tokens_in": self.tokens_in, "tokens_out": self.tokens_out, "cost_usd": self.cost_usd,
         }
@@ -141,7 +144,7 @@ def fit(kind: KeyKind, name: str, observations: Sequence[Observation],
     return Estimate(
         kind, name, n, fit_duration([o.duration for o in observations]), BetaRate.posterior(ok, n - ok, prior),
         sum(o.tokens_in for o in observations) / n, sum(o.tokens_out for o in observations) / n,
-        sum(o.cost_usd for o in observations) / n,
+        sum(o.cost_usd for o in observations) / n, observations[-1].label,
     )
 
 

@@ -53,7 +53,8 @@ def run_observations(state: RunState) -> list[Observation]:
             ok = outcome == "succeeded"
             out.append(Observation("tool", tool, duration, ok, tin // n, tout // n, cost / n))
             if not fallback:
-                out.append(Observation("step", prints[sid], duration, ok, tin // n, tout // n, cost / n))
+                out.append(Observation("step", prints[sid], duration, ok, tin // n, tout // n, cost / n,
+                                       label=f"{sid} ({tool})"))
     return out
 
 
