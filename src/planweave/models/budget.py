@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,12 +125,13 @@ class Budget:
                 raise BudgetExceeded("budget exceeded: " + "; ".join(short))
             return self._hold(_nanos(estimate_usd), estimate_tokens)
 
-    async def acquire(self, estimate_usd: float, estimate_tokens: int, *, floor_tokens: int | None = None
-                      ) -> Reservation:
+    async def acquire(self, estimate_usd: float, estimate_tokens: int, *, floor_tokens: int | None = None,
+                      usd_per_token: float | None = None) -> Reservation:
         """Reserve the estimates as :meth:`reserve` does, waiting while they do not fit and other reservations are
-        open (each settle or release re-checks). With none open, a worst case that still does not fit in tokens is
-        granted what remains if that is at least ``floor_tokens`` (the returned reservation's ``tokens`` says how
-        much: the call lowers its ``max_tokens`` to it); otherwise, or if the dollars do not fit, BudgetExceeded.
+        open (each settle or release re-checks). With none open, a worst case that still does not fit is granted
+        what remains if that is at least ``floor_tokens`` (the returned reservation's ``tokens`` says how much: the
+        call lowers its ``max_tokens`` to it); in dollars too, given ``usd_per_token`` (what one reply token costs:
+        each token fewer frees that much); otherwise BudgetExceeded.
 
         Cancelling the waiting call leaves nothing held. Must run on an event loop; settles from other threads wake it.
         """
@@ -150,7 +152,7 @@ class Budget:
                 if not short:
                     return self._hold(nanos, estimate_tokens)
                 if not self._open:
-                    return self._lowered(nanos, estimate_tokens, floor_tokens, short)
+                    return self._lowered(nanos, estimate_tokens, floor_tokens, short, usd_per_token)
                 self._wakers.append(wake)
             try:
                 await woken
@@ -183,14 +185,22 @@ class Budget:
         self._reserved_tokens += tokens
         return reservation
 
-    def _lowered(self, nanos: int, tokens: int, floor: int | None, short: list[str]) -> Reservation:
-        """With nothing in flight: what remains of the tokens, if the dollars fit and it reaches ``floor``."""
-        remaining = None if self.token_limit is None else self.token_limit - self._spent_tokens - self._reserved_tokens
-        usd_fits = not self._shortfall(nanos, 0)
-        if floor is None or remaining is None or not usd_fits or remaining < max(floor, 1):
-            below = f" (below the floor of {floor})" if floor is not None and usd_fits and remaining is not None else ""
+    def _lowered(self, nanos: int, tokens: int, floor: int | None, short: list[str],
+                 usd_per_token: float | None) -> Reservation:
+        """With nothing in flight: the tokens and dollars that remain, lowered together (each token fewer costs
+        ``usd_per_token`` less), if that reaches ``floor``; else BudgetExceeded naming the floor."""
+        grant = tokens
+        if self.token_limit is not None:
+            grant = min(grant, self.token_limit - self._spent_tokens - self._reserved_tokens)
+        per = None if usd_per_token is None else usd_per_token * _NANO  # nano-dollars a token (may be fractional)
+        if self._usd_limit_nanos is not None and self._shortfall(nanos, 0):
+            room = self._usd_limit_nanos - self._spent_nanos - self._reserved_nanos
+            grant = min(grant, tokens - math.ceil((nanos - room) / per)) if per else -1
+        if floor is None or grant < max(floor, 1):
+            below = f" (below the floor of {floor})" if floor is not None and grant >= 0 else ""
             raise BudgetExceeded("budget exceeded: " + "; ".join(short) + below)
-        return self._hold(nanos, min(tokens, remaining))
+        granted = nanos if not per else min(nanos, math.ceil(nanos - (tokens - grant) * per))
+        return self._hold(granted, grant)
 
     def _wake_all(self) -> None:
         """Tell the calls waiting in acquire() that a reservation ended; call with the lock held."""
@@ -267,15 +277,17 @@ class StreamMeter:
         return Usage(self._usage.prompt_tokens, self._usage.completion_tokens + tail, source)
 
 
-async def acquire_call(budget: Budget, request: CompletionRequest, usd: float, tokens: int, *, floor_tokens: int
-                       ) -> tuple[Reservation, CompletionRequest]:
+async def acquire_call(budget: Budget, request: CompletionRequest, usd: float, tokens: int, *, floor_tokens: int,
+                       usd_per_token: float | None = None) -> tuple[Reservation, CompletionRequest]:
     """Acquire a call's worst case (``usd``, ``tokens``: the prompt estimate plus ``request.max_tokens``) from
-    ``budget`` with :meth:`Budget.acquire`, the reply allowed down to ``floor_tokens`` (at most its ``max_tokens``);
-    return the reservation and the request to send, its ``max_tokens`` lowered to what was granted."""
+    ``budget`` with :meth:`Budget.acquire`, the reply allowed down to ``floor_tokens`` (at most its ``max_tokens``;
+    ``usd_per_token``: the model's price of a reply token, to lower a dollar budget's call too); return the
+    reservation and the request to send, its ``max_tokens`` lowered to what was granted."""
     if request.max_tokens is None:
         raise ValueError("a budgeted call needs max_tokens (a budget cannot bound a call without it)")
     prompt = tokens - request.max_tokens
-    reservation = await budget.acquire(usd, tokens, floor_tokens=prompt + min(floor_tokens, request.max_tokens))
+    reservation = await budget.acquire(usd, tokens, floor_tokens=prompt + min(floor_tokens, request.max_tokens),
+                                       usd_per_token=usd_per_token)
     if reservation.tokens < tokens:
         request = dataclasses.replace(request, max_tokens=reservation.tokens - prompt)
     return reservation, request

@@ -640,10 +640,12 @@ class PlanningLoop:
         prices = getattr(self.client, "prices", None)
         reservation = None
         if self.budget is not None:
-            usd, tokens = worst_case(request, self.client.model, prices if isinstance(prices, PriceTable)
-                                     else _NO_PRICES)
+            table = prices if isinstance(prices, PriceTable) else _NO_PRICES
+            usd, tokens = worst_case(request, self.client.model, table)
+            price = table.lookup(self.client.model)
             reservation, request = await acquire_call(self.budget, request, usd or 0.0, tokens,
-                                                      floor_tokens=floor_tokens)
+                                                      floor_tokens=floor_tokens,
+                                                      usd_per_token=None if price is None else price.output / 1e6)
         # The planner's and joiner's calls hold up the whole run: queued at its priority with no slack.
         call = CallClass(priority=run.priority, slack=0.0, run_id=run.id, purpose=purpose)
         open_call = _OpenCall(purpose, self.engine.clock.now(), StreamMeter(approx_prompt_tokens(

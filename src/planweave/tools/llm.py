@@ -118,7 +118,9 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                     kind="budget", retryable=False,
                 )
             usd = 0.0
-        return await acquire_call(budget, request, usd, tokens, floor_tokens=min_tokens)
+        price = table.lookup(model)  # a reply token's price: a dollar budget's call is lowered too
+        return await acquire_call(budget, request, usd, tokens, floor_tokens=min_tokens,
+                                  usd_per_token=None if price is None else price.output / 1e6)
 
     def settle(reservation: Reservation | None, request: CompletionRequest, meter: StreamMeter,
                completion: Completion | None, cut: BaseException | None) -> None:
