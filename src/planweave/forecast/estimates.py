@@ -75,7 +75,7 @@ class Duration:
     def sample(self, rng: random.Random) -> float:
         """One draw."""
         if self.kind == "lognormal":
-            return rng.lognormvariate(self.mu, self.sigma)
+            return math.exp(self.mu + self.sigma * rng.gauss())  # gauss: about twice as fast as lognormvariate
         if self.kind == "empirical":
             return self.samples[int(rng.random() * len(self.samples))]
         return self.value

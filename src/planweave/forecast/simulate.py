@@ -165,6 +165,7 @@ class _Simulation:
             if step.fallback is not None:
                 self.fallback_models[sid] = estimates.step_model(step, prints[sid], tool=step.fallback.tool)
         self.waiting = {sid: sum(1 for d in plan.deps[sid] if d not in start.done) for sid in plan.order}
+        self.timeouts = {sid: plan.steps[sid].timeout for sid in plan.order}
 
     def run(self, rng: random.Random) -> tuple[float, float, bool, list[str]]:
         """One simulated run: (seconds until it ends, cost of the rest, whether every step succeeded, the chain of
@@ -205,25 +206,28 @@ class _Trial:
 
     def _attempt(self, sid: str, elapsed: float | None = None) -> None:
         """Start an attempt of ``sid`` now (``elapsed``: one already running for that long)."""
-        step = self.plan.steps[sid]
-        fallback = sid in self.fallback and sid in self.sim.fallback_models
-        model = self.sim.fallback_models[sid] if fallback else self.sim.models[sid]
+        sim = self.sim
+        model = sim.fallback_models[sid] if sid in self.fallback and sid in sim.fallback_models else sim.models[sid]
+        rng = self.rng
+        duration = model.sample_duration(rng)
         if elapsed is None:
             self.attempts[sid] = self.attempts.get(sid, 0) + 1
-        duration = model.sample_duration(self.rng)
-        if elapsed is not None:  # running for `elapsed` already: the draw is conditioned on lasting at least that
+            elapsed = 0.0
+        else:  # running for `elapsed` already: the draw is conditioned on lasting at least that
             for _ in range(32):
                 if duration >= elapsed:
                     break
-                duration = model.sample_duration(self.rng)
+                duration = model.sample_duration(rng)
             duration = max(0.0, duration - elapsed)
         self.cost += model.cost_usd
-        timeout = step.timeout
-        if timeout is not None and duration + (elapsed or 0.0) > timeout:
-            self._push(self.now + max(0.0, timeout - (elapsed or 0.0)), _FINISH, sid, False, "timeout")
+        self.seq += 1
+        timeout = sim.timeouts[sid]
+        if timeout is not None and duration + elapsed > timeout:
+            heapq.heappush(self.events, (self.now + max(0.0, timeout - elapsed), self.seq, _FINISH, sid, False,
+                                         "timeout"))
             return
-        ok = model.p_success >= 1.0 or self.rng.random() < model.p_success
-        self._push(self.now + duration, _FINISH, sid, ok, "" if ok else "error")
+        ok = model.p_success >= 1.0 or rng.random() < model.p_success
+        heapq.heappush(self.events, (self.now + duration, self.seq, _FINISH, sid, ok, "" if ok else "error"))
 
     def run(self) -> tuple[float, float, bool, list[str]]:
         start = self.sim.start
