@@ -10,7 +10,7 @@ fails for good (the run stops under ``on_failure: stop``, else its dependents ar
 instant are all applied before admission, as the engine does.
 
 Why not the engine itself on the virtual clock: it does the same work plus journaling, tasks and the fold, about
-15x slower per simulated run (docs/forecast.md gives the figures); the calibration tests compare this against real
+20x slower per simulated run (docs/forecast.md gives the figures); the calibration tests compare this against real
 engine runs instead.
 """
 
