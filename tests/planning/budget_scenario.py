@@ -91,10 +91,11 @@ class RecordingBudget(Budget):
         super().__init__(tokens=tokens)
         self.asked: list[int] = []
 
-    async def acquire(self, estimate_usd: float, estimate_tokens: int, *, floor_tokens: int | None = None
-                      ) -> Reservation:
+    async def acquire(self, estimate_usd: float, estimate_tokens: int, *, floor_tokens: int | None = None,
+                      usd_per_token: float | None = None) -> Reservation:
         self.asked.append(estimate_tokens)
-        return await super().acquire(estimate_usd, estimate_tokens, floor_tokens=floor_tokens)
+        return await super().acquire(estimate_usd, estimate_tokens, floor_tokens=floor_tokens,
+                                     usd_per_token=usd_per_token)
 
 
 def planner_worst_case() -> int:
