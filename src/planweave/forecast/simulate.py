@@ -401,9 +401,4 @@ def _histogram(values: Sequence[float], buckets: int = 20) -> tuple[tuple[float,
     return tuple((low + i * width, c) for i, c in enumerate(counts))
 
 
-def step_models(plan: Plan, estimates: Estimates) -> dict[str, StepModel]:
-    """What each step of ``plan`` would be sampled from (for showing, and for tests)."""
-    return {sid: estimates.step_model(plan.steps[sid], plan.fingerprints[sid]) for sid in plan.order}
-
-
-__all__ = ["ENGINE_CONCURRENCY", "Forecast", "Quantiles", "RunSnapshot", "forecast", "snapshot", "step_models"]
+__all__ = ["ENGINE_CONCURRENCY", "Forecast", "Quantiles", "RunSnapshot", "forecast", "snapshot"]
