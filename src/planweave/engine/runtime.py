@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from planweave.clock import Clock, RealClock
 from planweave.engine import attempt as _attempt
 from planweave.engine.attempt import FALLBACK, Retry, Watchdogs
+from planweave.engine.collector import DEFAULT_FREEZE_EVERY, CollectorPolicy
 from planweave.engine.context import StepContext
 from planweave.engine.dispatch import Dispatcher
 from planweave.engine.events import Event, EventKind
@@ -700,6 +701,7 @@ class Engine:
         redact: Callable[[Any], Any] | None = None,
         max_output_bytes: int | None = DEFAULT_MAX_OUTPUT_BYTES,
         executor: Executor | None = None,
+        gc_freeze_every: int | None = DEFAULT_FREEZE_EVERY,
     ) -> None:
         """``concurrency`` bounds the steps running at once across runs (default 64; ``None``: unlimited).
 
@@ -709,6 +711,9 @@ class Engine:
         fails the step with kind ``output`` and nothing is stored.
         ``executor`` performs the steps' tool calls (default :class:`~planweave.engine.executor.InProcessExecutor`:
         in this loop); one with an ``aclose`` is closed with the engine.
+        ``gc_freeze_every`` (default 1000; ``None``: never) freezes the garbage collector's view of the heap every
+        that many started runs, so that thousands of concurrent runs' state is not walked by every full collection
+        (:mod:`planweave.engine.collector`).
         """
         if concurrency is not None and concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -722,6 +727,7 @@ class Engine:
         self.seal = redact if isinstance(redact, PlanSeal) else None
         self.executor: Executor = executor or InProcessExecutor()
         self._dispatch = Dispatcher(Scheduler(concurrency, capacities, aging=aging))
+        self.collector = CollectorPolicy(gc_freeze_every)
         self._runs: dict[str, Run] = {}  # active runs only: finished ones are dropped, so a long-lived engine
         # does not keep every step record it ever ran (memory, and garbage-collector work)
         self._listeners: list[EventListener] = []
@@ -744,6 +750,8 @@ class Engine:
 
     def _forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)
+        if not self._runs:
+            self.collector.idle()
 
     def _start_run_task(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         return self._tg.create_task(coro, name=name)
@@ -935,6 +943,7 @@ class Engine:
         if on_event is not None:
             run.subscribe(on_event)
         self._runs[run_id] = run
+        self.collector.run_started()
         try:
             await run.begin("run_created", {
                 # As a document, not the spec: a spec's dump drops a step's explicit `timeout: null` (no limit),
@@ -992,6 +1001,7 @@ class Engine:
                     raise JournalError(f"run '{run_id}': the output of step '{rec.id}' is missing from the journal")
                 run.outputs[rec.id] = blobs[rec.output_ref]
         self._runs[run_id] = run
+        self.collector.run_started()
         await run.begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
         return run
 
