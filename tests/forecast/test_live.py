@@ -87,3 +87,25 @@ def test_the_live_view_shows_the_last_forecast_in_one_line() -> None:
     Console(file=out, width=160).print(live_view(state, 2.5, None, forecast=last.data))
     lines = out.getvalue().splitlines()
     assert lines[1].startswith("forecast: in time 100% · succeeds 100% · makespan p50 8")  # under the header
+
+
+def test_the_runs_of_one_engine_share_one_budget() -> None:
+    """A server running many runs with deadlines spends its share once, not once per run."""
+
+    async def go() -> tuple[list[LiveForecast], float, float]:
+        async with open_engine("memory://", clock=VirtualClock(), tools=builtin_tools()) as engine:
+            runs = [await engine.start(DIAMOND) for _ in range(3)]
+            tasks = [start_live_forecast(engine, run, LiveOptions(deadline=9.0, runs=20)) for run in runs]
+            for run in runs:
+                await run.wait()
+            lives = [await task for task in tasks]
+            for live in lives:
+                await live.wait()
+            budget = live_module._budgets[engine]
+            alone = LiveForecast(runs[0], engine.clock, None, LiveOptions(runs=20))
+            return lives, budget.spent_s, alone.allowance()
+
+    lives, shared_spent, fresh = run_virtual(go())
+    assert sum(live.refreshes for live in lives) > 0
+    assert shared_spent == pytest.approx(sum(live.spent_s for live in lives))
+    assert fresh > 0  # a forecast made without the engine's budget has its own

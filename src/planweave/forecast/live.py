@@ -2,14 +2,15 @@
 
 A :class:`LiveForecast` listens to one run. A step outcome (``step_succeeded``, ``step_failed``) asks for a refresh;
 the refresh snapshots the run in a later loop callback (never inside the engine's event emission) and simulates in a
-worker thread, so the loop keeps dispatching meanwhile (the thread still takes the GIL); it keeps to a budget of wall
-time: :data:`INITIAL_ALLOWANCE_S` plus ``share`` (default 5%) of the time since the forecast started, less what
-refreshes spent. A refresh simulates ``runs`` runs (default 200: a p_deadline within about ±3.5 points) from the
-run's current state, or fewer (at least :data:`MIN_RUNS`) when the budget allows only those, at the cost per run the
-previous refresh measured; when not even those fit, it waits for the budget to grow (outcomes that arrive meanwhile
-share it; on the virtual clock, where a wait of real seconds would move virtual time, the next outcome after it
-asks again). So however big the plan, forecasting takes about that share of the loop. Each refresh is journaled
-through :meth:`Run.record`.
+worker thread, so the loop keeps dispatching meanwhile (the thread still takes the GIL). Refreshes keep to a budget
+of wall time (:class:`ForecastBudget`, one per engine, shared by its runs' forecasts): :data:`INITIAL_ALLOWANCE_S`
+plus ``share`` (default 5%) of the time since the budget was made, less what refreshes spent. A refresh simulates
+``runs`` runs (default 200: a p_deadline within about ±3.5 points) from the run's current state, or fewer (at least
+:data:`MIN_RUNS`) when the budget allows only those, at the cost per run the previous refresh measured; when not
+even those fit, it waits for the budget to grow (outcomes that arrive meanwhile share it; on the virtual clock,
+where a wait of real seconds would move virtual time, the next outcome after it asks again). So however big the
+plan and however many runs, forecasting takes about that share of the loop. Each refresh is journaled through
+:meth:`Run.record`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -43,6 +45,23 @@ INITIAL_ALLOWANCE_S = 0.01
 
 GUESS_PER_STEP_S = 1e-5
 """Wall seconds one step of one simulated run costs, as a first guess (measured: 5-15 us, by machine load)."""
+
+
+class ForecastBudget:
+    """Wall time the live forecasts sharing it may spend: :data:`INITIAL_ALLOWANCE_S`, plus ``share`` of the time
+    since it was made, less what they spent. One per engine (:func:`start_live_forecast`), so that a server running
+    a hundred runs with deadlines spends ``share`` of its time on their forecasts, not a hundred times that."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+        self.began = time.perf_counter()
+        self.spent_s = 0.0
+
+    def allowance(self) -> float:
+        return INITIAL_ALLOWANCE_S + self.share * (time.perf_counter() - self.began) - self.spent_s
+
+
+_budgets: weakref.WeakKeyDictionary[Any, ForecastBudget] = weakref.WeakKeyDictionary()  # engine -> its budget
 
 
 class ForecastedRun(Protocol):
@@ -73,9 +92,11 @@ class LiveForecast:
 
     def __init__(self, run: ForecastedRun, clock: Clock, estimates: Estimates | None = None,
                  options: LiveOptions = LiveOptions(), *,
-                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None) -> None:
+                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None,
+                 budget: ForecastBudget | None = None) -> None:
         """``spawn`` starts each refresh's task (default: a task of the running loop; the CLI and the server give
-        the engine's, so that closing the engine cancels it)."""
+        the engine's, so that closing the engine cancels it); ``budget``: the wall time shared with other runs'
+        forecasts (default: one of its own at ``options.share``; none with ``share`` None)."""
         self._run = run
         self._clock = clock
         self.estimates = estimates or Estimates()
@@ -88,7 +109,7 @@ class LiveForecast:
         self._handle: asyncio.Handle | None = None
         self._busy = False  # a refresh is simulating (in a thread)
         self._again = False  # an outcome arrived meanwhile: refresh once more after it
-        self._began = time.perf_counter()
+        self._budget = budget if budget is not None or options.share is None else ForecastBudget(options.share)
         # Wall seconds one simulated run costs: a guess from the plan's size until the first refresh measures it.
         self._per_run = GUESS_PER_STEP_S * max(1, len(run.state.plan.order))
         self._closed = False
@@ -109,25 +130,21 @@ class LiveForecast:
             self._again = True
             return
         loop = asyncio.get_running_loop()
-        share = self.options.share
-        missing = 0.0 if share is None else MIN_RUNS * self._per_run - self.allowance()
+        budget = self._budget
+        missing = 0.0 if budget is None else MIN_RUNS * self._per_run - budget.allowance()
         if missing <= 0:
             self._handle = loop.call_soon(self._refresh)
-        elif share is not None and not isinstance(loop, VirtualEventLoop):
-            self._handle = loop.call_later(missing / share, self._refresh)
+        elif budget is not None and not isinstance(loop, VirtualEventLoop):
+            self._handle = loop.call_later(missing / budget.share, self._refresh)
         # else (virtual time, where a timer of real seconds would move the clock): the next outcome refreshes.
 
     def allowance(self) -> float:
-        """Wall seconds a refresh may spend now: the first :data:`INITIAL_ALLOWANCE_S`, plus ``share`` of the time
-        since the forecast started, less what refreshes spent (unbounded with ``share`` None)."""
-        share = self.options.share
-        if share is None:
-            return float("inf")
-        return INITIAL_ALLOWANCE_S + share * (time.perf_counter() - self._began) - self.spent_s
+        """Wall seconds a refresh may spend now, from its :class:`ForecastBudget` (unbounded with ``share`` None)."""
+        return float("inf") if self._budget is None else self._budget.allowance()
 
     def affordable_runs(self) -> int:
         """Simulated runs the next refresh does: ``runs``, or fewer (at least :data:`MIN_RUNS`) within the allowance."""
-        if self.options.share is None:
+        if self._budget is None:
             return self.options.runs
         return max(MIN_RUNS, min(self.options.runs, int(self.allowance() / self._per_run)))
 
@@ -176,6 +193,8 @@ class LiveForecast:
             self._busy = False
         took = time.perf_counter() - began
         self.spent_s += took
+        if self._budget is not None:
+            self._budget.spent_s += took
         self._per_run = took / runs
         if self._closed or self._run.state.status != "running":
             return  # the run ended meanwhile: its last forecast would come after its end
@@ -220,10 +239,10 @@ async def journal_estimates(journal: Any) -> Estimates:
 
 async def watch_forecast(run: ForecastedRun, clock: Clock, journal: Any, options: LiveOptions, *,
                          spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]] | None = None,
-                         ) -> LiveForecast:
+                         budget: ForecastBudget | None = None) -> LiveForecast:
     """Start forecasting ``run`` live: the first forecast from the plan's estimates at once, then, once the
     ``journal``'s history is read (a :class:`~planweave.journal.Journal`; in the caller's task), from it too."""
-    live = LiveForecast(run, clock, None, options, spawn=spawn)
+    live = LiveForecast(run, clock, None, options, spawn=spawn, budget=budget)
     live.request()
     live.estimates = await journal_estimates(journal)
     return live
@@ -232,5 +251,10 @@ async def watch_forecast(run: ForecastedRun, clock: Clock, journal: Any, options
 def start_live_forecast(engine: Engine, run: Run, options: LiveOptions) -> asyncio.Task[LiveForecast]:
     """Forecast ``run`` live in ``engine`` (its clock and journal), the history read and every refresh simulated in
     tasks of the engine's."""
-    return engine.spawn(watch_forecast(run, engine.clock, engine.journal, options, spawn=engine.spawn),
-                        name=f"planweave-forecast-{run.id}")
+    budget = None
+    if options.share is not None:
+        budget = _budgets.get(engine)
+        if budget is None:
+            budget = _budgets[engine] = ForecastBudget(options.share)
+    return engine.spawn(watch_forecast(run, engine.clock, engine.journal, options, spawn=engine.spawn,
+                                       budget=budget), name=f"planweave-forecast-{run.id}")
