@@ -75,7 +75,7 @@ async def allocated_call(single: Callable[[str], Awaitable[dict[str, Any]]], *, 
         if budget is not None and budget.usd_limit is not None:
             left = budget.usd_limit - budget.spent_usd
         try:
-            decision = seam.decide(ctx, auto, budget_usd=left, fits=fits)
+            decision = await seam.decide(ctx, auto, budget_usd=left, fits=fits)
         except AllocationError as exc:
             raise ToolError(f"allocation: {exc}", kind="arguments", retryable=False) from None
         chosen, samples, select = table[decision.choice.tier].model, decision.choice.samples, auto.select
@@ -89,7 +89,7 @@ async def allocated_call(single: Callable[[str], Awaitable[dict[str, Any]]], *, 
             raise ToolError(f"samples must be 'auto' or a count of at least 1, got {count!r}", kind="arguments",
                             retryable=False)
         chosen, samples = model or default_model, int(count or 1)
-        select = args.get("select") or "first_valid"
+        select = args.get("select") or ("verifier" if verify is not None else "first_valid")
     if samples == 1 and verify is None:
         result = await single(chosen)
     else:

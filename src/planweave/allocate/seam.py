@@ -89,7 +89,7 @@ class AutoArgs:
         else:
             raise AllocationError(f"{where}: 'samples' must be 'auto' or a count from 1 to {MAX_SAMPLES}, "
                                   f"got {samples!r}")
-        select = args.get("select") or "first_valid"
+        select = args.get("select") or ("verifier" if args.get("verifier") else "first_valid")
         if select not in SELECTS:
             raise AllocationError(f"{where}: 'select' must be one of {', '.join(SELECTS)}, got {select!r}")
         return cls(tuple(tiers), counts, cast(Select, select))
@@ -129,18 +129,22 @@ class AllocationSeam:
         except RuntimeError:
             self._loop = None
 
-    def decide(self, ctx: StepContext, auto: AutoArgs, *, budget_usd: float | None,
-               fits: Callable[[Choice], bool]) -> Decision:
+    async def decide(self, ctx: StepContext, auto: AutoArgs, *, budget_usd: float | None,
+                     fits: Callable[[Choice], bool]) -> Decision:
         """The choice for the step ``ctx`` runs, from its run's remaining plan; journaled as ``allocation``.
 
         ``budget_usd`` is the dollars not yet spent (None: no dollar budget); ``fits`` whether a choice's reserved
-        worst case fits what is left now.
+        worst case fits what is left now. The run is read and ``fits`` asked here, on the caller's loop (a
+        snapshot); the simulation runs in a worker thread, so the engine's loop is not held for its tens of
+        milliseconds (on the virtual clock, time waits for it).
         """
         if self._runs is None:
             raise AllocationError("the allocator is not bound to an engine: call AllocationSeam.bind(engine.get)")
         run = self._runs(ctx.run_id)
         problem = self.problem(run, ctx, auto, budget_usd)
-        decision = self.allocator.decide(problem, ctx.step_id, fits=fits, policy=self.policy)
+        room = {c: fits(c) for c in problem.step(ctx.step_id).candidates()}
+        decision = await asyncio.to_thread(self.allocator.decide, problem, ctx.step_id, fits=room.__getitem__,
+                                           policy=self.policy)
         self._given[(ctx.run_id, ctx.step_id)] = decision.choice
         self.decisions.append(decision)
         tier = self.table[decision.choice.tier]
