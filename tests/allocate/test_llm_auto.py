@@ -21,6 +21,7 @@ from planweave.clock import RealClock
 from planweave.engine.events import Event
 from planweave.engine.executor import ThreadExecutor
 from planweave.engine.runtime import Engine
+from planweave.errors import ToolError
 from planweave.journal.memory import MemoryJournal
 from planweave.models import Budget, Chunk, Completion, CompletionRequest
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
@@ -194,3 +195,21 @@ async def test_a_decision_made_in_a_worker_thread_is_journaled_on_the_engine_loo
     assert [(e.step, e.data["tier"]) for e in allocations(list(events))] == [("a", "large")]
     assert result.outputs["a"]["model"] == "m-large"
     assert emitted_on == [threading.get_ident()]  # on the engine's loop, not the worker's thread
+
+
+async def test_a_named_verifier_picks_among_samples_and_an_unknown_one_is_refused() -> None:
+    checked: list[str] = []
+
+    async def accepts_large(result: dict[str, Any]) -> bool:
+        checked.append(result["model"])
+        return bool(result["model"] == "m-large")
+
+    tool = llm_tool(Instant(), verifiers={"large_only": accepts_large})
+    result = await tool.invoke({"prompt": "x", "model": "m-large", "samples": 2, "verifier": "large_only"})
+    assert result["samples"]["select"] == "verifier" and checked == ["m-large"]
+    with pytest.raises(ToolError) as info:
+        await tool.invoke({"prompt": "x", "model": "m-small", "verifier": "large_only"})
+    assert info.value.kind == "rejected_by_verifier"
+    with pytest.raises(ToolError) as info:
+        await tool.invoke({"prompt": "x", "samples": 2, "verifier": "nope"})
+    assert info.value.kind == "arguments" and "verifier 'nope'" in str(info.value) and "large_only" in str(info.value)
