@@ -75,11 +75,12 @@ def wait_until(what: str, check: Callable[[], bool], timeout: float = 30, every:
 
 
 def started_by(pg: Schema, name: str) -> int:
-    """Runs ``name`` holds now and has begun running (a step started under its lease's epoch)."""
+    """Runs ``name`` holds now, has begun (a step started under its lease's epoch) and not finished."""
     ((n,),) = pg.query(
         "SELECT count(DISTINCT l.run_id) FROM {s}.planweave_leases l JOIN {s}.planweave_events e "
         "ON e.run_id = l.run_id AND e.lease_epoch = l.epoch AND e.kind = 'step_started' "
-        "WHERE l.state = 'running' AND l.holder = %s", (name,))
+        "WHERE l.state = 'running' AND l.holder = %s AND NOT EXISTS (SELECT 1 FROM {s}.planweave_events f "
+        "WHERE f.run_id = l.run_id AND f.kind = 'run_finished')", (name,))
     return int(n)
 
 

@@ -28,9 +28,10 @@ LEASE = ("--lease", "2", "--renew-every", "0.4", "--max-runs", "12")
 
 
 def small_plan(rng: random.Random) -> dict[str, Any]:
-    """a, then b and c in parallel, then d: four short sleeps (10-60 ms)."""
+    """a, then b and c in parallel, then d: four short sleeps (30-150 ms: long enough that a worker killed while it
+    holds a started run rarely finishes it in the moment between the check and the kill)."""
     def pause(sid: str, after: list[str]) -> dict[str, Any]:
-        return {"id": sid, "tool": "pause", "args": {"seconds": round(rng.uniform(0.01, 0.06), 3)}, "after": after}
+        return {"id": sid, "tool": "pause", "args": {"seconds": round(rng.uniform(0.03, 0.15), 3)}, "after": after}
 
     return {"steps": [pause("a", []), pause("b", ["a"]), pause("c", ["a"]), pause("d", ["b", "c"])]}
 
