@@ -117,6 +117,7 @@ class AllocationSeam:
         self.tool = tool
         self._given: dict[tuple[str, str], Choice] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._deciding: asyncio.Lock | None = None
         self.decisions: list[Decision] = []
 
     def bind(self, runs: Callable[[str], AllocatedRun]) -> None:
@@ -140,12 +141,17 @@ class AllocationSeam:
         """
         if self._runs is None:
             raise AllocationError("the allocator is not bound to an engine: call AllocationSeam.bind(engine.get)")
-        run = self._runs(ctx.run_id)
-        problem = self.problem(run, ctx, auto, budget_usd)
-        room = {c: fits(c) for c in problem.step(ctx.step_id).candidates()}
-        decision = await asyncio.to_thread(self.allocator.decide, problem, ctx.step_id, fits=room.__getitem__,
-                                           policy=self.policy)
-        self._given[(ctx.run_id, ctx.step_id)] = decision.choice
+        if self._deciding is None:
+            self._deciding = asyncio.Lock()
+        # One decision at a time: each sees the choices made before it (steps ready together are decided in the
+        # order they started, as if the decisions took no time), so runs replay.
+        async with self._deciding:
+            run = self._runs(ctx.run_id)
+            problem = self.problem(run, ctx, auto, budget_usd)
+            room = {c: fits(c) for c in problem.step(ctx.step_id).candidates()}
+            decision = await asyncio.to_thread(self.allocator.decide, problem, ctx.step_id, fits=room.__getitem__,
+                                               policy=self.policy)
+            self._given[(ctx.run_id, ctx.step_id)] = decision.choice
         self.decisions.append(decision)
         tier = self.table[decision.choice.tier]
         data: dict[str, Any] = {

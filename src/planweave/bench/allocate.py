@@ -138,7 +138,8 @@ class SyntheticModel:
 
     def __init__(self, tables: Mapping[tuple[str, str], TierTable], seed: int) -> None:
         self._tables = tables
-        self._rng = random.Random(seed)
+        self._seed = seed
+        self._nth: dict[tuple[str, int, str], int] = {}
         self.calls = 0
 
     @property
@@ -159,8 +160,13 @@ class SyntheticModel:
         model = request.model or self.model
         profile = next(t for t in table.tiers.values() if t.model == model)
         self.calls += 1
-        valid = self._rng.random() < profile.p_success
-        seconds = profile.duration_s * math.exp(profile.duration_sigma * self._rng.gauss(0.0, 1.0))
+        # The luck of a call is keyed by the run, step, attempt, model and sample, not by the order of calls: the
+        # same run replays whatever order its steps' calls start in.
+        key = (ctx.step_id, ctx.attempt, model)
+        nth = self._nth[key] = self._nth.get(key, -1) + 1
+        rng = random.Random(f"{self._seed}/{ctx.run_id}/{ctx.step_id}/{ctx.attempt}/{model}/{nth}")
+        valid = rng.random() < profile.p_success
+        seconds = profile.duration_s * math.exp(profile.duration_sigma * rng.gauss(0.0, 1.0))
         pieces = 4
         per_piece = "x" * (4 * profile.tokens // pieces)  # four characters a token
         for _ in range(pieces):
