@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planweave.allocate import TierTable
-from planweave.bench.allocate import SETTINGS, main, plan_of, reference, workflow
+from planweave.bench.allocate import SETTINGS, main, plan_of, reference, run_bench, workflow
 from planweave.cli.main import app
 
 
@@ -47,3 +47,12 @@ def test_bad_options_exit_2_naming_them(args: list[str], capsys: pytest.CaptureF
         main(args)
     assert info.value.code == 2
     assert args[0] in capsys.readouterr().err
+
+
+def test_the_same_seed_replays_the_same_runs() -> None:
+    def once() -> list[tuple[int, float]]:
+        out = run_bench(runs=2, shapes=["codeflow"], policies=["monte_carlo"], sims=20,
+                        settings=[("tight", 1.0, 1.0)], seed=5)
+        return [(c["completed"], c["mean_cost_usd"]) for c in out["cells"]]
+
+    assert once() == once()
