@@ -212,43 +212,54 @@ def clean_errors(json_output: bool = False) -> Iterator[None]:
         raise typer.Exit(ExitCode.BAD_INPUT) from None
 
 
+#: The panels of a command's --help the shared options are grouped in.
+PANEL_OUTPUT = "Journal and output"
+PANEL_SCHEDULING = "Scheduling"
+PANEL_TOOLS = "Tools and confinement"
+PANEL_MODEL = "Model, goal and limits"
+
 JournalOption = Annotated[
     str | None,
-    typer.Option("--journal", metavar="URL",
+    typer.Option("--journal", rich_help_panel=PANEL_OUTPUT, metavar="URL",
                  help="Journal URL (sqlite:///path.db, postgresql://..., memory://); default $PLANWEAVE_JOURNAL "
                       "or sqlite:///.planweave/runs.db."),
 ]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout and nothing else.")]
+JsonOption = Annotated[bool, typer.Option("--json", rich_help_panel=PANEL_OUTPUT,
+                                          help="Print one JSON object on stdout and nothing else.")]
 ToolsOption = Annotated[
     list[str] | None,
-    typer.Option("--tools", metavar="MODULE:ATTR",
+    typer.Option("--tools", rich_help_panel=PANEL_TOOLS, metavar="MODULE:ATTR",
                  help="Also use these tools: a Toolbox, a list of tools or a function returning one (repeatable)."),
 ]
 VirtualOption = Annotated[
-    bool, typer.Option("--virtual-clock", help="Run on virtual time: sleeps and timeouts take no real time."),
+    bool, typer.Option("--virtual-clock", rich_help_panel=PANEL_OUTPUT,
+                       help="Run on virtual time: sleeps and timeouts take no real time."),
 ]
 
 
 WorkdirOption = Annotated[
-    Path, typer.Option("--workdir", help="The shell tool's jail: its cwd must stay inside (default: here).")]
+    Path, typer.Option("--workdir", rich_help_panel=PANEL_TOOLS,
+                       help="The shell tool's jail: its cwd must stay inside (default: here).")]
 AllowExecOption = Annotated[
     list[str] | None,
-    typer.Option("--allow-exec", metavar="PROGRAM", help="Only these programs may run in shell steps (repeatable)."),
+    typer.Option("--allow-exec", rich_help_panel=PANEL_TOOLS,
+                 metavar="PROGRAM", help="Only these programs may run in shell steps (repeatable)."),
 ]
 AllowEnvOption = Annotated[
     list[str] | None,
-    typer.Option("--allow-env", metavar="NAME",
+    typer.Option("--allow-env", rich_help_panel=PANEL_TOOLS, metavar="NAME",
                  help="With --allow-exec: shell steps may set this env key (e.g. PATH, GIT_*) after all (repeatable)."),
 ]
 RootOption = Annotated[
     list[Path] | None,
-    typer.Option("--root", metavar="DIR", help="Directories the file.* tools may use (repeatable; default: workdir)."),
+    typer.Option("--root", rich_help_panel=PANEL_TOOLS,
+                 metavar="DIR", help="Directories the file.* tools may use (repeatable; default: workdir)."),
 ]
 
 
 McpOption = Annotated[
     list[str] | None,
-    typer.Option("--mcp", metavar="NAME=COMMAND_OR_URL",
+    typer.Option("--mcp", rich_help_panel=PANEL_TOOLS, metavar="NAME=COMMAND_OR_URL",
                  help="Connect an MCP server (a command over stdio, or an http(s) URL); its tools are NAME.tool "
                       "(repeatable)."),
 ]
@@ -266,11 +277,11 @@ def _finite_priority(value: float) -> float:
 
 
 PriorityOption = Annotated[float, typer.Option(
-    "--priority", callback=_finite_priority,
+    "--priority", rich_help_panel=PANEL_MODEL, callback=_finite_priority,
     help="The run's priority for shared model endpoints: its model calls queue ahead of lower ones' (default 0; "
          "journaled, a resume keeps it; docs/admission.md).")]
 ModelLimitsOption = Annotated[Path | None, typer.Option(
-    "--model-limits", metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
+    "--model-limits", rich_help_panel=PANEL_MODEL, metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
     help="Limits per model (max_concurrency, tokens_per_minute, requests_per_minute, adaptive window) that every "
          "model call of this process queues for (YAML/JSON; docs/admission.md).")]
 

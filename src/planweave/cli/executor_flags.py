@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 import typer
 
+from planweave.cli.common import PANEL_SCHEDULING
 from planweave.engine.executor import Executor, InProcessExecutor, ThreadExecutor
 from planweave.extras import installed, require
 from planweave.plan import PlanSpec
@@ -15,11 +16,12 @@ from planweave.plan import PlanSpec
 ExecutorKind = Literal["local", "thread", "ray"]
 
 ExecutorOption = Annotated[ExecutorKind | None, typer.Option(
-    "--executor", help="Where tool calls run: local (the engine's loop), thread (a worker thread) or ray (Ray tasks; "
+    "--executor", rich_help_panel=PANEL_SCHEDULING,
+    help="Where tool calls run: local (the engine's loop), thread (a worker thread) or ray (Ray tasks; "
                        "a step's own executor: key wins). Default local; steps that say executor: ray go to Ray "
                        "whatever this is.")]
 RayAddressOption = Annotated[str | None, typer.Option(
-    "--ray-address", metavar="ADDR", envvar="RAY_ADDRESS",
+    "--ray-address", rich_help_panel=PANEL_SCHEDULING, metavar="ADDR", envvar="RAY_ADDRESS",
     help="The Ray cluster (host:port as `ray start --head` prints it; default $RAY_ADDRESS, else a local Ray is "
          "started).")]
 

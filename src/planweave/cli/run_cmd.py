@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from planweave.cli.common import (
+    PANEL_MODEL,
+    PANEL_OUTPUT,
+    PANEL_SCHEDULING,
     AllowEnvOption,
     AllowExecOption,
     Confinement,
@@ -202,7 +205,8 @@ class ResumeLimits:
 
 AskHumanOption = Annotated[
     bool,
-    typer.Option("--ask-human", help="For a --goal run: when retries, fallbacks and re-plans cannot repair a failed "
+    typer.Option("--ask-human", rich_help_panel=PANEL_MODEL,
+                 help="For a --goal run: when retries, fallbacks and re-plans cannot repair a failed "
                                      "step, ask a person (a human.input step: retry, skip with a value, or abort) "
                                      "instead of failing."),
 ]
@@ -220,16 +224,19 @@ def run(
     file: Annotated[Path | None, typer.Argument(help="The plan file (YAML or JSON); or use --goal.",
                                                 show_default=False)] = None,
     journal: JournalOption = None,
-    run_id: Annotated[str | None, typer.Option("--run-id", help="Id for the new run (default: random).")] = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", rich_help_panel=PANEL_OUTPUT,
+                                               help="Id for the new run (default: random).")] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", min=1, help="Most steps running at once (default: the plan's).")
+        int | None, typer.Option("--concurrency", rich_help_panel=PANEL_SCHEDULING,
+                                 min=1, help="Most steps running at once (default: the plan's).")
     ] = None,
     capacity: Annotated[
         list[str] | None,
-        typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource; overrides the plan's (repeatable)."),
+        typer.Option("--capacity", rich_help_panel=PANEL_SCHEDULING,
+                     metavar="NAME=N", help="Capacity of a resource; overrides the plan's (repeatable)."),
     ] = None,
     step_timeout: Annotated[float | None, typer.Option(
-        "--step-timeout", metavar="S",
+        "--step-timeout", rich_help_panel=PANEL_SCHEDULING, metavar="S",
         help="Seconds per attempt for steps without their own timeout; overrides the plan's defaults.timeout "
              "(default: the plan's, else 600; a step's own timeout: null means no limit; steps waiting on people "
              "are exempt).")] = None,
@@ -237,41 +244,51 @@ def run(
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
-    goal: Annotated[str | None, typer.Option("--goal", help="Plan this goal with a model instead of a file.")] = None,
+    goal: Annotated[str | None, typer.Option("--goal", rich_help_panel=PANEL_MODEL,
+                                             help="Plan this goal with a model instead of a file.")] = None,
     model: Annotated[str | None, typer.Option(
-        "--model", help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
+        "--model", rich_help_panel=PANEL_MODEL,
+        help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
                         "the bundled local model).", envvar="PLANWEAVE_MODEL")] = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+    base_url: Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
-    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
-    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
-    deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
-    max_replans: Annotated[int | None, typer.Option("--max-replans", min=0,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL,
+                                                     min=0, help="Hard budget in USD.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL,
+                                                      min=0, help="Hard budget in tokens.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", rich_help_panel=PANEL_MODEL,
+                                                   min=0, help="Stop after this many seconds.")] = None,
+    max_replans: Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
                                                     help="Most re-plans of a --goal run (default 5).")] = None,
     plan_max_tokens: Annotated[int | None, typer.Option(
-        "--plan-max-tokens", min=16, help="Most tokens the planner of a --goal run may write per call (default "
+        "--plan-max-tokens", rich_help_panel=PANEL_MODEL,
+        min=16, help="Most tokens the planner of a --goal run may write per call (default "
                                           "2048).")] = None,
     ask_human: AskHumanOption = False,
     on_failure: Annotated[Literal["stop", "continue"] | None, typer.Option(
-        "--on-failure", help="A plan file's step failing for good: stop the run (cancel what runs, start nothing "
+        "--on-failure", rich_help_panel=PANEL_SCHEDULING,
+        help="A plan file's step failing for good: stop the run (cancel what runs, start nothing "
                              "new) or continue the other branches (default: the plan's on_failure, else stop).",
     )] = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
     allow_env: AllowEnvOption = None,
     root: RootOption = None,
-    watch: Annotated[bool, typer.Option("--watch", help="Also serve the dashboard for this run.")] = False,
-    port: Annotated[int, typer.Option("--port", help="Port of --watch's dashboard.")] = 8765,
-    all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
+    watch: Annotated[bool, typer.Option("--watch", rich_help_panel=PANEL_OUTPUT,
+                                        help="Also serve the dashboard for this run.")] = False,
+    port: Annotated[int, typer.Option("--port", rich_help_panel=PANEL_OUTPUT,
+                                      help="Port of --watch's dashboard.")] = 8765,
+    all_rows: Annotated[bool, typer.Option("--all", rich_help_panel=PANEL_OUTPUT,
+                                           help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     model_limits: ModelLimitsOption = None,
     priority: PriorityOption = 0.0,
-    forecast: Annotated[bool, typer.Option("--forecast", help=(
+    forecast: Annotated[bool, typer.Option("--forecast", rich_help_panel=PANEL_MODEL, help=(
         "Forecast a plan file's run as it goes (on by default with --deadline or --budget-usd): after step "
         "outcomes, journaled as forecast events and shown live (docs/forecast.md)."))] = False,
-    tiers: Annotated[Path | None, typer.Option("--tiers", metavar="FILE", help=(
+    tiers: Annotated[Path | None, typer.Option("--tiers", rich_help_panel=PANEL_MODEL, metavar="FILE", help=(
         "Model tiers (YAML/JSON: per tier its model, p_success, duration_s, cost_usd) for a plan file's llm steps "
         "saying model: auto: the allocator chooses tier and samples per step (docs/allocation.md)."))] = None,
 ) -> None:
@@ -362,7 +379,7 @@ def resume(
     journal: JournalOption = None,
     retry_unknown: Annotated[
         bool,
-        typer.Option("--retry-unknown",
+        typer.Option("--retry-unknown", rich_help_panel=PANEL_SCHEDULING,
                      help="Run again the non-idempotent steps that were running when the run was interrupted."),
     ] = False,
     json_output: JsonOption = False,
@@ -374,16 +391,21 @@ def resume(
     allow_env: AllowEnvOption = None,
     root: RootOption = None,
     model: Annotated[str | None, typer.Option(
-        "--model", help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
+        "--model", rich_help_panel=PANEL_MODEL,
+        help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
-    budget_usd: Annotated[float | None, typer.Option("--budget-usd", min=0, help="Hard budget in USD.")] = None,
-    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", min=0, help="Hard budget in tokens.")] = None,
-    deadline: Annotated[float | None, typer.Option("--deadline", min=0, help="Stop after this many seconds.")] = None,
-    max_replans: Annotated[int | None, typer.Option("--max-replans", min=0,
+    budget_usd: Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL,
+                                                     min=0, help="Hard budget in USD.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL,
+                                                      min=0, help="Hard budget in tokens.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", rich_help_panel=PANEL_MODEL,
+                                                   min=0, help="Stop after this many seconds.")] = None,
+    max_replans: Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
                                                     help="Most re-plans of a --goal run (default 5).")] = None,
     ask_human: AskHumanOption = False,
-    all_rows: Annotated[bool, typer.Option("--all", help="End with a row for every step (default: counts, the "
+    all_rows: Annotated[bool, typer.Option("--all", rich_help_panel=PANEL_OUTPUT,
+                                           help="End with a row for every step (default: counts, the "
                                                          "failed and the slowest steps).")] = False,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
