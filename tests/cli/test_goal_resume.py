@@ -54,7 +54,7 @@ async def test_a_killed_goal_run_resumes_with_its_model(tmp_path: Path) -> None:
 
         plain = await planweave("resume", run_id, "--journal", url, cwd=tmp_path)
         _, err = await plain.communicate()
-        assert plain.returncode == 2 and b"resume it with --model NAME" in err
+        assert plain.returncode == 2 and b"is a --goal run: resume it with --model scripted" in err
 
         again = await planweave("resume", run_id, "--journal", url, "--model", "scripted", "--base-url", base_url,
                                 "--json", cwd=tmp_path)
@@ -65,3 +65,42 @@ async def test_a_killed_goal_run_resumes_with_its_model(tmp_path: Path) -> None:
     assert report["steps"]["quick"]["attempts"] == 1  # finished before the kill: not run again
     assert report["steps"]["slow"]["attempts"] == 2  # idempotent sleep, interrupted: re-run
     assert report["steps"]["ask"]["status"] == "succeeded"
+
+
+async def test_a_resumed_goal_run_keeps_the_deadline_and_budget_it_was_started_with(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+
+    def script(req: RecordedRequest) -> Reply:
+        if "If the results answer the goal" in str(req.messages[-1]["content"]):
+            return Text(json.dumps({"answer": "too late"}))
+        return Text(plan_lines([{"id": "slow", "tool": "sleep", "args": {"seconds": 60}}]))
+
+    async with ScriptedLLM(script) as base_url:
+        proc = await planweave("run", "--goal", "g", "--model", "scripted", "--base-url", base_url, "--journal", url,
+                               "--deadline", "8", "--budget-tokens", "50000", "--json", cwd=tmp_path)
+        run_id = None
+        for _ in range(200):  # until 'slow' runs, then kill -9
+            await asyncio.sleep(0.05)
+            async with open_journal(url) as journal:
+                ids = await journal.run_ids()
+                if ids:
+                    state = RunState.from_events(ids[0], await journal.read(ids[0]))
+                    if "slow" in state.records and state.records["slow"].status == "running":
+                        run_id = ids[0]
+                        break
+        assert run_id is not None
+        proc.send_signal(signal.SIGKILL)
+        await proc.wait()
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        again = await planweave("resume", run_id, "--journal", url, "--model", "scripted", "--base-url", base_url,
+                                "--json", cwd=tmp_path)
+        out, err = await asyncio.wait_for(again.communicate(), 60)
+        took = loop.time() - began
+    async with open_journal(url) as journal:
+        events = await journal.read(run_id)
+    limits = events[0].data["options"]["limits"]
+    assert (limits["deadline"], limits["budget_tokens"], limits["model"]) == (8, 50000, "scripted")
+    report = json.loads(out)
+    assert report["status"] == "cancelled" and "deadline" in str(report.get("error")), (report, err.decode())
+    assert took < 20  # the 8 s deadline, counted from the first start: not the 60 s sleep

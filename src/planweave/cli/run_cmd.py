@@ -75,8 +75,10 @@ class AgentFlags:
     plan_max_tokens: int
     ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
 
-    async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox) -> PlanningLoop:
-        """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``."""
+    async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
+                            budget: Budget | None = None) -> PlanningLoop:
+        """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``
+        (spending ``budget`` if given: a resumed run's, charged with what it spent; else a fresh one)."""
         from planweave.models import resolve_model
         from planweave.planning import build_planning_loop
 
@@ -84,7 +86,7 @@ class AgentFlags:
         client = await stack.enter_async_context(resolve_model(self.model, **options))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
         return build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
-                                   ask_human=self.ask_human)
+                                   ask_human=self.ask_human, budget=budget)
 
     def limits(self) -> RunLimits:
         """The run's limits as the server gets them from a request (a zero budget is a budget)."""
@@ -447,10 +449,22 @@ def resume(
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             if model is not None:
-                agent = AgentFlags(model, base_url, budget_usd, budget_tokens, deadline,
-                                   5 if max_replans is None else max_replans, 2048, ask_human)
-                loop = await agent.planning_loop(engine, stack, toolbox)
+                # The limits it was started with (those given here replace them): what is left of its budget,
+                # the time left until its deadline.
+                recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
+                    RunLimits(budget_usd, budget_tokens, deadline, max_replans), engine.clock.now())
+                kept = recorded.limits
+                agent = AgentFlags(model, base_url, kept.budget_usd, kept.budget_tokens,
+                                   recorded.remaining_s(engine.clock.now()),
+                                   5 if kept.max_replans is None else kept.max_replans, 2048, ask_human)
+                loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
                 return await loop.resume(run_id, retry_unknown=retry_unknown)
+            events = await engine.journal.read(run_id)
+            if events and events[0].data.get("source") == "goal":  # its planner and joiner need their model
+                journaled = JournaledLimits.from_events(events).model
+                raise UsageError(f"run '{run_id}' is a --goal run: resume it with --model "
+                                 f"{journaled or 'NAME'} (and --base-url URL if it is not $OPENAI_BASE_URL) to "
+                                 "re-attach its model, planner and llm tool")
             try:
                 return await given.resume(engine, stack, toolbox, run_id, retry_unknown)
             except PlanInvalid as exc:

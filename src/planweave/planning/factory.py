@@ -56,4 +56,4 @@ def build_planning_loop(
     spend = budget if budget is not None else limits.budget()
     catalog = tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, spend)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
-    return PlanningLoop(engine, client, catalog, budget=spend, options=options)
+    return PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planweave.engine.events import Event
+from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine, Run, RunResult
 from planweave.engine.splice import StaleProposal
 from planweave.errors import PlanInvalid, RunError
@@ -107,6 +108,7 @@ class PlanningLoop:
         *,
         budget: Budget | None = None,
         options: PlanningOptions = PlanningOptions(),
+        limits: RunLimits | None = None,
     ) -> None:
         if options.ask_human and "human.input" not in tools:
             raise ValueError("ask_human needs the 'human.input' tool in the catalog (planweave.builtin_tools() has "
@@ -116,6 +118,7 @@ class PlanningLoop:
         self.tools = tools
         self.budget = budget
         self.options = options
+        self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
         self._triggers: list[_Trigger] = []
         self._wake = asyncio.Event()
         self._replans = 0
@@ -136,7 +139,9 @@ class PlanningLoop:
         ``priority`` orders its model calls (planner, joiner, ``llm`` steps) at shared endpoints (journaled)."""
         capacities = {self._model_resource: self.options.model_capacity} if self.options.model_capacity else {}
         run = await self.engine.start(PlanSpec(steps=(), goal=goal, capacities=capacities), tools=self.tools,
-                                      run_id=run_id, hold=True, source="goal", priority=priority)
+                                      run_id=run_id, hold=True, source="goal", priority=priority,
+                                      limits=None if self.limits is None else self.limits.journaled(
+                                          self.engine.clock.now(), self.client.model))
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
