@@ -205,6 +205,19 @@ class ResumeLimits:
                                  "one: give --model NAME too (a --goal run), or leave it out")
 
 
+# The model and limit options ``run`` and ``resume`` share.
+BaseUrlOption = Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
+                                                   help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")]
+BudgetUsdOption = Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL, min=0,
+                                                       help="Hard budget in USD.")]
+BudgetTokensOption = Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL, min=0,
+                                                        help="Hard budget in tokens.")]
+DeadlineOption = Annotated[float | None, typer.Option("--deadline", rich_help_panel=PANEL_MODEL, min=0,
+                                                      help="Stop after this many seconds.")]
+MaxReplansOption = Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
+                                                      help="Most re-plans of a --goal run (default 5).")]
+
+
 AskHumanOption = Annotated[
     bool,
     typer.Option("--ask-human", rich_help_panel=PANEL_MODEL,
@@ -252,16 +265,11 @@ def run(
         "--model", rich_help_panel=PANEL_MODEL,
         help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
                         "the bundled local model).", envvar="PLANWEAVE_MODEL")] = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
-                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
-    budget_usd: Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL,
-                                                     min=0, help="Hard budget in USD.")] = None,
-    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL,
-                                                      min=0, help="Hard budget in tokens.")] = None,
-    deadline: Annotated[float | None, typer.Option("--deadline", rich_help_panel=PANEL_MODEL,
-                                                   min=0, help="Stop after this many seconds.")] = None,
-    max_replans: Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
-                                                    help="Most re-plans of a --goal run (default 5).")] = None,
+    base_url: BaseUrlOption = None,
+    budget_usd: BudgetUsdOption = None,
+    budget_tokens: BudgetTokensOption = None,
+    deadline: DeadlineOption = None,
+    max_replans: MaxReplansOption = None,
     plan_max_tokens: Annotated[int | None, typer.Option(
         "--plan-max-tokens", rich_help_panel=PANEL_MODEL,
         min=16, help="Most tokens the planner of a --goal run may write per call (default "
@@ -395,16 +403,11 @@ def resume(
     model: Annotated[str | None, typer.Option(
         "--model", rich_help_panel=PANEL_MODEL,
         help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
-                                                 help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
-    budget_usd: Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL,
-                                                     min=0, help="Hard budget in USD.")] = None,
-    budget_tokens: Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL,
-                                                      min=0, help="Hard budget in tokens.")] = None,
-    deadline: Annotated[float | None, typer.Option("--deadline", rich_help_panel=PANEL_MODEL,
-                                                   min=0, help="Stop after this many seconds.")] = None,
-    max_replans: Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
-                                                    help="Most re-plans of a --goal run (default 5).")] = None,
+    base_url: BaseUrlOption = None,
+    budget_usd: BudgetUsdOption = None,
+    budget_tokens: BudgetTokensOption = None,
+    deadline: DeadlineOption = None,
+    max_replans: MaxReplansOption = None,
     ask_human: AskHumanOption = False,
     all_rows: Annotated[bool, typer.Option("--all", rich_help_panel=PANEL_OUTPUT,
                                            help="End with a row for every step (default: counts, the "
