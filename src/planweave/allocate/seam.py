@@ -116,6 +116,7 @@ class AllocationSeam:
         self.policy: Policy = policy
         self.tool = tool
         self._given: dict[tuple[str, str], Choice] = {}
+        self._hurried: set[str] = set()  # runs under deadline pressure: their model: auto steps get the fastest tier
         self._loop: asyncio.AbstractEventLoop | None = None
         self._deciding: asyncio.Lock | None = None
         self.decisions: list[Decision] = []
@@ -129,6 +130,17 @@ class AllocationSeam:
             self._loop = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+
+    def hurry(self, run_id: str) -> bool:
+        """Give the remaining ``model: auto`` steps of run ``run_id`` the fastest of their tiers (deadline pressure,
+        ``allocate/pressure_watch.py``); False if it was hurried already."""
+        if run_id in self._hurried:
+            return False
+        self._hurried.add(run_id)
+        return True
+
+    def hurried(self, run_id: str) -> bool:
+        return run_id in self._hurried
 
     async def decide(self, ctx: StepContext, auto: AutoArgs, *, budget_usd: float | None,
                      fits: Callable[[Choice], bool]) -> Decision:
@@ -147,6 +159,8 @@ class AllocationSeam:
         # order they started, as if the decisions took no time), so runs replay.
         async with self._deciding:
             run = self._runs(ctx.run_id)
+            if ctx.run_id in self._hurried:
+                auto = self._fastest(run, ctx, auto, fits)
             problem = self.problem(run, ctx, auto, budget_usd)
             room = {c: fits(c) for c in problem.step(ctx.step_id).candidates()}
             decision = await asyncio.to_thread(self.allocator.decide, problem, ctx.step_id, fits=room.__getitem__,
@@ -161,8 +175,24 @@ class AllocationSeam:
         }
         if decision.reason:
             data["reason"] = decision.reason
+        elif ctx.run_id in self._hurried:
+            data["reason"] = "deadline pressure: the fastest of the step's tiers"
         self._journal(run, data, ctx.step_id)
         return decision
+
+    def _fastest(self, run: AllocatedRun, ctx: StepContext, auto: AutoArgs,
+                 fits: Callable[[Choice], bool]) -> AutoArgs:
+        """``auto`` narrowed to its fastest tiers (by the step's own profiles where it has them), unless none of
+        those fits the budget left: then the step keeps its tiers and the allocator decides as before."""
+        from planweave.allocate.pressure import fastest
+
+        step = run.plan.steps.get(ctx.step_id)
+        own = self.step_table(step) if self.step_table is not None and step is not None else None
+        table = own or self.table
+        quick = fastest({t: table[t].duration_s for t in auto.tiers}, auto.tiers)
+        if not any(fits(Choice(t, k)) for t in quick for k in auto.samples):
+            return auto
+        return replace(auto, tiers=quick)
 
     def _journal(self, run: AllocatedRun, data: Mapping[str, Any], step: str) -> None:
         try:

@@ -25,7 +25,7 @@ EventKind = Literal[
     "plan_version",  # data: plan (full spec), version, parent, trigger, seen, renamed, idempotent, the diff, meta
     "steps_added",  # data: steps, version, idempotent, meta (model_started_at, model_finished_at, trigger)
     "model_call",  # data: purpose, model, prompt_tokens, completion_tokens, cost_usd, started_at, finished_at, step
-    "escalation",  # data: rung (retry|fallback|local_repair|global_replan|fail), step, reason
+    "escalation",  # data: rung (retry|fallback|local_repair|global_replan|fail|deadline_pressure), step, reason
     "answer",  # data: text (the run's final answer, from the joiner)
     "warning",  # data: message, blocked_s, tool, where (a tool blocked the event loop); changes no state
     "step_progress",  # data: fraction, message (reported by a long-running tool)
@@ -167,7 +167,12 @@ class EscalationData(TypedDict):
     tool: NotRequired[str]  # fallback: the fallback's tool
     region: NotRequired[Sequence[str]]  # local_repair: the steps re-planned
     question: NotRequired[str]  # human: the id of the question asked
-    steps: NotRequired[Sequence[str]]  # fail: the steps given up on
+    steps: NotRequired[Sequence[str]]  # fail: the steps given up on; deadline_pressure: the steps cancelled
+    action: NotRequired[str]  # deadline_pressure: faster_tiers, drop_optional or replan
+    p_deadline: NotRequired[float]  # deadline_pressure: the forecast's P(in time) that fell below the threshold
+    threshold: NotRequired[float]  # deadline_pressure: that threshold
+    remaining_s: NotRequired[float]  # deadline_pressure: seconds left until the deadline when it fired
+    crossing: NotRequired[int]  # deadline_pressure: how many times pressure fired in the run, this one included
 
 
 class AnswerData(TypedDict):

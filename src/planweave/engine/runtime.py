@@ -45,7 +45,7 @@ from planweave.errors import (
 from planweave.journal.base import Journal, scrub
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
-from planweave.plan.model import Claim, PlanSpec, Step
+from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, Step
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
@@ -203,6 +203,26 @@ class Run:
         self._emit("run_cancelled", None, {"reason": reason, "status": "failed"})
         self._dispatch.withdraw(self)
         self._task.cancel()
+
+    def cancel_step(self, sid: str, reason: str) -> bool:
+        """Cancel step ``sid`` alone, for good (deadline pressure dropping an optional step): journaled as
+        ``step_cancelled`` with ``reason``, its attempt stopped, its pending dependents skipped; the run goes on.
+        Returns False when the step had finished already (nothing to cancel); raises RunError for an unknown step."""
+        self._check_alive()
+        rec = self.state.records.get(sid)
+        if rec is None:
+            raise RunError(f"run '{self.id}' has no step '{sid}'")
+        if rec.status in TERMINAL_STATUSES:
+            return False
+        timer = self._timers.pop(sid, None)  # a retry's delay or an approval's deadline
+        task = self._tasks.pop(sid, None)
+        self._emit("step_cancelled", sid, {"reason": reason})
+        if timer is not None:
+            timer.cancel()
+        if task is not None:
+            task.cancel()
+        self._check_done()
+        return True
 
     def subscribe(self, listener: EventListener) -> None:
         """Call ``listener`` with every event this run emits from now on."""

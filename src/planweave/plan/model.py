@@ -147,6 +147,10 @@ class Step(_Frozen):
         None, description="Where the tool call runs: 'ray' (a Ray task) or 'local' (the engine's process); unset: "
         "the engine's executor decides.",
     )
+    optional: bool = Field(
+        False, description="The run may do without this step: under deadline pressure (a plan's pressure:, "
+        "--deadline-pressure) it is cancelled, unless a step that is not optional needs it.",
+    )
 
     @field_validator("retries", mode="before")
     @classmethod
@@ -194,6 +198,31 @@ class StepDefaults(_Frozen):
         return _retries_shorthand(value)
 
 
+PressureAction = Literal["faster_tiers", "drop_optional", "replan"]
+"""What deadline pressure does: the fastest tiers for the remaining ``model: auto`` steps, cancel the optional steps,
+re-plan a goal run with the time left in the prompt (docs/allocation.md, "Deadline pressure")."""
+
+PRESSURE_ACTIONS: tuple[PressureAction, ...] = ("faster_tiers", "drop_optional", "replan")
+
+
+class DeadlinePressure(_Frozen):
+    """When the run's forecast gives it less than ``p_deadline`` chance to finish in time, do ``actions`` (once
+    per crossing of the threshold)."""
+
+    p_deadline: float = Field(0.5, gt=0, le=1, allow_inf_nan=False,
+                              description="The forecast's P(in time) below which the actions are taken.")
+    actions: tuple[PressureAction, ...] = Field(PRESSURE_ACTIONS, min_length=1,
+                                                description="What to do, in this order.")
+
+    @field_validator("actions")
+    @classmethod
+    def _distinct(cls, value: tuple[PressureAction, ...]) -> tuple[PressureAction, ...]:
+        twice = sorted({a for a in value if value.count(a) > 1})
+        if twice:
+            raise ValueError(f"names '{twice[0]}' more than once")
+        return value
+
+
 class PlanSpec(_Frozen):
     """A plan as written in a plan file: the steps plus optional defaults for running it."""
 
@@ -206,6 +235,8 @@ class PlanSpec(_Frozen):
         None, description="After a step fails for good: stop the run, or continue with what does not depend on it."
     )
     defaults: StepDefaults = Field(default_factory=StepDefaults, description="Defaults for the steps.")
+    pressure: DeadlinePressure | None = Field(
+        None, description="Deadline pressure: what the run does when its forecast says it will likely be late.")
     schema_: str | None = Field(None, alias="$schema")
 
 
