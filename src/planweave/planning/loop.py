@@ -79,6 +79,7 @@ class PlanningOptions:
 @dataclass(frozen=True)
 class _Trigger:
     kind: str  # failure | observation | verifier | human (a person answered; reason: the question step)
+    # | deadline (deadline pressure: re-plan with the time left; reason: what the planner is told)
     step: str
     reason: str
 
@@ -94,7 +95,7 @@ class _OpenCall:
     ended: bool = False  # charged or released (by the call itself, or by the run stopping under it)
 
 
-_DEFERRED = ("observation", "human")  # triggers that are not failures to repair together
+_DEFERRED = ("observation", "human", "deadline")  # triggers that are not failures to repair together
 
 
 class PlanningLoop:
@@ -165,6 +166,16 @@ class PlanningLoop:
                 self._triggers.append(_Trigger("human", sid, qid))
         self.engine.spawn(self._drive(run, goal, plan=False), name=f"planweave-planner-{run.id}")
         return run
+
+    def replan_for_deadline(self, remaining_s: float | None, reason: str) -> bool:
+        """Re-plan the run under deadline pressure (``allocate/pressure_watch.py``): ``reason``, which states the
+        time left (``remaining_s``), is what the planner is told. False when no re-plan is left to spend (nothing is
+        asked then)."""
+        if self._replans >= self.options.max_replans or any(t.kind == "deadline" for t in self._triggers):
+            return False
+        self._triggers.append(_Trigger("deadline", "", reason))
+        self._wake.set()
+        return True
 
     async def _drive(self, run: Run, goal: str, *, plan: bool = True) -> None:
         """Drive the run until the loop is over, or until the run ends under it (cancelled by a person or another
@@ -295,11 +306,14 @@ class PlanningLoop:
                 continue
             if self.options.synchronous:
                 await self._until_idle(run)
-            if trigger.kind == "observation" or not self.options.local_repair:
+            if trigger.kind in ("observation", "deadline") or not self.options.local_repair:
                 # Whole-plan re-planning needs the whole plan: wait until the planner has finished writing it.
                 await self._until_planned()
             if trigger.kind == "observation":
                 await self._replan(run, goal, f"{trigger.reason}", trigger="observation", final=True)
+                continue
+            if trigger.kind == "deadline":
+                await self._replan(run, goal, trigger.reason, trigger="deadline_pressure")
                 continue
             # Failures that happened meanwhile are repaired together: their regions may overlap or feed each other.
             batch = [trigger, *self._take_failures(run)]
