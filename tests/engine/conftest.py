@@ -16,6 +16,7 @@ import pytest
 from planweave import Event, RunResult, Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.engine.state import RunState
 from planweave.journal import Journal, open_journal
+from planweave.journal.base import CachedOutput
 from planweave.journal.memory import MemoryJournal
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery
 from tests.journal.conftest import _make as make_backend  # the conformance suite's backends, one storage each
@@ -134,6 +135,9 @@ class JournalInAThread:
 
     async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
         return await self._wait(self._loop, self._inner.prune(finished_before, statuses))
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        return await self._wait(self._loop, self._inner.find_cached(key, since))
 
     async def close(self) -> None:
         try:

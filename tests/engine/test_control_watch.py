@@ -11,6 +11,7 @@ from typing import Any
 from planweave import Engine, Event, builtin_tools, send_approval
 from planweave.engine.state import RunState
 from planweave.journal import Journal, open_journal
+from planweave.journal.base import CachedOutput
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery
 
 RUNS = 200
@@ -55,6 +56,9 @@ class ReadLog:
 
     async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
         return await self.inner.prune(finished_before, statuses)
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        return await self.inner.find_cached(key, since)
 
     async def close(self) -> None:
         await self.inner.close()

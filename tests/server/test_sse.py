@@ -12,6 +12,7 @@ import httpx
 from planweave import Engine, Event, open_engine, open_journal
 from planweave.engine.state import RunState
 from planweave.journal import Journal
+from planweave.journal.base import CachedOutput
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery
 from planweave.server import LiveServer, StreamTiming, create_app
 
@@ -157,6 +158,9 @@ class CountingJournal:
 
     async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
         return await self.inner.prune(finished_before, statuses)
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        return await self.inner.find_cached(key, since)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -63,6 +63,7 @@ class Session:
     watch_port: int | None = None  # serve the dashboard for this run (``--watch``)
     all_rows: bool = False  # the final view shows every step (``--all``), not the summary
     executor: ExecutorFlags = NO_EXECUTOR_FLAGS  # ``--executor``, ``--ray-address``
+    cache: bool = True  # ``--no-cache``: no step reuses a cached output (docs/caching.md)
 
     def resume_command(self, run_id: str) -> str:
         """The command that continues ``run_id`` with the same journal and tools."""
@@ -74,6 +75,8 @@ class Session:
         for flag in self.mcp_flags:
             parts += ["--mcp", shlex.quote(flag)]
         parts += [shlex.quote(flag) for flag in self.executor.resume_flags()]
+        if not self.cache:
+            parts.append("--no-cache")
         return " ".join(parts)
 
 
@@ -210,7 +213,7 @@ async def follow_run(
                 secrets = SecretRedactor()  # also keeps secrets written in the plan out of the journal
                 async with Engine(
                     journal, clock=clock, concurrency=limit.concurrency, capacities=limit.capacities,
-                    tools=tools, redact=secrets, executor=session.executor.executor(),
+                    tools=tools, redact=secrets, executor=session.executor.executor(), cache=session.cache,
                 ) as engine:
                     server = await _observe(engine, session, stack)
                     run = await begin(engine, stack)

@@ -216,6 +216,10 @@ DeadlineOption = Annotated[float | None, typer.Option("--deadline", rich_help_pa
                                                       help="Stop after this many seconds.")]
 MaxReplansOption = Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
                                                       help="Most re-plans of a --goal run (default 5).")]
+NoCacheOption = Annotated[bool, typer.Option(
+    "--no-cache", rich_help_panel=PANEL_SCHEDULING,
+    help="Run every step: none reuses a cached output of a tool declared cache (their outputs are still recorded "
+         "for later runs; docs/caching.md).")]
 
 
 AskHumanOption = Annotated[
@@ -301,6 +305,7 @@ def run(
     tiers: Annotated[Path | None, typer.Option("--tiers", rich_help_panel=PANEL_MODEL, metavar="FILE", help=(
         "Model tiers (YAML/JSON: per tier its model, p_success, duration_s, cost_usd) for a plan file's llm steps "
         "saying model: auto: the allocator chooses tier and samples per step (docs/allocation.md)."))] = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -313,7 +318,7 @@ def run(
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
                           tuple(mcp or ()), port if watch else None, all_rows=all_rows,
-                          executor=ExecutorFlags(executor, ray_address, tuple(tools or ())))
+                          executor=ExecutorFlags(executor, ray_address, tuple(tools or ())), cache=not no_cache)
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
@@ -415,6 +420,7 @@ def resume(
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     model_limits: ModelLimitsOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
 
@@ -430,7 +436,8 @@ def resume(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()),
-                          all_rows=all_rows, executor=ExecutorFlags(executor, ray_address, tuple(tools or ())))
+                          all_rows=all_rows, executor=ExecutorFlags(executor, ray_address, tuple(tools or ())),
+                          cache=not no_cache)
 
         async def recorded_limits(opened: Journal) -> Limits:
             # The engine must admit steps as the original run did: its limits are in run_created.

@@ -239,6 +239,46 @@ def _first_surrogate(text: str) -> str:
     return f"\\u{ord(found.group()):04x}" if found else "?"
 
 
+class CachedOutput(NamedTuple):
+    """A finished output the journal indexed under a cache key: the run and step that produced it, when, its blob."""
+
+    run_id: str
+    step: str
+    at: float
+    output: str
+
+
+def cache_entries(events: Iterable[tuple[Event, bytes]]) -> list[tuple[str, CachedOutput]]:
+    """The cache index rows of a batch: ``(key, entry)`` for each ``step_succeeded`` carrying a ``cache_key``.
+
+    An output reused from the cache (``cache`` in the data) is not indexed again: its source is, and the age that
+    a ttl counts is the source's.
+    """
+    found = []
+    for event, _ in events:
+        if event.kind == "step_succeeded":
+            data = event.data
+            key = data.get("cache_key")
+            output = data.get("output")
+            if isinstance(key, str) and isinstance(output, str) and "cache" not in data and event.step is not None:
+                found.append((key, CachedOutput(event.run_id, event.step, event.at, output)))
+    return found
+
+
+async def find_cached(journal: Journal, key: str, since: float) -> CachedOutput | None:
+    """``journal.find_cached(key, since)``; for a journal without that method, the same answer from its events."""
+    method = getattr(journal, "find_cached", None)
+    if method is not None:
+        found: CachedOutput | None = await method(key, since)
+        return found
+    best = None
+    for event in await journal.read(kind="step_succeeded"):
+        for entry_key, entry in cache_entries([(event, b"")]):
+            if entry_key == key and entry.at >= since and (best is None or entry.at >= best.at):
+                best = entry
+    return best
+
+
 class Journal(Protocol):
     """Where runs are recorded. ``append`` and ``put_blob`` buffer; ``flush`` makes everything buffered durable.
 
@@ -293,7 +333,17 @@ class Journal(Protocol):
     async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
         """Remove the events, summaries and no longer referenced outputs of runs that ended (``run_finished``)
         before ``finished_before`` (epoch seconds) with a status in ``statuses`` (raises ValueError for a status
-        that is not an ended one: a running or interrupted run is never removed)."""
+        that is not an ended one: a running or interrupted run is never removed). Their cache entries go with
+        them, in the same transaction: an entry never names a removed output."""
+        ...
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        """The newest output indexed under cache ``key`` (a ``step_succeeded`` with that ``cache_key``) produced at
+        or after ``since``, among what is stored (events still buffered may be missed: a miss is always safe).
+
+        The index is written in the same transaction as the event. A journal without this method is answered
+        from its events by :func:`find_cached`.
+        """
         ...
 
     async def close(self) -> None:
@@ -334,6 +384,9 @@ class NullJournal:
     async def prune(self, finished_before: float, statuses: Collection[str] = PRUNE_DEFAULT) -> PruneResult:
         check_prunable(statuses)
         return PruneResult([], 0, 0, 0)
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        return None
 
     async def close(self) -> None:
         pass

@@ -6,7 +6,7 @@ from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
-from planweave.journal.base import decode_blob, encode_blob, encode_event
+from planweave.journal.base import CachedOutput, cache_entries, decode_blob, encode_blob, encode_event
 from planweave.journal.summary import (
     ALL_RUNS,
     PRUNE_DEFAULT,
@@ -44,6 +44,7 @@ class MemoryJournal:
         # hides secrets in its texts)
         self._tracked: dict[str, tuple[RunState, int, int, Callable[[Any], Any] | None]] = {}
         self._folded: dict[str, tuple[int, RunSummary]] = {}  # run -> (events folded, summary): untracked runs
+        self._cache: dict[str, list[CachedOutput]] = {}  # cache key -> the outputs indexed under it, oldest first
 
     def append(self, event: Event) -> None:
         # The event is kept as given (its pos is its index + 1, set on read): no copy on the engine's hot path.
@@ -57,6 +58,9 @@ class MemoryJournal:
             self._by_run[event.run_id] = [index]
         else:
             mine.append(index)
+        if event.kind == "step_succeeded" and "cache_key" in event.data:
+            for key, entry in cache_entries([(event, data)]):
+                self._cache.setdefault(key, []).append(entry)
 
     def put_blob(self, value: Any) -> str:
         ref, data = encode_blob(value)
@@ -124,6 +128,13 @@ class MemoryJournal:
                     self._events[i] = None
             self._tracked.pop(summary.run_id, None)
             self._folded.pop(summary.run_id, None)
+        gone = {s.run_id for s in doomed}
+        for key, entries in list(self._cache.items()):
+            left = [e for e in entries if e.run_id not in gone]
+            if left:
+                self._cache[key] = left
+            else:
+                del self._cache[key]
         kept = {item[0].data.get("output") for item in self._events
                 if item is not None and item[0].kind == "step_succeeded"}
         outputs = 0
@@ -133,6 +144,10 @@ class MemoryJournal:
                 outputs += 1
                 freed += len(data)
         return PruneResult([s.run_id for s in doomed], events, outputs, freed)
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        usable = [e for e in self._cache.get(key, ()) if e.at >= since]
+        return max(usable, key=lambda e: e.at) if usable else None
 
     async def close(self) -> None:
         pass

@@ -22,7 +22,7 @@ from psycopg.types.json import set_json_loads
 
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
-from planweave.journal.base import decode_blob, encode_data, encode_event
+from planweave.journal.base import CachedOutput, cache_entries, decode_blob, encode_data, encode_event
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["SCHEMA_VERSION", "PostgresJournal", "parse_url"]
 
 #: Version of the tables below, kept in ``planweave_meta``; bump it and add a migration when they change.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Seconds to wait for the server when connecting, unless the URL sets ``connect_timeout``.
 CONNECT_TIMEOUT_S = 10
 # Advisory lock keys (two int4s: a planweave constant, then a per-schema or per-purpose key).
@@ -73,8 +73,30 @@ _RUNS_SCHEMA = (
     "INSERT INTO planweave_runs (run_id, seq, pos, status, stale) SELECT run_id, min(pos), max(pos), 'running', 1 "
     "FROM planweave_events GROUP BY run_id ON CONFLICT (run_id) DO NOTHING",
 )
+# Version 3: the result cache's index (see the SQLite journal): written in the batch of its step_succeeded event,
+# deleted with its run by prune; older journals are indexed from their events.
+_CACHE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS planweave_cache (
+        id BIGSERIAL PRIMARY KEY,
+        key TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        run_id TEXT NOT NULL,
+        step TEXT NOT NULL,
+        output TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS planweave_cache_key ON planweave_cache (key, at)",
+    "CREATE INDEX IF NOT EXISTS planweave_cache_run ON planweave_cache (run_id)",
+    "INSERT INTO planweave_cache (key, at, run_id, step, output) SELECT data->>'cache_key', at, run_id, step, "
+    "data->>'output' FROM planweave_events WHERE kind = 'step_succeeded' AND step IS NOT NULL "
+    "AND jsonb_typeof(data->'cache_key') = 'string' AND jsonb_typeof(data->'output') = 'string' "
+    "AND NOT data ? 'cache' ORDER BY pos",
+)
 #: The statements that take the tables from version ``n - 1`` to ``n``.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA}
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA, 3: _CACHE_SCHEMA}
+_INSERT_CACHE = ("INSERT INTO planweave_cache (key, at, run_id, step, output) "
+                 "SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[], %s::text[], %s::text[])")
+_FIND_CACHED = ("SELECT run_id, step, at, output FROM planweave_cache WHERE key = %s AND at >= %s "
+                "ORDER BY at DESC, id DESC LIMIT 1")
 # A batch's summaries: one statement each for the fresh and the stale ones; seq and pos come from the events just
 # written (their (run_id, pos) index answers min and max at once).
 _UPSERT_SUMMARIES = """INSERT INTO planweave_runs AS r
@@ -208,8 +230,13 @@ class PostgresJournal(GroupCommitJournal):
                     async with cur.copy(copy_events) as copy:
                         for row in rows:
                             await copy.write_row(row)
+                    written = {row[0] for row in rows}
                     if runs:
-                        await _write_summaries(cur, runs, {row[0] for row in rows})
+                        await _write_summaries(cur, runs, written)
+                    cache = [(k, e) for k, e in cache_entries(events) if e.run_id in written]
+                    if cache:
+                        await cur.execute(_INSERT_CACHE, tuple(map(list, zip(
+                            *((k, e.at, e.run_id, e.step, e.output) for k, e in cache), strict=True))))
         except psycopg.Error as exc:
             raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
 
@@ -269,6 +296,7 @@ class PostgresJournal(GroupCommitJournal):
                 refs = {r for (r,) in await cur.fetchall() if isinstance(r, str)}
                 await cur.execute("DELETE FROM planweave_events WHERE run_id = ANY(%s)", (doomed,))
                 await cur.execute("DELETE FROM planweave_runs WHERE run_id = ANY(%s)", (doomed,))
+                await cur.execute("DELETE FROM planweave_cache WHERE run_id = ANY(%s)", (doomed,))
                 await cur.execute("SELECT DISTINCT data->>'output' FROM planweave_events WHERE kind = 'step_succeeded' "
                                   "AND data->>'output' = ANY(%s)", (sorted(refs),))
                 gone = sorted(refs - {r for (r,) in await cur.fetchall()})
@@ -279,6 +307,13 @@ class PostgresJournal(GroupCommitJournal):
         except psycopg.Error as exc:
             raise JournalError(f"could not prune the journal {self.url}: {exc}") from exc
         return PruneResult(doomed, events, outputs, freed + blob_bytes)
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        """The newest output indexed under ``key`` produced at or after ``since`` (what is committed)."""
+        if self._released:
+            raise JournalError(f"the journal {self.url} is closed")
+        rows = await self._fetch(_FIND_CACHED, (key, since))
+        return CachedOutput(rows[0][0], rows[0][1], float(rows[0][2]), rows[0][3]) if rows else None
 
     async def _fetch(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         try:

@@ -23,7 +23,7 @@ import orjson
 
 from planweave.engine.events import Event, EventKind
 from planweave.errors import JournalError
-from planweave.journal.base import decode_blob
+from planweave.journal.base import CachedOutput, cache_entries, decode_blob
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
 
@@ -32,7 +32,7 @@ __all__ = ["BUSY_TIMEOUT_S", "SCHEMA_VERSION", "SQLiteJournal"]
 T = TypeVar("T")
 
 #: Version of the tables below, kept in ``meta``; bump it and add its statements to ``_MIGRATIONS`` when they change.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: How long a write waits for another process holding the file's write lock before it fails.
 BUSY_TIMEOUT_S = 30.0
 # SQLite limits the number of ``?`` in one statement (999 before 3.32); stay well below.
@@ -72,8 +72,29 @@ _RUNS_SCHEMA = (
     "INSERT OR IGNORE INTO runs (run_id, seq, pos, status, stale) "
     "SELECT run_id, MIN(pos), MAX(pos), 'running', 1 FROM events GROUP BY run_id",
 )
+# Version 3: the result cache's index (docs/caching.md): one row per ``step_succeeded`` carrying a ``cache_key``,
+# written in the batch of its event and deleted with its run by prune. Older journals are indexed from their events.
+_CACHE_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS cache (
+        key TEXT NOT NULL,
+        at REAL NOT NULL,
+        run_id TEXT NOT NULL,
+        step TEXT NOT NULL,
+        output TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS cache_key ON cache (key, at)",
+    "CREATE INDEX IF NOT EXISTS cache_run ON cache (run_id)",
+    "INSERT INTO cache (key, at, run_id, step, output) "
+    "SELECT json_extract(CAST(data AS TEXT), '$.cache_key'), at, run_id, step, "
+    "json_extract(CAST(data AS TEXT), '$.output') FROM events WHERE kind = 'step_succeeded' AND step IS NOT NULL "
+    "AND json_type(CAST(data AS TEXT), '$.cache_key') = 'text' AND json_type(CAST(data AS TEXT), '$.output') = 'text' "
+    "AND json_type(CAST(data AS TEXT), '$.cache') IS NULL ORDER BY pos",
+)
 #: The statements that take the tables from version ``n - 1`` to ``n``.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA}
+_MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA, 3: _CACHE_SCHEMA}
+_INSERT_CACHE = "INSERT INTO cache (key, at, run_id, step, output) VALUES (?, ?, ?, ?, ?)"
+_FIND_CACHED = ("SELECT run_id, step, at, output FROM cache WHERE key = ? AND at >= ? "
+                "ORDER BY at DESC, rowid DESC LIMIT 1")
 _UPSERT_SUMMARY = (
     "INSERT INTO runs (run_id, seq, pos, status, started_at, finished_at, stale, owner, source, summary) "
     "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET pos = excluded.pos, "
@@ -136,7 +157,14 @@ class SQLiteJournal(GroupCommitJournal):
         return await self._loop.run_in_executor(self._executor, fn, self._conn, *args)
 
     async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes], runs: list[BatchRun]) -> None:
-        await self._call(_write_batch, self.url, events, blobs, runs)
+        await self._call(_write_batch, self.url, events, blobs, runs, cache_entries(events))
+
+    async def find_cached(self, key: str, since: float) -> CachedOutput | None:
+        """The newest output indexed under ``key`` produced at or after ``since`` (what is committed)."""
+        if self._released:
+            raise JournalError(f"the journal {self.url} is closed")
+        row = await self._call(_reading(self.url, lambda c: c.execute(_FIND_CACHED, (key, since)).fetchone()))
+        return None if row is None else CachedOutput(row[0], row[1], float(row[2]), row[3])
 
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
         return await self._call(_select_events, self.url, run_id, after, kind)
@@ -216,7 +244,7 @@ def _migrate(conn: sqlite3.Connection, url: str) -> None:
 
 def _write_batch(
     conn: sqlite3.Connection, url: str, events: list[tuple[Event, bytes]], blobs: dict[str, bytes],
-    runs: list[BatchRun],
+    runs: list[BatchRun], cache: list[tuple[str, CachedOutput]],
 ) -> None:
     rows = [(e.run_id, e.at, e.kind, e.step, data) for e, data in events]
     try:
@@ -231,6 +259,8 @@ def _write_batch(
                 if runs:
                     (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
                     _write_summaries(conn, runs, last - len(rows) + 1)
+                if cache:
+                    conn.executemany(_INSERT_CACHE, [(k, e.at, e.run_id, e.step, e.output) for k, e in cache])
             conn.execute("COMMIT")
         except BaseException:
             _rollback(conn)
@@ -316,6 +346,7 @@ def _delete_runs(conn: sqlite3.Connection, url: str, finished_before: float, sta
                 events, freed = events + n, freed + size
                 conn.execute(f"DELETE FROM events WHERE run_id IN ({ids})", chunk)
                 conn.execute(f"DELETE FROM runs WHERE run_id IN ({ids})", chunk)
+                conn.execute(f"DELETE FROM cache WHERE run_id IN ({ids})", chunk)
             if refs:
                 refs -= {ref for (ref,) in conn.execute(
                     "SELECT DISTINCT json_extract(CAST(data AS TEXT), '$.output') FROM events "

@@ -112,6 +112,12 @@ StepExecutor = Literal["local", "ray"]
 """Where a step's tool call runs when the step says so: the engine's own process, or a Ray task."""
 
 
+class CacheSpec(_Frozen):
+    """A step's ``cache: {ttl: S}``: reuse a finished output of the same tool and arguments no older than ``ttl``."""
+
+    ttl: float | None = _seconds(None, "Seconds a cached output stays usable; unset: no limit.", gt=0)
+
+
 class Step(_Frozen):
     """One tool call in a plan. ``args`` may contain ``${step}`` / ``${step.path[0]}`` references."""
 
@@ -134,6 +140,10 @@ class Step(_Frozen):
     description: str = ""
     fallback: Fallback | None = Field(None, description="Tried once when the step fails after its retries.")
     observe: bool = Field(False, description="The result is an observation: the planner re-plans when it arrives.")
+    predict: Any = Field(
+        None, description="The output this step is expected to give (any JSON value; null: no prediction): steps "
+        "that need it may start on it speculatively and are kept only if it was right (docs/speculation.md).",
+    )
     verifies: str | None = Field(
         None, description="This step checks step VERIFIES; an output {ok: false, reason} triggers a re-plan."
     )
@@ -150,6 +160,11 @@ class Step(_Frozen):
     optional: bool = Field(
         False, description="The run may do without this step: under deadline pressure (a plan's pressure:, "
         "--deadline-pressure) it is cancelled, unless a step that is not optional needs it.",
+    )
+
+    cache: bool | CacheSpec | None = Field(
+        None, description="Reuse a finished output of the same tool and arguments from an earlier run of the journal "
+        "(idempotent steps only): true, {ttl: S}, or false to never; unset: the tool's own setting (docs/caching.md).",
     )
 
     @field_validator("retries", mode="before")
@@ -180,6 +195,27 @@ class Step(_Frozen):
     @property
     def duration_estimate(self) -> float:
         return self.estimate.duration if self.estimate else 0.0
+
+
+SpeculationMode = Literal["off", "safe", "eager"]
+"""``off``: no speculation; ``safe``: a step may start on the predicted outputs of the steps it needs; ``eager``:
+also on the outputs of speculative attempts (chains of speculation), see docs/speculation.md."""
+
+
+class SpeculationSpec(_Frozen):
+    """How far a run may speculate: a step safe to throw away starts before its inputs exist, on predicted ones."""
+
+    mode: SpeculationMode = Field("safe", description="off, safe (one level) or eager (chains).")
+    max_parallel: int = Field(4, ge=1, le=10_000, description="Speculative attempts in flight at once, at most.")
+    max_extra_cost_usd: float = Field(
+        0.0, ge=0, le=MAX_COST, allow_inf_nan=False,
+        description="The cost, USD, that speculative work may add (discarded attempts, and those in flight at "
+        "their estimate) before no more starts; 0: only steps estimated to cost nothing speculate.",
+    )
+    min_confidence: float = Field(
+        0.5, ge=0, le=1, allow_inf_nan=False,
+        description="The least confidence a prediction needs (a chain's is the product of its links').",
+    )
 
 
 class StepDefaults(_Frozen):
@@ -231,12 +267,15 @@ class PlanSpec(_Frozen):
     goal: str = ""
     capacities: dict[str, int] = Field(default_factory=dict)
     concurrency: int | None = Field(None, ge=1)
+    speculation: SpeculationSpec | None = Field(
+        None, description="Start steps on predicted inputs (docs/speculation.md); unset: no speculation.")
     on_failure: Literal["stop", "continue"] | None = Field(
         None, description="After a step fails for good: stop the run, or continue with what does not depend on it."
     )
     defaults: StepDefaults = Field(default_factory=StepDefaults, description="Defaults for the steps.")
     pressure: DeadlinePressure | None = Field(
         None, description="Deadline pressure: what the run does when its forecast says it will likely be late.")
+    cache: bool = Field(True, description="false: no step of this plan reuses a cached output (docs/caching.md).")
     schema_: str | None = Field(None, alias="$schema")
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from planweave.errors import PlanProblem, did_you_mean
+from planweave.plan.cache import step_cache_problems
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.defaults import step_with_defaults
 from planweave.plan.model import PlanSpec, Step
@@ -174,13 +175,16 @@ def _check_verifies(sid: str, step: Step, steps: Mapping[str, Step], deps: _Deps
 
 
 def step_tool(sid: str, step: Step, tools: ToolCatalog, deferred: frozenset[str], problems: list[PlanProblem]) -> None:
-    """The step's tool exists, and its arguments fit the tool's schema (those holding references: at call time)."""
+    """The step's tool exists, its arguments fit the tool's schema (those holding references: at call time), and a
+    ``cache:`` it asks for is safe (:func:`planweave.plan.cache.step_cache_problems`)."""
     tool = tools.get(step.tool)
     if tool is None:
         problems.append(PlanProblem(sid, "tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, tools)}"))
         return
     for fld, msg in tool.check_args(step.args, deferred):
         problems.append(PlanProblem(sid, f"args.{fld}" if fld else "args", msg))
+    if step.cache:  # true or {ttl}: only where reuse is safe
+        problems.extend(PlanProblem(sid, fld, msg) for fld, msg in step_cache_problems(step, tool))
 
 
 def step_claims(sid: str, step: Step, capacities: Mapping[str, int], problems: list[PlanProblem]) -> None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from planweave.engine.context import current_step_var
 from planweave.errors import ToolError, did_you_mean
+from planweave.plan.cache import CachePolicy, declared_policy
 from planweave.tools.isolation import run_in_process, run_in_thread
 
 
@@ -76,9 +77,17 @@ class _ArgsSchema(Mapping[str, Any]):
         return repr(self._built())
 
 
+CacheOption = bool | Mapping[str, Any] | CachePolicy | None
+"""A tool's ``cache=``: ``True``, ``{"ttl": seconds}``, or ``False``/``None`` (docs/caching.md)."""
+
+
 @dataclass(frozen=True)
 class Tool:
-    """A callable tool with a name, a description, an argument schema and an idempotency default."""
+    """A callable tool with a name, a description, an argument schema and an idempotency default.
+
+    ``cache`` (idempotent tools only) lets a step reuse the output of an earlier call with the same arguments in
+    the journal; ``version`` is part of that reuse's key (bump it when the tool's results change).
+    """
 
     name: str
     fn: Callable[..., Any]
@@ -88,11 +97,18 @@ class Tool:
     accepts_extra: bool = True
     input_schema: Mapping[str, Any] = field(default_factory=dict)
     is_async: bool = True
+    cache: CachePolicy | None = None
+    version: str = ""
+
+    def __post_init__(self) -> None:
+        if self.cache is not None and not self.idempotent:
+            raise ValueError(f"tool '{self.name}' cannot be cached: it is not idempotent (declare idempotent=True "
+                             "if a call has no effects; a cached output is only reused for such a call)")
 
     @classmethod
     def from_function(
         cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
-        idempotent: bool = False,
+        idempotent: bool = False, cache: CacheOption = None, version: str = "",
     ) -> Tool:
         tool_name = name or fn.__name__
         doc = description if description is not None else inspect.getdoc(fn) or ""
@@ -109,6 +125,8 @@ class Tool:
             accepts_extra=extra,
             input_schema=schema,
             is_async=inspect.iscoroutinefunction(fn),
+            cache=declared_policy(cache, tool=tool_name),
+            version=version,
         )
 
     def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
@@ -198,9 +216,11 @@ class Toolbox(Mapping[str, Tool]):
     def __len__(self) -> int:
         return len(self._tools)
 
-    def add(self, item: Tool | ToolFunction, *, name: str | None = None, idempotent: bool = False) -> Tool:
+    def add(self, item: Tool | ToolFunction, *, name: str | None = None, idempotent: bool = False,
+            cache: CacheOption = None, version: str = "") -> Tool:
         """Add a tool (or a function, wrapped as one); a second tool of the same name is an error."""
-        t = item if isinstance(item, Tool) else Tool.from_function(item, name=name, idempotent=idempotent)
+        t = item if isinstance(item, Tool) else Tool.from_function(item, name=name, idempotent=idempotent,
+                                                                   cache=cache, version=version)
         existing = self._tools.get(t.name)
         if existing is not None and existing is not t and existing.fn is not t.fn:
             raise ValueError(f"tool '{t.name}' is already registered")
@@ -208,12 +228,13 @@ class Toolbox(Mapping[str, Tool]):
         return t
 
     def tool(
-        self, fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False
+        self, fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False,
+        cache: CacheOption = None, version: str = "",
     ) -> Any:
         """Decorator registering a function as a tool; the function itself is returned unchanged."""
 
         def register(f: ToolFunction) -> ToolFunction:
-            self.add(f, name=name, idempotent=idempotent)
+            self.add(f, name=name, idempotent=idempotent, cache=cache, version=version)
             return f
 
         return register(fn) if fn is not None else register
@@ -244,12 +265,17 @@ class Toolbox(Mapping[str, Tool]):
 
 def tool(
     fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False,
-    description: str | None = None,
+    description: str | None = None, cache: CacheOption = None, version: str = "",
 ) -> Any:
-    """Decorator turning a function into a :class:`Tool` (add it to a Toolbox, or pass it in ``tools=[...]``)."""
+    """Decorator turning a function into a :class:`Tool` (add it to a Toolbox, or pass it in ``tools=[...]``).
+
+    ``cache=True`` or ``cache={"ttl": seconds}`` (with ``idempotent=True``): steps calling it reuse the output of an
+    earlier call with the same arguments and ``version`` in the journal (docs/caching.md).
+    """
 
     def wrap(f: ToolFunction) -> Tool:
-        return Tool.from_function(f, name=name, idempotent=idempotent, description=description)
+        return Tool.from_function(f, name=name, idempotent=idempotent, description=description, cache=cache,
+                                  version=version)
 
     return wrap(fn) if fn is not None else wrap
 

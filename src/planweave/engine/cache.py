@@ -1,0 +1,96 @@
+"""The result cache of a run: which attempts may reuse an output, their keys, and the journal's answer.
+
+A cacheable attempt (:func:`planweave.plan.cache.step_policy`) has a key: the sha256 of the canonical JSON of the
+tool's name, its declared ``version`` and the rendered arguments (:func:`cache_key`). Before calling the tool the
+run asks the journal for an output indexed under that key no older than the policy's ttl
+(:meth:`StepCache.lookup`); on a hit the step succeeds with that output and ``cache: {run, step, at}``, the tool
+is not called. A miss runs the tool, and its ``step_succeeded`` carries ``cache_key``, which the journal indexes in
+the same transaction. docs/caching.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from planweave.engine.events import CacheHitData
+from planweave.engine.state import StepRecord
+from planweave.journal.base import Journal, encode_blob, find_cached
+from planweave.plan.cache import CachePolicy, step_policy, tool_version
+from planweave.plan.catalog import ToolSpec
+from planweave.plan.graph import Plan
+
+
+def cache_key(tool: str, version: str, args: Mapping[str, Any]) -> str:
+    """The key of a call: sha256 of the canonical JSON (sorted keys, ASCII) of tool name, version and arguments."""
+    body = json.dumps({"tool": tool, "version": version, "args": args}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+class CacheHit(NamedTuple):
+    """An output served from the cache: its value, its blob reference and where it came from."""
+
+    value: Any
+    ref: str
+    source: CacheHitData
+
+
+class CacheEntry(NamedTuple):
+    """A cacheable attempt: its key and policy."""
+
+    key: str
+    policy: CachePolicy
+
+
+class StepCache:
+    """One run's use of the result cache (built by the run; ``lookup=False`` is ``--no-cache``: outputs are still
+    indexed, so a later run can reuse them, but none is reused)."""
+
+    def __init__(self, journal: Journal, now: Callable[[], float], *, lookup: bool,
+                 redact: Callable[[Any], Any] | None) -> None:
+        self._journal = journal
+        self._now = now
+        self._lookup = lookup
+        self._redact = redact
+        self._plan: Plan | None = None
+        self._policies: dict[tuple[str, str], CachePolicy | None] = {}
+
+    def entry(self, plan: Plan, rec: StepRecord, tool: ToolSpec, args: Mapping[str, Any]) -> CacheEntry | None:
+        """The key and policy of this attempt, or None when it may not be cached."""
+        if plan is not self._plan:  # a new plan version: policies are per (step, tool) of a version
+            self._plan = plan
+            self._policies = {}
+        sid = rec.id
+        memo = (sid, tool.name)
+        policy = self._policies.get(memo, ...)
+        if policy is ...:
+            policy = self._policies[memo] = step_policy(plan.steps[sid], tool, plan.spec)
+        if policy is None:
+            return None
+        try:
+            return CacheEntry(cache_key(tool.name, tool_version(tool), args), policy)
+        except (TypeError, ValueError):  # arguments JSON cannot hold exactly: the tool refuses them, uncached
+            return None
+
+    async def lookup(self, entry: CacheEntry) -> CacheHit | None:
+        """The output to reuse for ``entry``, if the journal holds one young enough (and the cache is on)."""
+        if not self._lookup:
+            return None
+        found = await find_cached(self._journal, entry.key, entry.policy.since(self._now()))
+        if found is None:
+            return None
+        blobs = await self._journal.get_blobs([found.output])
+        if found.output not in blobs:
+            return None  # never expected (prune removes an entry with its run): a miss is always safe
+        return CacheHit(blobs[found.output], found.output, {"run": found.run_id, "step": found.step, "at": found.at})
+
+    def succeeded(self, entry: CacheEntry, attempt: int, ref: str, output: Any) -> dict[str, Any]:
+        """The ``step_succeeded`` data of a cacheable attempt that ran: with ``cache_key``, unless the stored output
+        is not the output itself (``redact`` rewrote it), which must then never be reused."""
+        data: dict[str, Any] = {"attempt": attempt, "output": ref}
+        if self._redact is None or encode_blob(output)[0] == ref:
+            data["cache_key"] = entry.key
+        return data
