@@ -92,6 +92,8 @@ class JournaledRun:
         report["owner"] = dict(self.owner)
         if self.allocations:
             report["allocations"] = [dict(a) for a in self.allocations]
+        if self.state.escalations and "escalations" not in report:
+            report["escalations"] = [dict(e) for e in self.state.escalations]
         hide = shown_redaction()
         shown: dict[str, Any] = report if hide is None else hide(report)
         return shown
@@ -316,11 +318,19 @@ def show(
         console.print()
         console.print(Text("escalations", style="bold"))
         for esc in state.escalations:
-            where = f" step '{esc['step']}'" if esc.get("step") else ""
-            console.print(Text(f"  {esc.get('rung')}{where}: {esc.get('reason', '')}"[:400]))
+            console.print(Text(_escalation_line(esc)[:400]))
     if found.allocations:
         console.print()
         console.print(views.allocations_table(found.allocations))
+
+
+def _escalation_line(esc: Mapping[str, Any]) -> str:
+    """One escalation as ``show`` lists it; a model cascade's move names its monitor and the tiers."""
+    where = f" step '{esc['step']}'" if esc.get("step") else ""
+    if esc.get("from_tier") is not None:  # a model cascade moved (escalate, deescalate)
+        why = f" ({esc['monitor']})" if esc.get("monitor") else ""
+        where += f"{why}: {esc['from_tier']} -> {esc.get('to_tier')}"
+    return f"  {esc.get('rung')}{where}: {esc.get('reason', '')}"
 
 
 def register(app: typer.Typer) -> None:

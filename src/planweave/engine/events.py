@@ -182,6 +182,15 @@ class EscalationData(TypedDict):
     p_deadline: NotRequired[float]  # deadline_pressure: the forecast's P(in time) that fell below the threshold
     threshold: NotRequired[float]  # deadline_pressure: that threshold
     remaining_s: NotRequired[float]  # deadline_pressure: seconds left until the deadline when it fired
+    # escalate / deescalate (a model cascade, allocate/cascade_seam.py): the monitor that fired (stuck, milestone,
+    # low_confidence; none for a streak's deescalate), the tiers moved between, the model now used
+    monitor: NotRequired[str]
+    from_tier: NotRequired[str]
+    to_tier: NotRequired[str]
+    model: NotRequired[str]
+    attempt: NotRequired[int]
+    cascade: NotRequired[str]  # the cascade key
+    streak: NotRequired[int]  # deescalate: the successes in a row it took
     crossing: NotRequired[int]  # deadline_pressure: how many times pressure fired in the run, this one included
 
 

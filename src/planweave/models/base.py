@@ -41,6 +41,7 @@ class CompletionRequest:
     schema: Mapping[str, Any] | None = field(default=None, hash=False)
     schema_name: str = "result"
     stop: tuple[str, ...] = ()
+    logprobs: int | None = None  # ask for each token's top N logprobs (where the endpoint gives them)
 
     @classmethod
     def of(cls, prompt: str, *, system: str | None = None, **options: Any) -> CompletionRequest:
@@ -90,6 +91,7 @@ class Completion:
     structured_mode: StructuredMode | None = None
     first_token_s: float | None = None
     duration_s: float = 0.0
+    logprobs: tuple[tuple[float, ...], ...] | None = field(default=None, compare=False)  # per token, best first
 
     @property
     def total_tokens(self) -> int:

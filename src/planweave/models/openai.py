@@ -292,6 +292,9 @@ class OpenAIChatClient:
             body["temperature"] = request.temperature
         if request.stop:
             body["stop"] = list(request.stop)
+        if request.logprobs is not None:  # only when asked: not every endpoint takes it
+            body["logprobs"] = True
+            body["top_logprobs"] = request.logprobs
         if stream:
             body["stream"] = True
             if compat.stream_options:
@@ -406,6 +409,7 @@ class OpenAIChatClient:
         started: float,
         first_token: float | None,
         text_events: int = 0,
+        logprobs: tuple[tuple[float, ...], ...] | None = None,
     ) -> Completion:
         """The Completion of a finished call; without server usage, a stream's text events count as its tokens
         (servers send about one token per event), else four characters make a token."""
@@ -432,6 +436,7 @@ class OpenAIChatClient:
             structured_mode=mode,
             first_token_s=None if first_token is None else first_token - started,
             duration_s=now - started,
+            logprobs=logprobs if request.logprobs is not None else None,
         )
 
     def _parse(self, request: CompletionRequest, text: str, model: str, finish_reason: str | None) -> Any:
@@ -479,6 +484,8 @@ class OpenAIChatClient:
                 text += content
                 state.text_events += 1
             state.finish = choice.get("finish_reason") or state.finish
+            if state.logprobs is not None:
+                state.logprobs.extend(_token_logprobs(choice.get("logprobs")))
         if text:
             state.pieces.append(text)
             state.chars += len(text)
@@ -515,7 +522,8 @@ class OpenAIChatClient:
                     grant.done(response.status_code, tokens=_server_tokens(data.get("usage")))
                     return self._finish(request, model=data.get("model") or model, text=text,
                                         usage=data.get("usage"), finish_reason=choice.get("finish_reason"),
-                                        mode=mode, started=started, first_token=None)
+                                        mode=mode, started=started, first_token=None,
+                                        logprobs=tuple(_token_logprobs(choice.get("logprobs"))))
             except _Adapted:
                 continue
             except ModelError as exc:
@@ -546,6 +554,8 @@ class OpenAIChatClient:
                     chunks = response.aiter_bytes()
                     state = _StreamState(model, prompt_estimate=approx_prompt_tokens(m.content
                                                                                      for m in request.messages))
+                    if request.logprobs is not None:
+                        state.logprobs = []
                     first_token: float | None = None
                     buffer = b""
                     ended = False
@@ -585,7 +595,8 @@ class OpenAIChatClient:
                     completion = self._finish(request, model=state.model, text="".join(state.pieces),
                                               usage=state.usage, finish_reason=state.finish, mode=mode,
                                               started=started, first_token=first_token,
-                                              text_events=state.text_events)
+                                              text_events=state.text_events,
+                                              logprobs=None if state.logprobs is None else tuple(state.logprobs))
                 yield completion  # the slot is free once the reply is whole
                 return
             except _Adapted:
@@ -611,6 +622,7 @@ class _StreamState:
     finish: str | None = None
     done: bool = False
     prompt_estimate: int = 0
+    logprobs: list[tuple[float, ...]] | None = None  # per token, best first (when the request asked for them)
 
     def __post_init__(self) -> None:
         self.model = self.model or self.requested
@@ -625,6 +637,22 @@ class _StreamState:
             since = self.text_events - self.events_at_usage
             return Usage(prompt, completion + since, "server" if since == 0 else "estimated")
         return Usage(self.prompt_estimate, max(self.text_events, -(-self.chars // CHARS_PER_TOKEN)), "estimated")
+
+
+def _token_logprobs(block: Any) -> list[tuple[float, ...]]:
+    """Per token, its logprob and its alternatives' (best first), from a choice's ``logprobs`` block (OpenAI's
+    ``{"content": [{"token", "logprob", "top_logprobs": [...]}]}``); nothing when the endpoint sent none."""
+    content = block.get("content") if isinstance(block, dict) else None
+    tokens: list[tuple[float, ...]] = []
+    for item in content if isinstance(content, list) else ():
+        if not isinstance(item, dict):
+            continue
+        top = [t.get("logprob") for t in item.get("top_logprobs") or () if isinstance(t, dict)]
+        values = [v for v in top if isinstance(v, int | float)] or (
+            [item["logprob"]] if isinstance(item.get("logprob"), int | float) else [])
+        if values:
+            tokens.append(tuple(sorted((float(v) for v in values), reverse=True)))
+    return tokens
 
 
 async def _drain(chunks: AsyncIterator[bytes], timeout: float = 1.0) -> None:

@@ -63,7 +63,8 @@ def plan_lines(steps: Iterable[Mapping[str, Any]]) -> str:
 @dataclass(frozen=True, slots=True)
 class Text:
     """Answer with ``text``. Unset timings take the server's defaults; ``usage=False`` sends no token counts;
-    ``prompt_tokens``/``completion_tokens`` replace the counted ones."""
+    ``prompt_tokens``/``completion_tokens`` replace the counted ones. ``logprobs``, sent only to a request that asks
+    for logprobs, are each token's top logprobs (best first; the last entry serves every token past the list)."""
 
     text: str
     ttft: float | None = None
@@ -72,6 +73,29 @@ class Text:
     usage: bool = True
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    logprobs: tuple[tuple[float, ...], ...] | None = None
+
+
+def _logprobs_block(reply: Text, pieces: Sequence[str], first: int) -> dict[str, Any]:
+    """The OpenAI ``logprobs`` block of ``pieces``, tokens ``first``.. of ``reply``."""
+    table = reply.logprobs or ((0.0,),)
+    content = []
+    for i, piece in enumerate(pieces, start=first):
+        top = table[min(i, len(table) - 1)]
+        content.append({"token": piece, "logprob": top[0],
+                        "top_logprobs": [{"token": piece if j == 0 else f"<alt{j}>", "logprob": lp}
+                                         for j, lp in enumerate(top)]})
+    return {"content": content}
+
+
+def _asks_logprobs(req: RecordedRequest, reply: Text) -> bool:
+    return isinstance(req.body, dict) and bool(req.body.get("logprobs")) and reply.logprobs is not None
+
+
+def _add_logprobs(chunk: dict[str, Any], reply: Text | None, delta: Mapping[str, Any], index: int) -> None:
+    """Give a content chunk its token's logprobs (``reply`` None: the request asked for none)."""
+    if reply is not None and delta.get("content"):
+        chunk["choices"][0]["logprobs"] = _logprobs_block(reply, [delta["content"]], index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,6 +502,8 @@ class ScriptedLLM:
             "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
                          "finish_reason": reply.finish_reason}],
         }
+        if _asks_logprobs(req, reply):
+            body["choices"][0]["logprobs"] = _logprobs_block(reply, pieces, 0)
         usage = self._usage(req, reply, len(pieces), call)
         if reply.usage:
             body["usage"] = usage
@@ -502,9 +528,12 @@ class ScriptedLLM:
         billed = Text("", usage=timing.usage, prompt_tokens=timing.prompt_tokens)
         self._usage(req, billed, 0, call)  # the prompt is billed once generation starts
 
+        with_logprobs = timing if _asks_logprobs(req, timing) else None
+
         def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
             chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
                                      "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            _add_logprobs(chunk, with_logprobs, delta, call.completion_tokens)
             if delta.get("content"):
                 call.completion_tokens += 1  # billed as it is sent: a cut stream still costs what it sent
                 if every:

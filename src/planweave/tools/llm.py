@@ -8,11 +8,12 @@ and budget, so the CLI decides which model serves plan steps.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Literal
 
 from planweave.allocate import AllocationSeam, Verifier, allocated_call
+from planweave.allocate.cascade_seam import CascadeSeam, cascaded_call
 from planweave.engine.context import current_step
 from planweave.errors import ToolError
 from planweave.models import (
@@ -91,6 +92,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     name: str = "llm",
     allocation: AllocationSeam | None = None,
     verifiers: Mapping[str, Verifier] | None = None,
+    cascade: CascadeSeam | None = None,
 ) -> Tool:
     """Build the ``llm`` tool calling ``client`` (``default_model`` or the client's model unless a step names one).
 
@@ -102,9 +104,11 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
 
     ``allocation`` (an :class:`~planweave.allocate.AllocationSeam`) decides steps saying ``model: auto``: tier and
     parallel samples, each sample reserved and charged as one call; ``verifiers`` are the named checks ``select:
-    verifier`` may use (docs/allocation.md).
+    verifier`` may use (docs/allocation.md). ``cascade`` (a :class:`~planweave.allocate.cascade_seam.CascadeSeam`)
+    gives steps saying ``model: cascade`` their tier per attempt, cheapest first, escalating when a monitor fires.
     """
     table = prices if prices is not None else PriceTable()
+    cascade_seam = cascade  # the step argument ``cascade`` (its settings) shadows the name inside ``llm``
 
     async def reserve(request: CompletionRequest, model: str) -> tuple[Reservation | None, CompletionRequest]:
         if budget is None:
@@ -153,12 +157,14 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         max_samples: int | None = None,
         select: Literal["vote", "first_valid", "verifier"] | None = None,
         verifier: str | None = None,
+        cascade: bool | dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Ask a language model; with ``schema`` (a JSON schema) the reply is parsed JSON matching it.
 
         Returns ``text`` (or ``json``), ``tokens`` (prompt, completion, total, estimated), ``cost_usd`` and
         ``model``. ``model: auto`` lets the allocator choose among ``tiers`` (and, with ``samples: auto``, how many
-        parallel samples, picked by ``select``); see docs/allocation.md.
+        parallel samples, picked by ``select``); ``model: cascade`` runs the cheapest of ``tiers`` first and
+        escalates when a monitor fires (``cascade:`` its settings); see docs/allocation.md.
         """
         if max_tokens is not None and max_tokens < 1:
             raise ToolError(f"max_tokens must be at least 1, got {max_tokens}", kind="arguments", retryable=False)
@@ -170,6 +176,12 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                 check_schema(schema)
             except ValueError as exc:
                 raise ToolError(f"schema: {exc}", kind="arguments", retryable=False) from None
+        if model == "cascade":
+            return await cascaded_call(
+                lambda m, tick, top: call(prompt, system, schema, m, max_tokens, temperature, on_chunk=tick,
+                                          logprobs=top),
+                seam=cascade_seam, verifiers=verifiers or {},
+                args={"tiers": tiers, "samples": samples, "select": select, "verifier": verifier, "cascade": cascade})
         if model == "auto" or samples is not None or select is not None or verifier is not None:
             def worst(m: str) -> tuple[float | None, int]:
                 probe = CompletionRequest.of(prompt, system=system, model=m, schema=schema,
@@ -177,15 +189,22 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                 return worst_case(probe, m, table, default_max_tokens=default_max_tokens)
 
             return await allocated_call(
-                lambda m: llm(prompt, system, schema, m, max_tokens, temperature),
+                lambda m: call(prompt, system, schema, m, max_tokens, temperature),
                 model=model, default_model=default_model or client.model, seam=allocation, verifiers=verifiers or {},
                 budget=budget, worst=worst, args={"tiers": tiers, "samples": samples, "max_samples": max_samples,
                                                   "select": select, "verifier": verifier},
             )
+        return await call(prompt, system, schema, model, max_tokens, temperature)
+
+    async def call(prompt: str, system: str | None, schema: dict[str, Any] | None, model: str | None,
+                   max_tokens: int | None, temperature: float | None, *, on_chunk: Callable[[], None] | None = None,
+                   logprobs: int | None = None) -> dict[str, Any]:
+        """One model call of a step (reserve, stream, settle, journal); ``on_chunk`` is told of each streamed
+        chunk, ``logprobs`` asks for each token's top logprobs (returned as ``logprobs``)."""
         chosen = model or default_model or client.model
         request = CompletionRequest.of(
             prompt, system=system, model=chosen, max_tokens=max_tokens or default_max_tokens,
-            temperature=temperature, schema=schema,
+            temperature=temperature, schema=schema, logprobs=logprobs,
         )
         try:
             reservation, request = await reserve(request, chosen)
@@ -198,6 +217,8 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             async with aclosing(client.stream(request)) as chunks:
                 async for chunk in chunks:
                     meter.feed(chunk)
+                    if on_chunk is not None:
+                        on_chunk()
                     if not isinstance(chunk, Delta):
                         completion = chunk
         except ModelError as exc:
@@ -219,6 +240,8 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         }
         result["cost_usd"] = completion.cost_usd
         result["model"] = completion.model
+        if logprobs is not None:
+            result["logprobs"] = [list(top) for top in completion.logprobs or ()]
         _report(completion.model, Usage(completion.prompt_tokens, completion.completion_tokens,
                                         completion.usage_source), completion.cost_usd)
         return result
