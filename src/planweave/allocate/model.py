@@ -21,6 +21,10 @@ MAX_SAMPLES = 16
 """The most parallel samples one step may ask for (``samples: N`` or the allocator's choice)."""
 
 
+MAX_TIERS = 32
+"""The most tiers one table may hold (a file, a journaled run, a ``POST /runs`` request)."""
+
+
 class AllocationError(ValueError):
     """A tier table or an ``llm`` step's allocation arguments are wrong; the message names the thing and where."""
 
@@ -74,6 +78,12 @@ class TierTable:
                 return tier
         return None
 
+    def to_mapping(self) -> dict[str, dict[str, Any]]:
+        """The table as :meth:`from_mapping` reads it (JSON data: what ``run_created`` journals)."""
+        return {name: {"model": t.model, "p_success": t.p_success, "duration_s": t.duration_s,
+                       "cost_usd": t.cost_usd, "duration_sigma": t.duration_sigma, "tokens": t.tokens}
+                for name, t in self.tiers.items()}
+
     @classmethod
     def from_mapping(cls, doc: Any, *, where: str = "tiers") -> TierTable:
         """Build a table from ``{name: {model, p_success, duration_s, cost_usd, duration_sigma?, tokens?}}``.
@@ -82,6 +92,8 @@ class TierTable:
         """
         if not isinstance(doc, Mapping) or not doc:
             raise AllocationError(f"{where}: expected a mapping of tier names to their profiles")
+        if len(doc) > MAX_TIERS:
+            raise AllocationError(f"{where}: {len(doc)} tiers, more than the {MAX_TIERS} a table may hold")
         tiers: dict[str, TierProfile] = {}
         fields = ("model", "p_success", "duration_s", "cost_usd", "duration_sigma", "tokens")
         for name, spec in doc.items():
@@ -94,6 +106,8 @@ class TierTable:
             for required in fields[:4]:
                 if required not in spec:
                     raise AllocationError(f"{at}: missing field '{required}'")
+            if not isinstance(spec["model"], str) or not spec["model"].strip():
+                raise AllocationError(f"{at}: field 'model' must be a model name, got {spec['model']!r}")
             try:
                 tiers[str(name)] = TierProfile(
                     name=str(name), model=str(spec["model"]), p_success=_number(spec["p_success"], at, "p_success"),

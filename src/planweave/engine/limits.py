@@ -1,7 +1,8 @@
 """What a run may spend and how long it may take, journaled in its ``run_created`` so a resume applies them again.
 
 ``options.limits`` of ``run_created`` (see :meth:`RunLimits.journaled`) holds the budget, the deadline (also as the
-absolute time ``deadline_at`` on the engine's clock) and the model the run's ``llm`` steps call. A resume
+absolute time ``deadline_at`` on the engine's clock), the model the run's ``llm`` steps call and, when given, the
+tier table its ``model: auto`` steps are allocated from and its deadline-pressure threshold. A resume
 (``planweave resume``, a server's recovery, ``POST /runs/{id}/resume``) reads them back with
 :meth:`JournaledLimits.from_events`: the deadline stays the time it was, and the budget is what is left after the
 run's journaled ``model_call`` usage. The edges enforce them; the engine only journals them.
@@ -46,12 +47,15 @@ class RunLimits:
 
         return Budget(usd=self.budget_usd, tokens=self.budget_tokens)
 
-    def journaled(self, now: float, model: str | None = None) -> dict[str, Any]:
+    def journaled(self, now: float, model: str | None = None, **extra: Any) -> dict[str, Any]:
         """These limits as ``run_created`` keeps them (``options.limits``): the deadline also as the absolute time
-        ``deadline_at`` (``now`` on the engine's clock plus the deadline), and the model the run's ``llm`` calls."""
+        ``deadline_at`` (``now`` on the engine's clock plus the deadline), and the model the run's ``llm`` calls.
+        ``extra`` (``tiers``: a tier table's :meth:`~planweave.allocate.TierTable.to_mapping`; ``pressure``: a
+        deadline-pressure threshold) is kept beside them when given, for a resume to apply again."""
         record: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(RunLimits)}
         record["deadline_at"] = None if self.deadline is None else now + self.deadline
         record["model"] = model
+        record.update({k: v for k, v in extra.items() if v is not None})
         return record
 
 
@@ -64,6 +68,8 @@ class JournaledLimits:
     model: str | None = None  # the model its llm steps called
     spent_usd: float = 0.0
     spent_tokens: int = 0
+    tiers: Mapping[str, Any] | None = None  # the tier table its model: auto steps were allocated from (as journaled)
+    pressure: float | None = None  # the deadline-pressure threshold it was given (--deadline-pressure)
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -78,7 +84,9 @@ class JournaledLimits:
                 usd += float(event.data.get("cost_usd") or 0.0)
                 tokens += int(event.data.get("prompt_tokens") or 0) + int(event.data.get("completion_tokens") or 0)
         limits = RunLimits(**{f.name: record.get(f.name) for f in fields(RunLimits)})
-        return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens)
+        tiers = record.get("tiers")
+        return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens,
+                               tiers if isinstance(tiers, Mapping) else None, record.get("pressure"))
 
     def with_overrides(self, overrides: RunLimits, now: float) -> JournaledLimits:
         """These limits with the ones given again at resume (a new deadline counts from ``now``)."""

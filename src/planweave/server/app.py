@@ -61,6 +61,7 @@ from planweave.server.limits import (
     LimitCaps,
     RunLimits,
     ServerModel,
+    checked_tiers,
     open_server_model,
     resume_within_limits,
     start_deadline,
@@ -113,6 +114,10 @@ class RunSubmission(BaseModel):
                                         "of lower ones' (journaled; a resume keeps it).")
     max_replans: int | None = Field(None, ge=0, description="Most re-plans of a goal run "
                                                             "(default: the server's --max-replans, else 5).")
+    tiers: dict[str, Any] | None = Field(
+        None, max_length=32, description="Model tiers for the plan's llm steps saying model: auto: {name: {model, "
+        "p_success, duration_s, cost_usd, duration_sigma?, tokens?}} (docs/allocation.md); journaled, a resume "
+        "keeps them.")
 
     def limits(self) -> RunLimits:
         """The limits the request asks for (before the server's caps)."""
@@ -298,6 +303,9 @@ def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> 
         if getattr(submission, name) is not None and model is None:
             problems.append(PlanProblem("", name, "a plan's budget limits its llm steps, and this server has no "
                                                   "model: start it with `planweave serve --model NAME`"))
+    if submission.tiers is not None and model is None:
+        problems.append(PlanProblem("", "tiers", "tiers allocate a plan's llm steps saying model: auto, and this "
+                                                 "server has no model: start it with `planweave serve --model NAME`"))
     if problems:
         raise PlanInvalid(problems, HTTP_SOURCE)
 
@@ -318,6 +326,9 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
         if state.model is None:
             raise PlanInvalid([PlanProblem("", "goal", "this server has no model to plan goals with: start it with "
                                                        "`planweave serve --model NAME`")], HTTP_SOURCE)
+        if submission.tiers is not None:
+            raise PlanInvalid([PlanProblem("", "tiers", "tiers allocate a plan's llm steps saying model: auto: "
+                                                        "POST a plan, not a goal")], HTTP_SOURCE)
         run = await state.model.start_goal(submission.goal, submission.run_id, limits, submission.priority)
     else:
         _check_plan_limits(submission, state.model)
@@ -328,7 +339,7 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
                                            priority=submission.priority)
         else:
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
-                                               submission.priority)
+                                               submission.priority, tiers=checked_tiers(submission.tiers))
         start_deadline(state.engine, run, limits)
         if limits.deadline is not None or limits.budget_usd is not None:  # the dashboard shows its forecast
             from planweave.forecast.live import LiveOptions, start_live_forecast

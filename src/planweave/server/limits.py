@@ -21,13 +21,14 @@ from planweave.server.live import ServerError
 from planweave.tools.registry import Toolbox
 
 if TYPE_CHECKING:
+    from planweave.allocate import AllocationSeam, TierTable
     from planweave.models import Budget, ModelClient
     from planweave.planning import PlanningLoop
 
 T = TypeVar("T")
 
-__all__ = ["CAP_FLAGS", "JournaledLimits", "LimitCaps", "RunLimits", "ServerModel", "open_server_model",
-           "resume_within_limits"]
+__all__ = ["CAP_FLAGS", "JournaledLimits", "LimitCaps", "RunLimits", "ServerModel", "checked_tiers",
+           "open_server_model", "resume_within_limits"]
 
 #: The ``planweave serve`` flag that sets each cap, by the request field it bounds.
 CAP_FLAGS = {
@@ -85,20 +86,36 @@ class ServerModel:
     client: ModelClient
     base: Toolbox
 
-    def tools(self, budget: Budget | None) -> Toolbox:
-        """The engine's tools plus ``llm`` on this model within ``budget`` (a given ``llm`` tool is kept)."""
+    def tools(self, budget: Budget | None, allocation: AllocationSeam | None = None) -> Toolbox:
+        """The engine's tools plus ``llm`` on this model within ``budget`` (a given ``llm`` tool is kept), its
+        ``model: auto`` steps allocated by ``allocation``."""
         from planweave.tools.llm import llm_tool
 
         if "llm" in self.base:
             return self.base
-        return self.base.merged(Toolbox({"llm": llm_tool(self.client, budget)}))
+        return self.base.merged(Toolbox({"llm": llm_tool(self.client, budget, allocation=allocation)}))
+
+    def allocation(self, tiers: TierTable | None, deadline_at: float | None) -> AllocationSeam | None:
+        """An allocator on ``tiers`` for one run's ``model: auto`` steps (None without tiers), reading the
+        engine's runs, to finish by ``deadline_at`` on its clock."""
+        if tiers is None:
+            return None
+        from planweave.allocate import AllocationSeam
+
+        seam = AllocationSeam(tiers, deadline_at=deadline_at)
+        seam.bind(self.engine.get)
+        return seam
 
     async def start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits,
-                         priority: float = 0.0) -> Run:
-        """Start a plan whose ``llm`` steps spend at most the run's budget (its limits journaled for a resume)."""
-        return await self.engine.start(document, tools=self.tools(limits.budget()), run_id=run_id, source=source,
-                                       limits=limits.journaled(self.engine.clock.now(), self.client.model),
-                                       priority=priority)
+                         priority: float = 0.0, *, tiers: TierTable | None = None) -> Run:
+        """Start a plan whose ``llm`` steps spend at most the run's budget, its ``model: auto`` steps allocated from
+        ``tiers`` (its limits and tiers journaled for a resume)."""
+        now = self.engine.clock.now()
+        seam = self.allocation(tiers, None if limits.deadline is None else now + limits.deadline)
+        return await self.engine.start(document, tools=self.tools(limits.budget(), seam), run_id=run_id,
+                                       source=source, priority=priority, limits=limits.journaled(
+                                           now, self.client.model,
+                                           tiers=None if tiers is None else tiers.to_mapping()))
 
     def planning_loop(self, limits: RunLimits) -> PlanningLoop:
         """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
@@ -124,6 +141,20 @@ async def open_server_model(
     return ServerModel(engine, client, base)
 
 
+def checked_tiers(doc: Any, *, where: str = "tiers") -> TierTable | None:
+    """The tier table ``doc`` (a request's ``tiers``, a journaled one) checked, or None without one; raises
+    PlanInvalid (422) naming ``where``, the tier and the field."""
+    if doc is None:
+        return None
+    from planweave.allocate import AllocationError, TierTable
+
+    try:
+        return TierTable.from_mapping(doc, where=where)
+    except AllocationError as exc:
+        raise PlanInvalid([PlanProblem("", "tiers", str(exc))], "POST /runs" if where == "tiers" else where) \
+            from None
+
+
 def start_deadline(engine: Engine, run: Run, limits: RunLimits) -> None:
     """Cancel the plan run ``run`` when its deadline passes (goal runs have the planning loop's own deadline)."""
     if limits.deadline is not None:
@@ -135,7 +166,10 @@ async def resume_within_limits(engine: Engine, model: ServerModel | None, run_id
     """Resume ``run_id`` with the limits it was started with: its ``llm`` steps on this server's model within what
     is left of its budget, and its deadline at the time it was set for."""
     recorded = JournaledLimits.from_events(await engine.journal.read(run_id))
-    tools = model.tools(recorded.budget()) if model is not None else None
+    tools = None
+    if model is not None:
+        tiers = checked_tiers(recorded.tiers, where=f"run '{run_id}': its journaled tiers")
+        tools = model.tools(recorded.budget(), model.allocation(tiers, recorded.deadline_at))
     run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
     recorded.apply_deadline(engine, run)
     return run
