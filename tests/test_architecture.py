@@ -11,6 +11,7 @@ CORE = [
     SRC / "engine" / "events.py",
     SRC / "engine" / "state.py",
     SRC / "engine" / "scheduler.py",
+    SRC / "engine" / "speculation.py",
     SRC / "engine" / "splice.py",
     SRC / "engine" / "context.py",
     SRC / "clock.py",

@@ -27,12 +27,21 @@ class Launchable(Protocol):
         ...
 
 
+class Preemptible(Protocol):
+    """A speculative attempt holding a spare slot (:meth:`Dispatcher.take_spare`)."""
+
+    def preempt(self) -> None:
+        """Stop at once: a real step needs the slot (the dispatcher has taken it back already)."""
+        ...
+
+
 class Dispatcher:
     """Admits the ready steps of every run of an engine in priority order within its concurrency and capacities."""
 
     def __init__(self, scheduler: Scheduler[tuple[Launchable, StepRecord]]) -> None:
         self.scheduler = scheduler
         self._pump_soon = False  # a deferred admission is scheduled (see release)
+        self._spare: dict[Preemptible, Claim | None] = {}  # speculative attempts holding slots, oldest first
 
     @property
     def capacities(self) -> Mapping[str, int]:
@@ -52,6 +61,39 @@ class Dispatcher:
         """Start every queued step that fits now, best first."""
         for (run, rec), claims in self.scheduler.admit():
             run.launch(rec, claims)
+        if self._spare and self.scheduler.has_waiting:
+            self._preempt()
+
+    # -- speculation: spare slots only, taken back the moment a real step needs one ---------------------------
+    def take_spare(self, holder: Preemptible, claim: Claim | None) -> bool:
+        """Give a speculative attempt a slot if nothing waits for one (it holds it until :meth:`give_back_spare`,
+        :meth:`promote`, or a real step needs it and it is preempted)."""
+        if self.scheduler.try_take_spare(claim):
+            self._spare[holder] = claim
+            return True
+        return False
+
+    def promote(self, holder: Preemptible) -> None:
+        """The speculative attempt became its step's real attempt: it keeps its slot (given back by
+        :meth:`release` with its claims) and is no longer preempted."""
+        self._spare.pop(holder, None)
+
+    def give_back_spare(self, holder: Preemptible) -> None:
+        """A speculative attempt ended: its slot goes back (unless it was preempted or promoted)."""
+        if holder in self._spare:
+            self.release(self._spare.pop(holder))
+
+    def _preempt(self) -> None:
+        """Queued real steps wait: stop the newest speculative attempts whose slots they need, and admit again."""
+        scheduler = self.scheduler
+        while scheduler.has_waiting and self._spare:
+            victim = next((h for h in reversed(self._spare) if scheduler.needs_back(self._spare[h])), None)
+            if victim is None:
+                return  # what the queue waits for is held by real steps
+            scheduler.release(self._spare.pop(victim))
+            victim.preempt()
+            for (run, rec), claims in scheduler.admit():
+                run.launch(rec, claims)
 
     def release(self, claims: Claim | None) -> None:
         """Give back a started step's slot and claims; queued steps are admitted on the next loop turn."""

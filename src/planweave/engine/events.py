@@ -35,6 +35,9 @@ EventKind = Literal[
     "input_given",  # data: value
     "step_reply",  # data: approve, reason | value (a person's answer, written by another process)
     "allocation",  # data: tier, model, samples, select, policy, p_all, compared (the allocator's choice for a step)
+    "speculation_started",  # data: basis (producer -> prediction source), confidence (a step started on predictions)
+    "speculation_adopted",  # data: started_at (its speculative attempt became the step's attempt)
+    "speculation_discarded",  # data: reason, started_at, cost_usd (the speculative attempt was thrown away)
     "forecast",  # data: p_deadline, p_budget, p_success, p_all, makespan, cost_usd, critical_steps, runs (a refresh)
 ]
 
@@ -266,6 +269,29 @@ class ForecastData(TypedDict):
     overhead_s: NotRequired[float]  # wall seconds the refresh took
 
 
+class SpeculationStartedData(TypedDict):
+    """A step started on predicted inputs (docs/speculation.md): no output of it is visible until it is adopted."""
+
+    basis: Mapping[str, str]  # each producer it did not wait for -> where its prediction came from
+    confidence: float  # the product of those predictions' confidences
+    mode: NotRequired[str]  # safe or eager
+
+
+class SpeculationAdoptedData(TypedDict):
+    """The real arguments equal the predicted ones: the speculative attempt is the step's attempt (the
+    ``step_started`` just before names its number; the step started at ``started_at``)."""
+
+    started_at: float
+
+
+class SpeculationDiscardedData(TypedDict):
+    """The speculative attempt was thrown away: it never gives the step an output."""
+
+    reason: str  # mismatch: <producer>, preempted, failed: <error>, producer <id> <status>, ...
+    started_at: NotRequired[float]
+    cost_usd: NotRequired[float]  # what its model calls cost: the extra cost of speculation
+
+
 # The payload type of every kind of event: the fold's dispatch table is checked against it (tests/engine/test_state.py).
 PAYLOADS: Mapping[EventKind, type] = {
     "run_created": RunCreatedData,
@@ -291,4 +317,7 @@ PAYLOADS: Mapping[EventKind, type] = {
     "step_reply": StepReplyData,
     "allocation": AllocationData,
     "forecast": ForecastData,
+    "speculation_started": SpeculationStartedData,
+    "speculation_adopted": SpeculationAdoptedData,
+    "speculation_discarded": SpeculationDiscardedData,
 }

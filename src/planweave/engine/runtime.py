@@ -33,6 +33,7 @@ from planweave.engine.events import Event, EventKind
 from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
 from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.scheduler import Scheduler
+from planweave.engine.speculative import Speculator, resolve_policy
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
 from planweave.engine.state import ACTIVE, OnFailure, RunState, RunStatus, StepRecord
 from planweave.errors import (
@@ -46,7 +47,7 @@ from planweave.errors import (
 from planweave.journal.base import Journal, scrub
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
-from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, Step
+from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
@@ -134,8 +135,10 @@ class RunHost:
 class Run:
     """One execution of a plan inside an :class:`Engine`. Await :meth:`wait` for its result."""
 
-    def __init__(self, host: RunHost, run_id: str, tools: ToolCatalog, state: RunState, *, holds: int = 0) -> None:
-        """A run of ``state``'s plan with ``tools``; ``holds`` keeps it open until as many :meth:`release` calls."""
+    def __init__(self, host: RunHost, run_id: str, tools: ToolCatalog, state: RunState, *, holds: int = 0,
+                 speculation: SpeculationSpec | None = None) -> None:
+        """A run of ``state``'s plan with ``tools``; ``holds`` keeps it open until as many :meth:`release` calls;
+        ``speculation`` (not ``off``) starts steps on predicted inputs (docs/speculation.md)."""
         self.id = run_id
         self.state = state
         self.outputs: dict[str, Any] = {}
@@ -168,6 +171,10 @@ class Run:
         self._journal_lost: JournalError | None = None  # a write the journal lost (e.g. a full disk): run stopped
         self._inputs: dict[str, asyncio.Future[Any]] = {}  # human.input calls waiting for a value
         self._timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
+        self._spec: Speculator | None = None  # speculative attempts (None: speculation off, nothing to pay)
+        if speculation is not None and speculation.mode != "off":
+            self._spec = Speculator(self, speculation, host.dispatch, tools, host.clock, host.max_output_bytes)
+            self._give_back = self._release_and_speculate
         self._cache = StepCache(self._journal, self._now, lookup=host.cache, redact=host.redact)
 
     # -- public ------------------------------------------------------------------------------------------------
@@ -251,10 +258,13 @@ class Run:
         if ready:
             enqueue = self._enqueue
             approvals = self.state.approvals
+            spec = self._spec
             left = len(ready)
             for sid in ready:
                 if approvals and sid in approvals and self.state.needs_approval(sid):
                     self._request_approval(sid)
+                elif spec is not None and sid in spec.attempts and spec.resolve(self.state.records[sid]):
+                    pass  # its speculative attempt, on the real arguments, is its attempt
                 else:
                     enqueue(self, sid, event[2], left)
                 left -= 1
@@ -286,8 +296,12 @@ class Run:
                     self._ready.set()
                 self._rewait()
                 self._pump()
+                if self._spec is not None:
+                    self._spec.schedule()
                 self._check_done()
                 await self._done.wait()
+                if self._spec is not None:
+                    self._spec.close()
                 for timer in self._timers.values():
                     timer.cancel()
         except asyncio.CancelledError:
@@ -415,6 +429,83 @@ class Run:
             if rec.attempts == attempt and self.state.records.get(sid) is rec:
                 self._tasks.pop(sid, None)
             self._give_back(claims)
+            if not self.state.active and not self._holds:
+                self._done.set()
+
+    # -- speculative attempts (engine/speculative.py drives them through these) ---------------------------------
+    def _release_and_speculate(self, claims: Claim | None) -> None:
+        """The dispatcher's release, then a look for speculative work (a slot is free, an output may be new)."""
+        self._dispatch.release(claims)
+        if self._spec is not None:
+            self._spec.schedule()
+
+    def emit_speculation(self, kind: EventKind, sid: str, data: Mapping[str, Any]) -> None:
+        """Journal a ``speculation_started``, ``_adopted`` or ``_discarded`` event of step ``sid``."""
+        self._emit(kind, sid, data)
+
+    def spawn(self, coro: Coroutine[Any, Any, None], sid: str) -> asyncio.Task[None] | None:
+        """Start a speculative attempt of step ``sid`` in the run's TaskGroup (None when the run is ending)."""
+        if self._tg is None:
+            coro.close()
+            return None
+        try:
+            return self._tg.create_task(coro, name=f"planweave-speculative-{self.id}-{sid}")
+        except RuntimeError:
+            coro.close()
+            return None
+
+    async def call_tool(self, call: ToolCall) -> Any:
+        """Execute a speculative attempt's call as a step's (under its timeout and heartbeat)."""
+        step = self.state.plan.steps[call.step_id]
+        if step.timeout is None and step.heartbeat is None:
+            return await self._executor.execute(call)
+        return await _attempt.guarded(self._executor, call, step, self._watchdogs)
+
+    def adopt_finished(self, rec: StepRecord, started_at: float, output: Any) -> None:
+        """Ready step ``rec`` takes the output of its finished speculative attempt (started at ``started_at``)."""
+        attempt = rec.attempts + 1
+        self._emit("step_started", rec.id, {"attempt": attempt})
+        self._emit("speculation_adopted", rec.id, {"started_at": started_at})
+        self.settle_adopted(rec, attempt, None, output, None, slot=False)
+
+    def adopt_running(self, rec: StepRecord, started_at: float, task: asyncio.Task[None]) -> int:
+        """Ready step ``rec``'s running speculative attempt ``task`` becomes its attempt; return the number."""
+        attempt = rec.attempts + 1
+        self._emit("step_started", rec.id, {"attempt": attempt})
+        self._emit("speculation_adopted", rec.id, {"started_at": started_at})
+        self._tasks[rec.id] = task
+        return attempt
+
+    def settle_adopted(self, rec: StepRecord, attempt: int, claims: Claim | None, output: Any,
+                       error: BaseException | None, *, slot: bool = True) -> None:
+        """An adopted attempt ended with ``output`` or ``error``: journal it as :meth:`_execute` does an attempt's
+        outcome, and give back its slot (``slot``: it held one of the dispatcher's)."""
+        sid = rec.id
+        step = self.state.plan.steps[sid]
+        try:
+            if error is not None:
+                raise error
+            output, ref = _attempt.store_output(output, sid, self._journal, limit=self._host.max_output_bytes,
+                                                redact=self._host.redact)
+        except JournalError as exc:
+            if isinstance(exc, EventNotRecorded):
+                self._fail(rec, step, attempt, exc)
+            else:
+                self._stop_unrecordable(exc)
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            if rec.status != "cancelled":
+                self._fail(rec, step, attempt, exc)
+        else:
+            if rec.status != "cancelled":
+                self.outputs[sid] = output
+                self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
+        finally:
+            if rec.attempts == attempt and self.state.records.get(sid) is rec:
+                self._tasks.pop(sid, None)
+            if slot:
+                self._give_back(claims)
+            elif self._spec is not None:
+                self._spec.schedule()
             if not self.state.active and not self._holds:
                 self._done.set()
 
@@ -934,6 +1025,7 @@ class Engine:
         on_failure: OnFailure | None = None,
         limits: Mapping[str, Any] | None = None,
         priority: float = 0.0,
+        speculation: SpeculationSpec | SpeculationMode | None = None,
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
@@ -947,6 +1039,8 @@ class Engine:
         ``on_failure``, else ``continue`` for a held run (a planner may repair the failure) and ``stop`` otherwise.
         ``limits`` (JSON data: budget, deadline, model) is journaled in ``run_created`` as ``options.limits``, for the
         edges that enforce them to apply them again on resume (:class:`planweave.engine.limits.JournaledLimits`).
+        ``speculation`` (a policy, or a mode ``off``/``safe``/``eager`` keeping the plan's limits) overrides the
+        plan's ``speculation:``; journaled as ``options.speculation``, which a resume keeps (docs/speculation.md).
         """
         if on_failure not in (None, "stop", "continue"):
             raise ValueError(f"on_failure must be 'stop' or 'continue', got {on_failure!r}")
@@ -970,7 +1064,8 @@ class Engine:
         ]
         state = RunState(run_id, validated, idempotent)
         on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")
-        run = Run(self._host, run_id, catalog, state, holds=int(hold))
+        policy = resolve_policy(spec, speculation)
+        run = Run(self._host, run_id, catalog, state, holds=int(hold), speculation=policy)
         run.priority = priority
         if on_event is not None:
             run.subscribe(on_event)
@@ -987,7 +1082,9 @@ class Engine:
                 "on_failure": on_failure,
                 "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities),
                             **({"limits": dict(limits)} if limits is not None else {}),
-                            **({"priority": priority} if priority else {})},
+                            **({"priority": priority} if priority else {}),
+                            **({"speculation": policy.model_dump(mode="json")}
+                               if policy.mode != "off" or speculation is not None else {})},
                 "owner": _owner(),
             })
         except EventNotRecorded as exc:
@@ -996,11 +1093,13 @@ class Engine:
         return run
 
     async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False,
-                     on_event: EventListener | None = None, hold: bool = False) -> Run:
+                     on_event: EventListener | None = None, hold: bool = False,
+                     speculation: SpeculationSpec | SpeculationMode | None = None) -> Run:
         """Continue an interrupted run from its journal: finished steps are not run again, their outputs reused.
 
         Steps that were running are re-run if idempotent; otherwise they become ``unknown`` and the run stops short
-        of them unless ``retry_unknown``.
+        of them unless ``retry_unknown``. Speculative attempts that were in flight are forgotten; the run speculates
+        as it was started to (``options.speculation``), unless ``speculation`` says otherwise.
         """
         self._check_open()
         if run_id in self._runs:
@@ -1023,7 +1122,10 @@ class Engine:
                            "resume")
         refs = [r.output_ref for r in state.records.values() if r.status == "succeeded" and r.output_ref]
         blobs = await self.journal.get_blobs(refs)
-        run = Run(self._host, run_id, catalog, state, holds=int(hold))
+        if speculation is None:
+            speculation = _journaled_speculation(events)
+        run = Run(self._host, run_id, catalog, state, holds=int(hold),
+                  speculation=resolve_policy(state.plan.spec, speculation))
         run.priority = _journaled_priority(events)
         if on_event is not None:
             run.subscribe(on_event)
@@ -1209,3 +1311,13 @@ def _journaled_priority(events: Sequence[Event]) -> float:
             options = event.data.get("options") or {}
             return float(options.get("priority") or 0.0)
     return 0.0
+
+
+def _journaled_speculation(events: Sequence[Event]) -> SpeculationSpec | None:
+    """The speculation a run was started with (``options.speculation`` of its ``run_created``), if any."""
+    for event in events:
+        if event.kind == "run_created":
+            options = event.data.get("options") or {}
+            raw = options.get("speculation")
+            return SpeculationSpec.model_validate(raw) if raw else None
+    return None

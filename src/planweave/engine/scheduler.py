@@ -69,6 +69,34 @@ class Scheduler(Generic[T]):
             return True
         return False
 
+    def try_take_spare(self, claim: Claim | None) -> bool:
+        """Take a slot for a speculative item only if no queued item could want it: True means it holds one now.
+
+        Speculation runs on spare capacity alone: nothing may be waiting (a waiting item would have first claim on
+        every slot), a concurrency slot must be free and the claims must fit. The caller gives the slot back with
+        :meth:`release`, and takes it back early (preempts) when :meth:`needs_back` says a waiting item needs it.
+        """
+        if self._heap or (self.concurrency is not None and self.running >= self.concurrency):
+            return False
+        if claim is not None:
+            if any(name not in self.capacities for name in claim.amounts) or not self._fits(claim):
+                return False
+            self._take(claim)
+        self.running += 1
+        return True
+
+    def needs_back(self, claim: Claim | None) -> bool:
+        """Whether giving back a slot held with ``claim`` could let a waiting item start (the queue is not empty and
+        the concurrency is full, or a waiting item claims something ``claim`` holds)."""
+        if not self._heap:
+            return False
+        if self.concurrency is not None and self.running >= self.concurrency:
+            return True
+        if claim is None:
+            return False
+        names = claim.names()
+        return any(entry[3] is not None and not names.isdisjoint(entry[3].names()) for entry in self._heap)
+
     def adopt(self, capacities: Mapping[str, int]) -> None:
         """Add capacities not known yet (a plan brings its own); a known one keeps its amount."""
         for name, amount in capacities.items():

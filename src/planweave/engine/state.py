@@ -27,6 +27,9 @@ from planweave.engine.events import (
     RunFinishedData,
     RunResumedData,
     RunStatus,
+    SpeculationAdoptedData,
+    SpeculationDiscardedData,
+    SpeculationStartedData,
     StepCancelledData,
     StepFailedData,
     StepProgressData,
@@ -87,6 +90,7 @@ class StepRecord:
         "reply",
         "resumable",
         "retry_at",
+        "speculative",
         "started_at",
         "status",
         "waiting_since",
@@ -111,6 +115,7 @@ class StepRecord:
         self.given: tuple[Any] | None = None  # the value a person gave, until the step consumes it
         self.reply: Mapping[str, Any] | None = None  # a reply another process journaled, not applied yet
         self.resumable = False  # cancelled by a stopping run: a resume runs it again
+        self.speculative = False  # its attempt started speculatively, on predicted inputs, and was adopted
         # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
         # A shared empty tuple until the first attempt: a run of 10,000 steps should not start with 10,000 lists.
         self.attempt_log: list[AttemptEntry] | tuple[()] = ()
@@ -123,6 +128,7 @@ class StepRecord:
             "finished_at": self.finished_at,
             "error": self.error,
             **({"prompt": self.prompt} if self.status in ("waiting_approval", "waiting_input") else {}),
+            **({"speculative": True} if self.speculative else {}),
         }
 
 
@@ -153,6 +159,11 @@ class RunState:
         self.failed_by: str | None = None  # why the run was ended failed on purpose (Run.fail): final, no resume
         self.on_failure: OnFailure = "continue"  # what a final step failure does; set by run_created
         self.approvals: frozenset[str] = self._approval_steps(plan)
+        # Speculative attempts, for timelines: step, started_at, finished_at, outcome (running, adopted,
+        # discarded: <reason>, interrupted); the attempts in flight by step; the cost of the discarded ones.
+        self.speculations: list[dict[str, Any]] = []
+        self._speculating: dict[str, dict[str, Any]] = {}
+        self.speculation_cost_usd = 0.0
 
     @classmethod
     def from_events(cls, run_id: str, events: Sequence[Event]) -> RunState:
@@ -345,6 +356,36 @@ class RunState:
         self.answer = data.get("text")
         return NOTHING_READY
 
+    # -- speculation (docs/speculation.md): a speculative attempt changes no step's status until it is adopted ------
+    def _speculation_started(self, event: Event, data: SpeculationStartedData) -> Sequence[str]:
+        entry: dict[str, Any] = {"step": event.step, "started_at": event.at, "finished_at": None,
+                                 "outcome": "running", "basis": dict(data.get("basis", {}))}
+        self.speculations.append(entry)
+        self._speculating[event.step or ""] = entry
+        return NOTHING_READY
+
+    def _speculation_adopted(self, event: Event, data: SpeculationAdoptedData) -> Sequence[str]:
+        """After the adopting ``step_started``: the step's attempt began when its speculative attempt did."""
+        rec = self._waiting_record(event)
+        started = float(data.get("started_at", event.at))
+        rec.speculative = True
+        rec.started_at = started if rec.started_at is None else min(rec.started_at, started)
+        log = rec.attempt_log
+        if isinstance(log, list) and log and log[-1][2] is None:
+            log[-1] = (log[-1][0], started, None, log[-1][3])
+        entry = self._speculating.pop(rec.id, None)
+        if entry is not None:
+            entry["outcome"] = "adopted"
+        return NOTHING_READY
+
+    def _speculation_discarded(self, event: Event, data: SpeculationDiscardedData) -> Sequence[str]:
+        entry = self._speculating.pop(event.step or "", None)
+        if entry is not None:
+            entry["finished_at"] = event.at
+            entry["outcome"] = f"discarded: {data.get('reason', '')}"
+        self.speculation_cost_usd += float(data.get("cost_usd", 0.0))
+        return NOTHING_READY
+
     def _no_change(self, event: Event, data: Mapping[str, Any]) -> Sequence[str]:
         """``warning`` and ``run_cancel_requested`` (the owner acts on it): journaled, but no state changes."""
         return NOTHING_READY
@@ -507,6 +548,9 @@ class RunState:
     def _run_resumed(self, event: Event, data: RunResumedData) -> Sequence[str]:
         retry_unknown = bool(data.get("retry_unknown"))
         ready: list[str] = []
+        for entry in self._speculating.values():  # died with the process: nothing of them is kept
+            entry["finished_at"], entry["outcome"] = event.at, "interrupted"
+        self._speculating.clear()
         self.status = "running"
         self.finished_at = None
         self.error = None
@@ -586,7 +630,21 @@ class RunState:
                                    "added", "kept", "adopted", "cancelled")}
                 for v in self.versions
             ],
+            **({"speculation": self.speculation_summary()} if self.speculations else {}),
         }
+
+    def speculation_summary(self) -> dict[str, Any]:
+        """How the run speculated: attempts started, adopted, discarded (by reason), and their extra cost."""
+        reasons: dict[str, int] = {}
+        for entry in self.speculations:
+            outcome = entry["outcome"]
+            if outcome.startswith("discarded: "):
+                reason = outcome.removeprefix("discarded: ").split(":")[0]
+                reasons[reason] = reasons.get(reason, 0) + 1
+        return {"started": len(self.speculations),
+                "adopted": sum(1 for e in self.speculations if e["outcome"] == "adopted"),
+                "discarded": sum(reasons.values()), "discarded_by_reason": reasons,
+                "extra_cost_usd": round(self.speculation_cost_usd, 8)}
 
     def counts(self) -> dict[str, int]:
         """How many steps are in each status (keys are ``StepStatus`` values; ``str`` for the views that print them)."""
@@ -624,4 +682,7 @@ _FOLD: Mapping[EventKind, Fold] = {
     "step_reply": RunState._step_reply,
     "allocation": RunState._no_change,
     "forecast": RunState._no_change,
+    "speculation_started": RunState._speculation_started,
+    "speculation_adopted": RunState._speculation_adopted,
+    "speculation_discarded": RunState._speculation_discarded,
 }

@@ -140,6 +140,10 @@ class Step(_Frozen):
     description: str = ""
     fallback: Fallback | None = Field(None, description="Tried once when the step fails after its retries.")
     observe: bool = Field(False, description="The result is an observation: the planner re-plans when it arrives.")
+    predict: Any = Field(
+        None, description="The output this step is expected to give (any JSON value; null: no prediction): steps "
+        "that need it may start on it speculatively and are kept only if it was right (docs/speculation.md).",
+    )
     verifies: str | None = Field(
         None, description="This step checks step VERIFIES; an output {ok: false, reason} triggers a re-plan."
     )
@@ -193,6 +197,27 @@ class Step(_Frozen):
         return self.estimate.duration if self.estimate else 0.0
 
 
+SpeculationMode = Literal["off", "safe", "eager"]
+"""``off``: no speculation; ``safe``: a step may start on the predicted outputs of the steps it needs; ``eager``:
+also on the outputs of speculative attempts (chains of speculation), see docs/speculation.md."""
+
+
+class SpeculationSpec(_Frozen):
+    """How far a run may speculate: a step safe to throw away starts before its inputs exist, on predicted ones."""
+
+    mode: SpeculationMode = Field("safe", description="off, safe (one level) or eager (chains).")
+    max_parallel: int = Field(4, ge=1, le=10_000, description="Speculative attempts in flight at once, at most.")
+    max_extra_cost_usd: float = Field(
+        0.0, ge=0, le=MAX_COST, allow_inf_nan=False,
+        description="The cost, USD, that speculative work may add (discarded attempts, and those in flight at "
+        "their estimate) before no more starts; 0: only steps estimated to cost nothing speculate.",
+    )
+    min_confidence: float = Field(
+        0.5, ge=0, le=1, allow_inf_nan=False,
+        description="The least confidence a prediction needs (a chain's is the product of its links').",
+    )
+
+
 class StepDefaults(_Frozen):
     """Values a plan gives the steps that do not set their own ``timeout``, ``retries`` or ``heartbeat``.
 
@@ -242,6 +267,8 @@ class PlanSpec(_Frozen):
     goal: str = ""
     capacities: dict[str, int] = Field(default_factory=dict)
     concurrency: int | None = Field(None, ge=1)
+    speculation: SpeculationSpec | None = Field(
+        None, description="Start steps on predicted inputs (docs/speculation.md); unset: no speculation.")
     on_failure: Literal["stop", "continue"] | None = Field(
         None, description="After a step fails for good: stop the run, or continue with what does not depend on it."
     )

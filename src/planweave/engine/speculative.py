@@ -1,0 +1,384 @@
+"""Speculative attempts of a run: started on predicted inputs in spare slots, adopted or thrown away (runtime side).
+
+:mod:`planweave.engine.speculation` decides; the :class:`Speculator` of a run carries it out on the event loop. A
+speculative attempt is a task of the run's TaskGroup that calls the step's tool on the predicted arguments and keeps
+its output in memory: nothing of it reaches the journal but ``speculation_started`` and, in the end,
+``speculation_adopted`` (followed by the step's ordinary ``step_started``/``step_succeeded``) or
+``speculation_discarded``. It holds a spare slot of the engine's :class:`~planweave.engine.dispatch.Dispatcher`,
+which takes it back (preempts the attempt) the moment a real step waits for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from planweave.engine import attempt as _attempt
+from planweave.engine.context import StepContext
+from planweave.engine.dispatch import Dispatcher
+from planweave.engine.events import EventKind
+from planweave.engine.executor import ToolCall
+from planweave.engine.speculation import (
+    OFF,
+    POLICIES,
+    Calibration,
+    Prediction,
+    PredictionSource,
+    candidates,
+    canonical,
+    history_key,
+    same_args,
+    unsafe_reason,
+    within_cost,
+)
+from planweave.engine.state import RunState, StepRecord
+from planweave.errors import ToolError
+from planweave.journal.base import canonical_output
+from planweave.plan.catalog import ToolCatalog
+from planweave.plan.model import Claim, PlanSpec, SpeculationMode, SpeculationSpec
+from planweave.plan.refs import RefResolutionError
+
+if TYPE_CHECKING:
+    from planweave.clock import Clock
+
+
+def resolve_policy(spec: PlanSpec, override: SpeculationSpec | SpeculationMode | None) -> SpeculationSpec:
+    """The speculation a run does: ``override`` (a policy, or a ``--speculate`` mode, which keeps the plan's
+    limits), else the plan's ``speculation:``, else none."""
+    if isinstance(override, SpeculationSpec):
+        return override
+    if override is None:
+        return spec.speculation or OFF
+    if override not in POLICIES:
+        raise ValueError(f"speculation mode must be off, safe or eager, got {override!r}")
+    if spec.speculation is not None:
+        return spec.speculation.model_copy(update={"mode": override})
+    return POLICIES[override]
+
+
+class SpeculativeRun(Protocol):
+    """What a :class:`Speculator` needs of its run (:class:`planweave.engine.runtime.Run` is one)."""
+
+    id: str
+    state: RunState
+    outputs: dict[str, Any]
+    priority: float
+
+    def emit_speculation(self, kind: EventKind, sid: str, data: Mapping[str, Any]) -> None:
+        """Journal a ``speculation_*`` event of step ``sid``."""
+        ...
+
+    def spawn(self, coro: Coroutine[Any, Any, None], sid: str) -> asyncio.Task[None] | None:
+        """Start ``coro`` in the run's TaskGroup (None, and the coroutine closed, when the run is ending)."""
+        ...
+
+    async def call_tool(self, call: ToolCall) -> Any:
+        """Execute ``call`` as the run executes its steps' calls (timeout, heartbeat)."""
+        ...
+
+    def adopt_finished(self, rec: StepRecord, started_at: float, output: Any) -> None:
+        """Make a finished speculative attempt's ``output`` the output of step ``rec`` (which is ready)."""
+        ...
+
+    def adopt_running(self, rec: StepRecord, started_at: float, task: asyncio.Task[None]) -> int:
+        """Make the running speculative attempt ``task`` the attempt of step ``rec``; return its number."""
+        ...
+
+    def settle_adopted(self, rec: StepRecord, attempt: int, claims: Claim | None, output: Any,
+                             error: BaseException | None) -> None:
+        """The adopted attempt ended with ``output`` or ``error``: journal it as any attempt's outcome."""
+        ...
+
+    def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None: ...
+
+    def step_heartbeat(self, step_id: str) -> None: ...
+
+
+@dataclass(eq=False)
+class SpeculativeAttempt:
+    """One speculative attempt: what it was started on, and (once done) its output in memory."""
+
+    owner: Speculator
+    rec: StepRecord
+    args: Mapping[str, Any]
+    basis: Mapping[str, PredictionSource]
+    values: Mapping[str, Any]  # the predicted output of each producer in the basis
+    confidence: float
+    started_at: float
+    claim: Claim | None
+    estimate_usd: float
+    task: asyncio.Task[None] | None = None
+    done: bool = False
+    output: Any = None
+    cost_usd: float = 0.0
+    adopted: int = 0  # the attempt number it became, once adopted
+    over: bool = False  # discarded
+
+    @property
+    def step(self) -> str:
+        return self.rec.id
+
+    def preempt(self) -> None:
+        """A real step needs the slot (the dispatcher took it back): throw the attempt away."""
+        self.owner.discard(self, "preempted")
+
+    # A StepSink for the attempt's tool: usage is journaled (flagged speculative) and counted; no person is asked.
+    def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None:
+        self.cost_usd += float(usage.get("cost_usd", 0.0) or 0.0)
+        self.owner.run.step_usage(step_id, {**usage, "speculative": True})
+
+    def step_heartbeat(self, step_id: str) -> None:
+        self.owner.run.step_heartbeat(step_id)
+
+    def step_progress(self, step_id: str, fraction: float | None, message: str) -> None:
+        self.owner.run.step_heartbeat(step_id)  # progress of an attempt that may be thrown away is not journaled
+
+    async def step_input(self, step_id: str, prompt: str, schema: Mapping[str, Any] | None) -> Any:
+        raise ToolError(f"step '{step_id}' runs speculatively and cannot wait for a person", kind="arguments")
+
+
+@dataclass
+class Speculator:
+    """The speculative attempts of one run, driven by the run's events (never by polling)."""
+
+    run: SpeculativeRun
+    policy: SpeculationSpec
+    dispatch: Dispatcher
+    tools: ToolCatalog
+    clock: Clock
+    max_output_bytes: int | None = None
+    attempts: dict[str, SpeculativeAttempt] = field(default_factory=dict)  # undecided, by step
+    history: dict[str, Any] = field(default_factory=dict)  # history_key -> output of a finished attempt
+    calibration: Calibration = field(default_factory=Calibration)
+    spent_usd: float = 0.0  # what the discarded attempts cost
+    _learned: dict[str, StepRecord] = field(default_factory=dict)  # the succeeded records already learned from
+    _soon: bool = False
+    _closed: bool = False
+
+    # -- what the run tells it ------------------------------------------------------------------------------
+    def schedule(self) -> None:
+        """Look for steps to speculate on once the loop turns (after the deferred admission of real steps)."""
+        if not self._soon and not self._closed:
+            self._soon = True
+            asyncio.get_running_loop().call_soon(self._tick)
+
+    def _learn(self) -> None:
+        """Remember the outputs of the steps that succeeded since the last look, and score their predictions."""
+        state = self.run.state
+        outputs = self.run.outputs
+        for sid, rec in state.records.items():
+            if rec.status != "succeeded" or self._learned.get(sid) is rec or sid not in outputs:
+                continue
+            self._learned[sid] = rec
+            try:
+                _tool, args = _attempt.prepare(state.plan, rec, outputs, self.tools)
+            except (RefResolutionError, KeyError):
+                args = None
+            self.succeeded(sid, None if rec.fallback_active else args, outputs[sid])
+
+    def succeeded(self, sid: str, args: Mapping[str, Any] | None, output: Any) -> None:
+        """Step ``sid`` succeeded with ``output`` on ``args``: remember it, and score the predictions of it."""
+        state = self.run.state
+        step = state.plan.steps.get(sid)
+        if step is None:
+            return
+        if step.predict is not None:
+            self.calibration.observe("plan", step.predict, output)
+        if args is not None and sid in state.idempotent:
+            key = history_key(step.tool, args)
+            if key in self.history:
+                self.calibration.observe("history", self.history[key], output)
+            self.history[key] = output
+
+    def resolve(self, rec: StepRecord) -> bool:
+        """Step ``rec`` is ready and has a speculative attempt: adopt it if its arguments are the real ones (True:
+        the run neither queues nor starts the step), else throw it away (False: the step runs as any other)."""
+        spec = self.attempts.pop(rec.id)
+        if spec.rec is not rec:
+            self.discard(spec, "replaced by a new plan version")
+            return False
+        state = self.run.state
+        try:
+            _tool, real = _attempt.prepare(state.plan, rec, self.run.outputs, self.tools)
+        except RefResolutionError:
+            real = None
+        if real is None or not same_args(spec.args, real):
+            wrong = sorted(spec.basis)
+            self.discard(spec, "mismatch: " + ", ".join(wrong))
+            return False
+        if spec.done:
+            spec.over = True
+            self.run.adopt_finished(rec, spec.started_at, spec.output)
+            return True
+        assert spec.task is not None
+        self.dispatch.promote(spec)
+        spec.adopted = self.run.adopt_running(rec, spec.started_at, spec.task)
+        return True
+
+    def close(self) -> None:
+        """The run is ending: throw away what is still undecided."""
+        self._closed = True
+        for spec in list(self.attempts.values()):
+            self.discard(spec, "the run ended")
+
+    # -- deciding --------------------------------------------------------------------------------------------
+    def discard(self, spec: SpeculativeAttempt, reason: str) -> None:
+        """Throw a speculative attempt away: journaled with ``reason``; its task is cancelled, its slot freed."""
+        if spec.over or spec.adopted:
+            return
+        spec.over = True
+        if self.attempts.get(spec.step) is spec:
+            del self.attempts[spec.step]
+        self.spent_usd += spec.cost_usd
+        self.dispatch.give_back_spare(spec)
+        if spec.task is not None and not spec.done:
+            spec.task.cancel()
+        self.run.emit_speculation("speculation_discarded", spec.step, {
+            "reason": reason, "started_at": spec.started_at, "cost_usd": round(spec.cost_usd, 8)})
+        self.schedule()
+
+    def _tick(self) -> None:
+        self._soon = False
+        if self._closed or self.policy.mode == "off":
+            return
+        self._learn()
+        predictions = self._predictions()
+        self._sweep(predictions)
+        self._start(predictions)
+
+    def _sweep(self, predictions: Mapping[str, Prediction]) -> None:
+        """Throw away attempts that can no longer be adopted: their step moved on, or a producer will never finish;
+        in eager mode also those a producer's own speculative output now contradicts (they start again on it)."""
+        records = self.run.state.records
+        for spec in list(self.attempts.values()):
+            if self.policy.mode == "eager":
+                stale = next((p for p, value in spec.values.items() if p in predictions
+                              and predictions[p].source == "speculation"
+                              and canonical(predictions[p].value) != canonical(value)), None)
+                if stale is not None:
+                    self.discard(spec, f"rebased: {stale}")
+                    continue
+            if records.get(spec.step) is not spec.rec:
+                self.discard(spec, "replaced by a new plan version")
+            elif spec.rec.status != "pending":
+                self.discard(spec, f"the step is {spec.rec.status}")
+            else:
+                dead = next((p for p in spec.basis if records.get(p) is None
+                             or records[p].status in ("failed", "skipped", "cancelled", "unknown")), None)
+                if dead is not None:
+                    status = records[dead].status if dead in records else "gone"
+                    self.discard(spec, f"producer {dead} {status}")
+
+    def _predictions(self) -> dict[str, Prediction]:
+        state = self.run.state
+        plan = state.plan
+        calibration = self.calibration
+        found: dict[str, Prediction] = {}
+        plan_confidence = calibration.confidence("plan")
+        history_confidence = calibration.confidence("history")
+        if self.policy.mode == "eager":  # a chain: a done speculative attempt's output predicts its step's
+            for spec in self.attempts.values():
+                if spec.done and (plan.steps[spec.step].predict is None or spec.confidence >= plan_confidence):
+                    found[spec.step] = Prediction(spec.output, spec.confidence, "speculation")
+        for sid, rec in state.records.items():
+            if rec.status == "succeeded":
+                continue
+            step = plan.steps[sid]
+            if self.history and rec.status in ("ready", "running") and sid in state.idempotent:
+                try:
+                    _tool, args = _attempt.prepare(plan, rec, self.run.outputs, self.tools)
+                except RefResolutionError:
+                    args = None
+                if args is not None:
+                    key = history_key(step.tool, args)
+                    if key in self.history:
+                        found[sid] = Prediction(self.history[key], history_confidence, "history")
+                        continue
+            if step.predict is not None and sid not in found:
+                found[sid] = Prediction(step.predict, plan_confidence, "plan")
+        return found
+
+    def _safe(self, sid: str) -> bool:
+        state = self.run.state
+        step = state.plan.steps[sid]
+        tool = self.tools.get(step.tool)
+        if tool is None:
+            return False
+        return unsafe_reason(step, idempotent=sid in state.idempotent,
+                             tool_speculates=bool(getattr(tool, "speculate", True))) is None
+
+    def _start(self, predictions: Mapping[str, Prediction]) -> None:
+        policy = self.policy
+        in_flight = [s for s in self.attempts.values() if not s.done]
+        if len(in_flight) >= policy.max_parallel:
+            return
+        state = self.run.state
+        records = state.records
+        found = candidates(state.plan, lambda s: records[s].status, self.run.outputs, predictions,
+                           safe=self._safe, policy=policy, exclude=self.attempts)
+        in_flight_usd = sum(s.estimate_usd for s in in_flight)
+        for candidate in found:
+            if len(in_flight) >= policy.max_parallel:
+                return
+            step = state.plan.steps[candidate.step]
+            estimate = step.estimate.cost if step.estimate is not None else 0.0
+            if not within_cost(policy, self.spent_usd, in_flight_usd, estimate):
+                continue
+            claim = state.plan.claims[candidate.step]
+            spec = SpeculativeAttempt(self, records[candidate.step], candidate.args, candidate.basis,
+                                      {p: predictions[p].value for p in candidate.basis},
+                                      candidate.confidence, self.clock.now(), claim, estimate)
+            if not self.dispatch.take_spare(spec, claim):
+                if claim is None:
+                    return  # no spare slot at all
+                continue
+            task = self.run.spawn(self._attempt(spec), candidate.step)
+            if task is None:
+                self.dispatch.give_back_spare(spec)
+                return
+            spec.task = task
+            self.attempts[candidate.step] = spec
+            in_flight.append(spec)
+            in_flight_usd += estimate
+            self.run.emit_speculation("speculation_started", candidate.step, {
+                "basis": dict(candidate.basis), "confidence": round(candidate.confidence, 6),
+                "mode": policy.mode})
+
+    async def _attempt(self, spec: SpeculativeAttempt) -> None:
+        """The speculative attempt's task: the tool call on predicted arguments, then wait to be decided."""
+        run = self.run
+        state = run.state
+        step = state.plan.steps[spec.step]
+        output: Any = None
+        error: BaseException | None = None
+        try:
+            tool = self.tools[step.tool]
+            call = ToolCall(tool, spec.args, StepContext(run.id, spec.step, 1, self.clock, spec, step.isolation,
+                                                         step.executor, step.resources, run.priority,
+                                                         state.plan.slack.get(spec.step)))
+            output = await run.call_tool(call)
+            output = canonical_output(output, step=spec.step, limit=self.max_output_bytes).value
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not spec.adopted:
+                self.discard(spec, "cancelled")  # a no-op when it was discarded already (which cancelled it)
+                raise
+            if task is not None and task.cancelling():
+                raise  # the run stopped, or cancelled the step: it journals that
+            error = RuntimeError("tool raised CancelledError")
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:
+            error = exc
+        if spec.adopted:
+            run.settle_adopted(spec.rec, spec.adopted, spec.claim, output, error)
+            return
+        spec.done = True
+        self.dispatch.give_back_spare(spec)
+        if spec.over:
+            return
+        if error is not None:
+            self.discard(spec, f"failed: {type(error).__name__}")
+            return
+        spec.output = output
+        self.schedule()  # a slot is free, and in eager mode the output may be a prediction
