@@ -173,11 +173,14 @@ class CascadeSeam:
     """Tiers for ``model: cascade`` steps of the runs of the engine it is bound to; see the module docstring.
 
     ``defaults`` are the settings a step's ``cascade:`` mapping may override (monitors, failures, silence_s,
-    repeats, min_confidence, confidence, streak). ``shifts`` keeps every move made, for tests and benchmarks.
+    repeats, min_confidence, confidence, streak). With ``auto``, steps saying ``model: auto`` are cascaded too
+    (``planweave run --tiers FILE --cascade``) rather than allocated. ``shifts`` keeps every move made.
     """
 
-    def __init__(self, table: TierTable, *, defaults: CascadeArgs | None = None, tool: str = "llm") -> None:
+    def __init__(self, table: TierTable, *, defaults: CascadeArgs | None = None, tool: str = "llm",
+                 auto: bool = False) -> None:
         self.table = table
+        self.auto = auto
         self.defaults = defaults or DEFAULTS
         self.tool = tool
         self._runs: Callable[[str], CascadedRun] | None = None

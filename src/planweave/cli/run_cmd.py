@@ -58,6 +58,7 @@ from planweave.tools import Toolbox
 
 if TYPE_CHECKING:
     from planweave.allocate import AllocationSeam
+    from planweave.allocate.cascade_seam import CascadeSeam
     from planweave.models import Budget
     from planweave.planning import PlanningLoop
 
@@ -105,6 +106,7 @@ class PlanModel:
     budget_usd: float | None
     budget_tokens: int | None
     allocation: AllocationSeam | None = None  # --tiers: the allocator for model: auto steps
+    cascade: CascadeSeam | None = None  # --tiers: the cascade of model: cascade steps (--cascade: model: auto too)
 
     @staticmethod
     def from_flags(
@@ -132,16 +134,20 @@ class PlanModel:
 
         client = await stack.enter_async_context(
             resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
-        return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, budget,
-                                                                                   allocation=self.allocation)}))
+        return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(
+            client, budget, allocation=self.allocation, cascade=self.cascade)}))
 
 
-def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool = False) -> PlanModel | None:
-    """``plan_model`` with an allocator on the tier table in ``path`` if given (bad file, a --goal run, or no
-    --model: exit 2)."""
+def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool = False,
+                cascade: bool = False) -> PlanModel | None:
+    """``plan_model`` with an allocator and a cascade on the tier table in ``path`` if given (bad file, a --goal
+    run, or no --model: exit 2); ``cascade``: its ``model: auto`` steps are cascaded rather than allocated."""
     from planweave.allocate import AllocationError, AllocationSeam, load_tiers
+    from planweave.allocate.cascade_seam import CascadeSeam
 
     if path is None:
+        if cascade:
+            raise UsageError("--cascade needs the tiers to cascade over: give --tiers FILE too")
         return plan_model
     if goal:
         raise UsageError("--tiers applies to plan files: their llm steps saying model: auto are allocated")
@@ -151,7 +157,7 @@ def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool =
         table = load_tiers(path)
     except AllocationError as exc:
         raise UsageError(f"--tiers: {exc}") from None
-    return replace(plan_model, allocation=AllocationSeam(table))
+    return replace(plan_model, allocation=AllocationSeam(table), cascade=CascadeSeam(table, auto=cascade))
 
 
 def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: float | None) -> None:
@@ -159,6 +165,8 @@ def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: flo
     if plan_model is None or plan_model.allocation is None:
         return
     plan_model.allocation.bind(engine.get)
+    if plan_model.cascade is not None:
+        plan_model.cascade.bind(engine)
     if deadline is not None:
         plan_model.allocation.deadline_at = engine.clock.now() + deadline
 
@@ -305,6 +313,10 @@ def run(
     tiers: Annotated[Path | None, typer.Option("--tiers", rich_help_panel=PANEL_MODEL, metavar="FILE", help=(
         "Model tiers (YAML/JSON: per tier its model, p_success, duration_s, cost_usd) for a plan file's llm steps "
         "saying model: auto: the allocator chooses tier and samples per step (docs/allocation.md)."))] = None,
+    cascade: Annotated[bool, typer.Option("--cascade", rich_help_panel=PANEL_MODEL, help=(
+        "With --tiers: llm steps saying model: auto run as a cascade (the cheapest tier first, a stronger one when "
+        "a stuck, milestone or low-confidence monitor fires) instead of being allocated (docs/allocation.md)."))
+    ] = False,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
@@ -323,7 +335,7 @@ def run(
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
                                               plan_max_tokens)
-            plan_model = _with_tiers(plan_model, tiers)
+            plan_model = _with_tiers(plan_model, tiers, cascade=cascade)
             if ask_human:
                 raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
                                  "escalation ladder (use approval: or human.input steps in the plan)")
@@ -360,7 +372,7 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
-            _with_tiers(None, tiers, goal=True)
+            _with_tiers(None, tiers, goal=True, cascade=cascade)
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
