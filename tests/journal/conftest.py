@@ -20,7 +20,8 @@ from psycopg import sql
 PG_DEFAULT = "postgresql://127.0.0.1:5432/test"
 
 # Logical table name -> (SQLite table, PostgreSQL table).
-_TABLES = {"events": ("events", "planweave_events"), "blobs": ("blobs", "planweave_blobs")}
+_TABLES = {"events": ("events", "planweave_events"), "blobs": ("blobs", "planweave_blobs"),
+           "cache": ("cache", "planweave_cache")}
 
 
 @dataclass

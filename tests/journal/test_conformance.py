@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import math
 import os
 import sys
 import textwrap
@@ -18,7 +19,7 @@ from planweave import Engine, Toolbox, builtin_tools
 from planweave.engine.events import Event, EventKind
 from planweave.errors import EventNotRecorded, JournalError
 from planweave.journal import open_journal
-from planweave.journal.base import Journal, OutputNotSerialisable, canonical_output
+from planweave.journal.base import CachedOutput, Journal, OutputNotSerialisable, canonical_output
 from planweave.journal.group_commit import GroupCommitJournal
 from planweave.journal.postgres import parse_url, redact
 from planweave.journal.sqlite import SQLiteJournal, path_of
@@ -783,3 +784,102 @@ async def test_a_long_running_run_lists_as_its_events_fold_while_it_runs_and_whe
             folded_after = fold_summary("long", await journal.read("long"), after.seq)
     assert during == folded and dict(during.steps) == {"succeeded": 150, "running": 1, "pending": 149}
     assert after == folded_after and dict(after.steps) == {"succeeded": 300} and after.status == "succeeded"
+
+
+# -- the result cache's index (docs/caching.md) -------------------------------------------------------------------
+def _succeeded(run: str, step: str, at: float, output: str, **data: Any) -> Event:
+    return Event(run, "step_succeeded", at, step, {"attempt": 1, "output": output, **data})
+
+
+async def test_find_cached_answers_the_newest_output_under_a_key_no_older_than_asked(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        assert await journal.find_cached("k", -math.inf) is None
+        old, new = journal.put_blob({"v": 1}), journal.put_blob({"v": 2})
+        journal.append(_succeeded("r1", "a", T0, old, cache_key="k"))
+        journal.append(_succeeded("r2", "b", T0 + 5, new, cache_key="k"))
+        journal.append(_succeeded("r2", "c", T0 + 6, new, cache_key="other"))
+        journal.append(_succeeded("r3", "d", T0 + 9, old, cache_key="k",  # a reuse: not indexed again
+                                  cache={"run": "r1", "step": "a", "at": T0}))
+        journal.append(_succeeded("r3", "e", T0 + 9, old))  # no key: not cacheable
+        await journal.flush()
+        async with asyncio.timeout(20):
+            newest = await journal.find_cached("k", -math.inf)
+            at_edge = await journal.find_cached("k", T0 + 5)
+            too_old = await journal.find_cached("k", T0 + 5.001)
+            older = await journal.find_cached("k", T0 - 1)
+            other = await journal.find_cached("other", T0)
+            unknown = await journal.find_cached("nope", -math.inf)
+    assert newest == at_edge == older == CachedOutput("r2", "b", T0 + 5, new)  # at exactly T0 + 5: still usable
+    assert too_old is None and unknown is None
+    assert other == CachedOutput("r2", "c", T0 + 6, new)
+    if backend.durable:  # the index is stored: a new journal object (another process) answers the same
+        async with open_journal(backend.url) as journal, asyncio.timeout(20):
+            assert await journal.find_cached("k", -math.inf) == newest
+
+
+async def test_the_cache_index_is_written_with_its_events_and_never_for_refused_ones(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        ref = journal.put_blob("x")
+        journal.append(_succeeded("r", "a", T0, ref, cache_key="k"))
+        with pytest.raises(EventNotRecorded):
+            journal.append(_succeeded("r", "b", T0, ref, cache_key="k2", bad=object()))
+        await journal.flush()
+        async with asyncio.timeout(20):
+            found = await journal.find_cached("k", -math.inf)
+            refused = await journal.find_cached("k2", -math.inf)
+    assert found == CachedOutput("r", "a", T0, ref) and refused is None
+    if backend.execute is not None:
+        assert backend.count("cache") == 1
+
+
+async def test_prune_leaves_no_cache_entry_naming_a_removed_run_or_output(backend: Backend) -> None:
+    box = builtin_tools()
+
+    async def square(x: int) -> int:
+        """x squared."""
+        return x * x
+
+    box.add(square, idempotent=True, cache=True)
+    async with open_journal(backend.url) as journal:
+        async with Engine(journal, tools=box) as engine:
+            for run_id, x in (("old", 2), ("other", 3)):
+                assert (await (await engine.start({"steps": [{"id": "s", "tool": "square", "args": {"x": x}}]},
+                                                  run_id=run_id)).wait()).ok
+        async with asyncio.timeout(20):
+            (old_end,) = [e.at for e in await journal.read("old", kind="run_finished")]
+            (other_out,) = [e.data["output"] for e in await journal.read("other", kind="step_succeeded")]
+            (key_old,) = [e.data["cache_key"] for e in await journal.read("old", kind="step_succeeded")]
+            (key_other,) = [e.data["cache_key"] for e in await journal.read("other", kind="step_succeeded")]
+            assert (await journal.find_cached(key_old, -math.inf) or CachedOutput("", "", 0, "")).run_id == "old"
+            pruned = await journal.prune(math.nextafter(old_end, math.inf))
+            gone = await journal.find_cached(key_old, -math.inf)
+            kept = await journal.find_cached(key_other, -math.inf)
+            blobs = await journal.get_blobs([other_out])
+    assert pruned.runs == ["old"] and gone is None
+    assert kept is not None and kept.run_id == "other" and blobs == {other_out: 9}
+    if backend.execute is not None:  # no stored entry outlives its run or its output
+        cache, events, blobs_table = backend.table("cache"), backend.table("events"), backend.table("blobs")
+        assert backend.execute(f"SELECT count(*) FROM {cache} c WHERE NOT EXISTS "
+                               f"(SELECT 1 FROM {events} e WHERE e.run_id = c.run_id)") == [(0,)]
+        assert backend.execute(f"SELECT count(*) FROM {cache} c WHERE NOT EXISTS "
+                               f"(SELECT 1 FROM {blobs_table} b WHERE b.ref = c.output)") == [(0,)]
+
+
+async def test_a_journal_from_before_the_cache_index_is_indexed_from_its_events(backend: Backend) -> None:
+    if not backend.durable:
+        pytest.skip("only a stored journal has a schema to migrate")
+    async with open_journal(backend.url) as journal:
+        ref = journal.put_blob([1])
+        journal.append(_succeeded("r", "a", T0, ref, cache_key="k"))
+        journal.append(_succeeded("r", "b", T0 + 1, ref, cache_key="k", cache={"run": "r", "step": "a", "at": T0}))
+    assert backend.execute is not None
+    if backend.name == "sqlite":  # back to version 2: no cache table
+        backend.execute("DROP TABLE cache")
+        backend.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    else:
+        schema = backend.table("events").partition(".")[0]
+        backend.execute(f"DROP TABLE {schema}.planweave_cache")
+        backend.execute(f"UPDATE {schema}.planweave_meta SET value = '2' WHERE key = 'schema_version'")
+    async with open_journal(backend.url) as journal, asyncio.timeout(20):
+        assert await journal.find_cached("k", -math.inf) == CachedOutput("r", "a", T0, ref)
+    assert backend.count("cache") == 1  # the reuse was not indexed

@@ -60,6 +60,7 @@ class JournaledRun:
     outputs: Mapping[str, Any] = field(default_factory=dict)  # of succeeded steps, if read with outputs=True
     events: Sequence[Event] = ()  # the run's events, if read with outputs=True (for every attempt's error)
     allocations: Sequence[Mapping[str, Any]] = ()  # the allocator's decisions (allocation events), in order
+    cached: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step -> where its reused output came from
 
     @property
     def status(self) -> str:
@@ -102,14 +103,21 @@ class JournaledRun:
 def _journaled(run_id: str, events: Sequence[Event]) -> JournaledRun:
     owner: Mapping[str, Any] = {}
     allocations: list[Mapping[str, Any]] = []
+    cached: dict[str, Mapping[str, Any]] = {}
     for event in events:
         if event.kind in ("run_created", "run_resumed"):
             owner = event.data.get("owner", {})
         elif event.kind == "allocation":
             allocations.append({"step": event.step, "at": event.at, **event.data})
+        elif event.kind == "step_succeeded" and event.step is not None:
+            if "cache" in event.data:  # the result cache served it (docs/caching.md)
+                cached[event.step] = event.data["cache"]
+            else:
+                cached.pop(event.step, None)
     last_at = events[-1].at if events else None
     try:
-        return JournaledRun(run_id, fold_run(run_id, events), owner, last_at, allocations=allocations)
+        return JournaledRun(run_id, fold_run(run_id, events), owner, last_at, allocations=allocations,
+                            cached=cached)
     except (PlanweaveError, KeyError, TypeError, ValueError) as exc:  # a damaged run must not hide the others
         return JournaledRun(run_id, None, owner, last_at, problem=f"cannot read this run: {exc}")
 
@@ -304,7 +312,7 @@ def show(
     console.print()
     shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
     console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,
-                                    more_hint=views.ALL_HINT))
+                                    more_hint=views.ALL_HINT, cached=found.cached))
     hint = views.unbounded_hint(state) if found.status in ("running", "interrupted") else None
     if hint is not None:
         console.print(hint)

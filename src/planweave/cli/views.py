@@ -223,9 +223,12 @@ def unbounded_hint(state: RunState, shown: int = 5) -> Text | None:
 
 def steps_table(
     state: RunState, now: float | None, *, max_rows: int | None = None, detailed: bool = False,
-    top: int | None = None, more_hint: str = "",
+    top: int | None = None, more_hint: str = "", cached: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RenderableType:
     """One row per step: state, attempt, elapsed and error (``detailed`` adds started and finished offsets).
+
+    ``cached`` (step -> the ``cache`` of its ``step_succeeded``) marks the steps whose output was reused from the
+    result cache, naming the run and step it came from.
 
     Which rows: with ``top``, :func:`summary_steps`; else at most ``max_rows`` (None: every step). A last row counts
     the steps left out, followed by ``more_hint``, is printed below the table.
@@ -246,6 +249,9 @@ def steps_table(
         status = status_text(rec.status)
         if still_unbounded(state, sid):
             status.append(f" {UNBOUNDED_MARK}", style="yellow")
+        hit = cached.get(sid) if cached else None
+        if hit is not None and rec.status == "succeeded":
+            status.append(f" (cached: {hit.get('run')}/{hit.get('step')})", style="cyan")
         cells: list[RenderableType] = [sid, status, _attempt_text(state, rec)]
         if detailed:
             cells += [format_offset(rec.started_at, origin), format_offset(rec.finished_at, origin)]
