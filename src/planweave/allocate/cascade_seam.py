@@ -412,3 +412,71 @@ async def _watched(seam: CascadeSeam, ctx: StepContext, call: Awaitable[dict[str
         if not task.done():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+
+# -- the planner's tier ---------------------------------------------------------------------------------------------
+PLANNER = "(planner)"
+"""The subject name of a run's planner in its cascade (not a step id: step ids are identifiers)."""
+
+
+class PlannedRun(Protocol):
+    """What the planner's cascade needs of a run: its id and a way to journal."""
+
+    @property
+    def id(self) -> str: ...
+
+    def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None: ...
+
+
+class PlannerCascade:
+    """The model tier of a goal run's planner (planning/loop.py): the cheapest of ``tiers`` first; escalated for
+    the next model call when its monitors fire (stuck: ``failures`` rejected plans or repairs in a row; milestone:
+    a verifier step rejected the plan's work), de-escalated after ``streak`` accepted plans in a row. Journaled as
+    ``escalation`` events without a step, ``cascade`` "planner"."""
+
+    def __init__(self, table: TierTable, tiers: list[str] | tuple[str, ...] | None = None, *, streak: int = 3,
+                 failures: int = 2) -> None:
+        self.table = table
+        self.tiers = _tiers(table, None if tiers is None else list(tiers), "the planner")
+        self.streak, self.failures = streak, failures
+        self._runs: dict[str, tuple[Cascade, MonitorSet]] = {}
+        self.shifts: list[tuple[str, Shift]] = []
+
+    def _of(self, run_id: str) -> tuple[Cascade, MonitorSet]:
+        found = self._runs.get(run_id)
+        if found is None:
+            found = self._runs[run_id] = (Cascade(self.tiers, streak=self.streak), MonitorSet([
+                StuckMonitor(failures=self.failures, repeats=None), MilestoneMonitor()]))
+        return found
+
+    def model(self, run_id: str) -> str:
+        """The model the planner of run ``run_id`` calls next."""
+        cascade, _ = self._of(run_id)
+        return self.table[cascade.tier_for(PLANNER)].model
+
+    def observe(self, run: PlannedRun, signal: Signal) -> Shift | None:
+        """Feed the planner's monitors: ``failed`` (its reply was rejected), ``succeeded`` (its plan was taken),
+        ``rejected`` (a verifier refused the plan's work); journal a move."""
+        cascade, monitors = self._of(run.id)
+        shift: Shift | None = None
+        if signal.kind == "succeeded":
+            monitors.observe(signal)
+            shift = cascade.succeeded(PLANNER)
+        elif (fire := monitors.observe(signal)) is not None:
+            shift = cascade.fired(PLANNER, fire)
+        else:
+            cascade.failed(PLANNER)
+        if shift is not None:
+            self.shifts.append((run.id, shift))
+            data: dict[str, Any] = {"rung": shift.rung, "reason": shift.reason, "from_tier": shift.from_tier,
+                                    "to_tier": shift.to_tier, "model": self.table[shift.to_tier].model,
+                                    "cascade": "planner"}
+            if shift.monitor is not None:
+                data["monitor"] = shift.monitor
+            else:
+                data["streak"] = cascade.streak
+            run.record("escalation", data)
+        return shift
+
+    def forget(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)

@@ -19,6 +19,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from planweave.allocate.cascade_seam import PlannerCascade
+from planweave.allocate.monitors import Signal, SignalKind
 from planweave.engine.events import Event
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine, Run, RunResult
@@ -110,6 +112,7 @@ class PlanningLoop:
         budget: Budget | None = None,
         options: PlanningOptions = PlanningOptions(),
         limits: RunLimits | None = None,
+        cascade: PlannerCascade | None = None,
     ) -> None:
         if options.ask_human and "human.input" not in tools:
             raise ValueError("ask_human needs the 'human.input' tool in the catalog (planweave.builtin_tools() has "
@@ -120,6 +123,7 @@ class PlanningLoop:
         self.budget = budget
         self.options = options
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
+        self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
         self._triggers: list[_Trigger] = []
         self._wake = asyncio.Event()
         self._replans = 0
@@ -285,6 +289,8 @@ class PlanningLoop:
                         self._triggers.append(_Trigger(
                             "verifier", step.verifies, f"verifier '{sid}' rejected '{step.verifies}': "
                             f"{out.get('reason', 'no reason given')}"))
+                        self._planner_signal(run, "rejected", str(out.get("reason", "no reason given")),
+                                             key=f"verifier step '{sid}'")
             self._wake.set()
 
         return listen
@@ -414,11 +420,13 @@ class PlanningLoop:
             run.extend([], version=version, trigger="initial", model_started_at=first_started,
                        model_finished_at=self.engine.clock.now())
             if not errors:
+                self._planner_signal(run, "succeeded")
                 return
             messages = [*messages, Message("assistant", completion.text),
                         Message("user", prompts.repair_lines_prompt(errors, accepted))]
             run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000],
                                       "attempt": attempt + 1})
+            self._planner_signal(run, "failed", "; ".join(errors))
 
     async def _stream_lines(
         self, run: Run, purpose: str, messages: list[Message],
@@ -465,6 +473,7 @@ class PlanningLoop:
                 try:
                     run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
                                 model_started_at=started, model_finished_at=finished)
+                    self._planner_signal(run, "succeeded")
                     return True
                 except StaleProposal as exc:
                     stale_left -= 1
@@ -478,6 +487,7 @@ class PlanningLoop:
                 except PlanInvalid as exc:
                     errors.extend(str(p) for p in exc.problems)
             run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000]})
+            self._planner_signal(run, "failed", "; ".join(errors))
             messages = [*messages, Message("assistant", completion.text),
                         Message("user", prompts.repair_lines_prompt(errors, []))]
         return False
@@ -655,13 +665,15 @@ class PlanningLoop:
         """Call the model within the budget: wait for room, the reply lowered down to ``floor_tokens`` when nothing
         in flight can free more; the reservation is settled the moment the call ends, a cut stream charged (and
         journaled) for what it had cost."""
-        request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema)
+        model = self.cascade.model(run.id) if self.cascade is not None else self.client.model
+        request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema,
+                                    model=None if self.cascade is None else model)
         prices = getattr(self.client, "prices", None)
         reservation = None
         if self.budget is not None:
             table = prices if isinstance(prices, PriceTable) else _NO_PRICES
-            usd, tokens = worst_case(request, self.client.model, table)
-            price = table.lookup(self.client.model)
+            usd, tokens = worst_case(request, model, table)
+            price = table.lookup(model)
             reservation, request = await acquire_call(self.budget, request, usd or 0.0, tokens,
                                                       floor_tokens=floor_tokens,
                                                       usd_per_token=None if price is None else price.output / 1e6)
@@ -687,6 +699,11 @@ class PlanningLoop:
                            usage=Usage(completion.prompt_tokens, completion.completion_tokens,
                                        completion.usage_source), cost=completion.cost_usd)
         return completion
+
+    def _planner_signal(self, run: Run, kind: SignalKind, detail: str = "", *, key: str = "") -> None:
+        """Tell the planner's cascade (if any) what its plan did: its next call may run on another tier."""
+        if self.cascade is not None:
+            self.cascade.observe(run, Signal(kind, self.engine.clock.now(), key=key, detail=detail[:2000]))
 
     def _charge_cut(self, run: Run, call: _OpenCall, cut: str) -> None:
         """End a call that did not finish, once: a stream that yielded anything is charged (and journaled, marked
