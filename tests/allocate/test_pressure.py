@@ -159,6 +159,7 @@ def test_falling_below_the_threshold_drops_the_optional_steps_and_the_run_succee
     assert escalation.data["rung"] == "deadline_pressure" and escalation.data["steps"] == ["extra", "extra_after"]
     assert escalation.data["p_deadline"] < 0.5 == escalation.data["threshold"]
     assert escalation.data["remaining_s"] == 3.0
+    assert escalation.data["reason"] == "P(in time) 0% below 50%: dropped the optional extra, extra_after"
     assert taken == [dict(escalation.data)]
     cancelled = next(e for e in events if e.kind == "step_cancelled")
     assert cancelled.step == "extra" and not cancelled.data.get("resumable")

@@ -14,7 +14,7 @@ PANELS = {
     "Tools and confinement": {"--tools", "--mcp", "--workdir", "--allow-exec", "--allow-env", "--root"},
     "Model, goal and limits": {"--goal", "--model", "--base-url", "--budget-usd", "--budget-tokens", "--deadline",
                                "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--priority",
-                               "--forecast", "--tiers", "--cascade"},
+                               "--forecast", "--tiers", "--cascade", "--deadline-pressure"},
 }
 
 

@@ -89,17 +89,19 @@ class PressureWatch:
         run = self.run
         if self._closed or run.finished or run.state.status != "running":
             return
+        late = f"P(in time) {pressure.p_deadline:.0%} below {pressure.threshold:.0%}"
         for action in pressure.actions:
             if action == "faster_tiers":
                 steps = self._auto_steps()
                 if self.seam is not None and steps and self.seam.hurry(run.id):
-                    self._journal(pressure.journaled(action, steps=steps))
+                    self._journal(pressure.journaled(action, steps=steps, reason=(
+                        f"{late}: the fastest tiers for {', '.join(steps)}")))
             elif action == "drop_optional":
                 steps = droppable(run.plan, run.state)
                 if steps:
-                    self._journal(pressure.journaled(action, steps=steps))
-                    why = (f"deadline pressure: P(in time) {pressure.p_deadline:.0%} below "
-                           f"{pressure.threshold:.0%}; an optional step, dropped")
+                    self._journal(pressure.journaled(action, steps=steps, reason=(
+                        f"{late}: dropped the optional {', '.join(steps)}")))
+                    why = f"deadline pressure: {late}; an optional step, dropped"
                     for sid in steps:
                         run.cancel_step(sid, why)
             elif action == "replan" and self.planner is not None:
@@ -110,7 +112,8 @@ class PressureWatch:
                           + ". Write a remaining plan that fits in the time left: fewer and faster steps, leave out "
                           "what the goal can do without.")
                 if self.planner.replan_for_deadline(left, reason):
-                    self._journal(pressure.journaled(action))
+                    self._journal(pressure.journaled(action, reason=(
+                        f"{late}: re-plan" + ("" if left is None else f" with {left:.0f} s left"))))
 
     def _auto_steps(self) -> list[str]:
         """The run's ``model: auto`` steps not yet finished, in plan order."""

@@ -171,6 +171,34 @@ def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: flo
         plan_model.allocation.deadline_at = engine.clock.now() + deadline
 
 
+def _pressure_flag(value: float | None, deadline: float | None) -> float | None:
+    """``--deadline-pressure`` checked: a probability in (0, 1], with a --deadline to be late for (exit 2)."""
+    if value is None:
+        return None
+    from planweave.allocate.pressure import PressureError, policy_for
+
+    try:
+        policy_for(None, value)
+    except PressureError as exc:
+        raise UsageError(str(exc)) from None
+    if deadline is None:
+        raise UsageError("--deadline-pressure acts when the forecast of the time left falls below it: give "
+                         "--deadline S too")
+    return value
+
+
+def _watch_pressure(run: Run, threshold: float | None, *, seam: AllocationSeam | None = None,
+                    planner: PlanningLoop | None = None) -> None:
+    """Deadline pressure on ``run`` (its plan's ``pressure:``, ``threshold`` in place of its ``p_deadline``), if
+    either asks for it; the run's live forecast must be started in the same loop turn (it fires on its events)."""
+    from planweave.allocate.pressure import policy_for
+    from planweave.allocate.pressure_watch import PressureWatch
+
+    policy = policy_for(run.plan.spec.pressure, threshold)
+    if policy is not None:
+        PressureWatch(run, policy, seam=seam, planner=planner)
+
+
 @dataclass(frozen=True)
 class ResumeLimits:
     """The limits given to ``planweave resume`` without ``--model`` (None: keep the run's journaled ones)."""
@@ -179,6 +207,7 @@ class ResumeLimits:
     budget_usd: float | None
     budget_tokens: int | None
     deadline: float | None  # a new deadline, counted from the resume
+    tiers: Path | None = None  # a tier table replacing the journaled one
 
     async def resume(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox, run_id: str,
                      retry_unknown: bool) -> Run:
@@ -188,11 +217,14 @@ class ResumeLimits:
         recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
             RunLimits(self.budget_usd, self.budget_tokens, self.deadline), engine.clock.now())
         tools = None
+        seam: AllocationSeam | None = None
         if recorded.model is None:
             self._check_without_model(run_id)
         else:
             base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-            tools = await PlanModel(recorded.model, self.base_url, None, None).toolbox(stack, base, recorded.budget())
+            seam = self._allocation(engine, run_id, recorded)
+            tools = await PlanModel(recorded.model, self.base_url, None, None, seam).toolbox(stack, base,
+                                                                                             recorded.budget())
         run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
         recorded.apply_deadline(engine, run)
         created = run.state.created_at
@@ -203,11 +235,31 @@ class ResumeLimits:
             start_live_forecast(engine, run, LiveOptions(deadline, recorded.limits.budget_usd,
                                                          concurrency=engine.concurrency,
                                                          capacities=dict(engine.capacities)))
+            if recorded.deadline_at is not None:
+                _watch_pressure(run, recorded.pressure, seam=seam)
         return run
+
+    def _allocation(self, engine: Engine, run_id: str, recorded: JournaledLimits) -> AllocationSeam | None:
+        """The allocator of the resumed run's ``model: auto`` steps: on --tiers if given, else on the tier table
+        it journaled (None: it had none), to finish by its deadline."""
+        from planweave.allocate import AllocationError, AllocationSeam, TierTable, load_tiers
+
+        try:
+            if self.tiers is not None:
+                table = load_tiers(self.tiers)
+            elif recorded.tiers is not None:
+                table = TierTable.from_mapping(recorded.tiers, where=f"run '{run_id}': its journaled tiers")
+            else:
+                return None
+        except AllocationError as exc:
+            raise UsageError(f"--tiers: {exc}" if self.tiers is not None else str(exc)) from None
+        seam = AllocationSeam(table, deadline_at=recorded.deadline_at)
+        seam.bind(engine.get)
+        return seam
 
     def _check_without_model(self, run_id: str) -> None:
         for flag, given in (("--base-url", self.base_url), ("--budget-usd", self.budget_usd),
-                            ("--budget-tokens", self.budget_tokens)):
+                            ("--budget-tokens", self.budget_tokens), ("--tiers", self.tiers)):
             if given is not None:
                 raise UsageError(f"{flag} applies to the model a run calls, and run '{run_id}' was started without "
                                  "one: give --model NAME too (a --goal run), or leave it out")
@@ -224,6 +276,11 @@ DeadlineOption = Annotated[float | None, typer.Option("--deadline", rich_help_pa
                                                       help="Stop after this many seconds.")]
 MaxReplansOption = Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
                                                       help="Most re-plans of a --goal run (default 5).")]
+DeadlinePressureOption = Annotated[float | None, typer.Option(
+    "--deadline-pressure", rich_help_panel=PANEL_MODEL, metavar="P", help=(
+        "When the forecast's chance to finish by --deadline falls below P: give model: auto steps the fastest "
+        "tier, cancel steps marked optional, re-plan a --goal run with the time left (the plan's pressure: says "
+        "which; docs/allocation.md, 'Deadline pressure')."))]
 NoCacheOption = Annotated[bool, typer.Option(
     "--no-cache", rich_help_panel=PANEL_SCHEDULING,
     help="Run every step: none reuses a cached output of a tool declared cache (their outputs are still recorded "
@@ -317,6 +374,7 @@ def run(
         "With --tiers: llm steps saying model: auto run as a cascade (the cheapest tier first, a stronger one when "
         "a stuck, milestone or low-confidence monitor fires) instead of being allocated (docs/allocation.md)."))
     ] = False,
+    deadline_pressure: DeadlinePressureOption = None,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
@@ -332,6 +390,7 @@ def run(
                           tuple(mcp or ()), port if watch else None, all_rows=all_rows,
                           executor=ExecutorFlags(executor, ray_address, tuple(tools or ())), cache=not no_cache)
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
+        pressure = _pressure_flag(deadline_pressure, deadline)
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
                                               plan_max_tokens)
@@ -355,9 +414,12 @@ def run(
                 _bind_allocation(plan_model, engine, deadline)
                 tools = (await plan_model.toolbox(stack, base, run_limits.budget()) if plan_model is not None
                          else None)
+                seam = plan_model.allocation if plan_model is not None else None
                 started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
                                              on_failure=on_failure, priority=priority, limits=run_limits.journaled(
-                                                 engine.clock.now(), plan_model.model if plan_model else None))
+                                                 engine.clock.now(), plan_model.model if plan_model else None,
+                                                 tiers=None if seam is None else seam.table.to_mapping(),
+                                                 pressure=pressure))
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
 
@@ -367,6 +429,8 @@ def run(
 
                     start_live_forecast(engine, started, LiveOptions(
                         deadline, budget_usd, concurrency=limits.concurrency, capacities=capacities))
+                    if deadline is not None:
+                        _watch_pressure(started, pressure, seam=seam)
                 return started
 
             begin = begin_file
@@ -388,7 +452,14 @@ def run(
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
-                return await loop.start(goal_text, run_id=run_id, priority=priority)
+                started = await loop.start(goal_text, run_id=run_id, priority=priority)
+                if pressure is not None:  # the forecast it acts on (a goal run has none otherwise)
+                    from planweave.forecast.live import LiveOptions, start_live_forecast
+
+                    start_live_forecast(engine, started, LiveOptions(deadline, budget_usd,
+                                                                     concurrency=limits.concurrency))
+                    _watch_pressure(started, pressure, planner=loop)
+                return started
 
             begin = begin_goal
 
@@ -432,6 +503,9 @@ def resume(
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     model_limits: ModelLimitsOption = None,
+    tiers: Annotated[Path | None, typer.Option("--tiers", rich_help_panel=PANEL_MODEL, metavar="FILE", help=(
+        "A tier table for the run's model: auto steps, in place of the one it journaled (default: that one)."))
+    ] = None,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
@@ -467,7 +541,9 @@ def resume(
             raise UsageError("--ask-human applies to a --goal run resumed with its planner: give --model NAME too")
         if max_replans is not None and model is None:
             raise UsageError("--max-replans applies to a --goal run resumed with its planner: give --model NAME too")
-        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline)
+        if tiers is not None and model is not None:
+            raise UsageError("--tiers applies to plan files: a --goal run's llm steps are not allocated")
+        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             if model is not None:
