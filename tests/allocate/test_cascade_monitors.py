@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from planweave import Toolbox, VirtualClock, open_engine
+from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
 from planweave.allocate import TierProfile, TierTable
 from planweave.allocate.cascade_seam import CascadeSeam
 from planweave.cli.main import app
@@ -110,6 +110,19 @@ async def test_a_failed_schema_check_escalates_the_step_and_a_streak_of_successe
     assert [(e.step, e.data["kind"]) for e in failed] == [("a", "malformed_output")]
 
 
+@pytest.mark.parametrize("model", [None, "auto"])
+@on_virtual_clock
+async def test_cascade_settings_with_model_auto_or_none_make_a_cascade_too(model: str | None) -> None:
+    step = llm_step("a", "hard", schema=SCHEMA, cascade=True)
+    if model is None:
+        del step["args"]["model"]
+    else:
+        step["args"]["model"] = model
+    _, status, events, models, _ = await run_plan(by_quality, [step])
+    assert status == "succeeded" and models == ["m-small", "m-medium"]
+    assert escalations(events) == [("a", "escalate", "milestone", "small", "medium")]
+
+
 @on_virtual_clock
 async def test_a_verifier_that_rejects_the_small_models_answer_escalates() -> None:
     async def script(request: RecordedRequest) -> Reply:
@@ -129,6 +142,28 @@ async def test_a_verifier_that_rejects_the_small_models_answer_escalates() -> No
     assert result.status == "succeeded" and run.outputs["sum"]["text"] == "4"
     assert [model_of(r) for r in server.chat_requests] == ["m-small", "m-medium"]
     assert escalations(events) == [("sum", "escalate", "milestone", "small", "medium")]
+
+
+@on_virtual_clock
+async def test_a_verifies_step_rejecting_a_cascaded_step_escalates_its_cascade() -> None:
+    steps = [llm_step("a", "easy", schema=SCHEMA),
+             {"id": "check", "tool": "noop", "args": {"ok": False, "reason": "not good enough", "x": "${a.json}"},
+              "verifies": "a"},
+             llm_step("b", "easy", schema=SCHEMA, after=["check"])]
+    async with serving(by_quality) as (server, client):
+        seam = CascadeSeam(TIERS)
+        tools = builtin_tools().merged(Toolbox({"llm": llm_tool(client, cascade=seam)}))
+        async with open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
+            seam.bind(engine)
+            run = await engine.start({"steps": steps})
+            result = await run.wait()
+            events = list(await engine.journal.read(run.id))
+    assert result.status == "succeeded"
+    assert escalations(events) == [("a", "escalate", "milestone", "small", "medium")]
+    reason = next(e.data["reason"] for e in events if e.kind == "escalation")
+    assert "verifier step 'check' failed: not good enough" in reason
+    # the run has no planner to redo a: the next step of the cascade starts where it now is
+    assert [model_of(r) for r in server.chat_requests] == ["m-small", "m-medium"]
 
 
 # -- stuck: repeated failures, silence, the same answer again -------------------------------------------------------
