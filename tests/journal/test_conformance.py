@@ -809,9 +809,10 @@ async def test_find_cached_answers_the_newest_output_under_a_key_no_older_than_a
             older = await journal.find_cached("k", T0 - 1)
             other = await journal.find_cached("other", T0)
             unknown = await journal.find_cached("nope", -math.inf)
-    assert newest == at_edge == older == CachedOutput("r2", "b", T0 + 5, new)  # at exactly T0 + 5: still usable
+    # With its value; at exactly T0 + 5: still usable.
+    assert newest == at_edge == older == CachedOutput("r2", "b", T0 + 5, new, {"v": 2})
     assert too_old is None and unknown is None
-    assert other == CachedOutput("r2", "c", T0 + 6, new)
+    assert other == CachedOutput("r2", "c", T0 + 6, new, {"v": 2})
     if backend.durable:  # the index is stored: a new journal object (another process) answers the same
         async with open_journal(backend.url) as journal, asyncio.timeout(20):
             assert await journal.find_cached("k", -math.inf) == newest
@@ -827,7 +828,7 @@ async def test_the_cache_index_is_written_with_its_events_and_never_for_refused_
         async with asyncio.timeout(20):
             found = await journal.find_cached("k", -math.inf)
             refused = await journal.find_cached("k2", -math.inf)
-    assert found == CachedOutput("r", "a", T0, ref) and refused is None
+    assert found == CachedOutput("r", "a", T0, ref, "x") and refused is None
     if backend.execute is not None:
         assert backend.count("cache") == 1
 
@@ -881,5 +882,5 @@ async def test_a_journal_from_before_the_cache_index_is_indexed_from_its_events(
         backend.execute(f"DROP TABLE {schema}.planweave_cache")
         backend.execute(f"UPDATE {schema}.planweave_meta SET value = '2' WHERE key = 'schema_version'")
     async with open_journal(backend.url) as journal, asyncio.timeout(20):
-        assert await journal.find_cached("k", -math.inf) == CachedOutput("r", "a", T0, ref)
+        assert await journal.find_cached("k", -math.inf) == CachedOutput("r", "a", T0, ref, [1])
     assert backend.count("cache") == 1  # the reuse was not indexed

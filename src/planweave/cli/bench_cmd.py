@@ -154,3 +154,16 @@ def bench_allocate(ctx: typer.Context) -> None:
     from planweave.bench.allocate import main as allocate_main
 
     raise typer.Exit(allocate_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "cache",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_cache(ctx: typer.Context) -> None:
+    """The result cache on SQLite: a second run of cacheable slow steps with and without it, and what a miss lookup
+    costs per step; options go to planweave.bench.cache (--help)."""
+    from planweave.bench.cache import main as cache_main
+
+    raise typer.Exit(cache_main(list(ctx.args)))

@@ -82,10 +82,7 @@ class StepCache:
         found = await find_cached(self._journal, entry.key, entry.policy.since(self._now()))
         if found is None:
             return None
-        blobs = await self._journal.get_blobs([found.output])
-        if found.output not in blobs:
-            return None  # never expected (prune removes an entry with its run): a miss is always safe
-        return CacheHit(blobs[found.output], found.output, {"run": found.run_id, "step": found.step, "at": found.at})
+        return CacheHit(found.value, found.output, {"run": found.run_id, "step": found.step, "at": found.at})
 
     def succeeded(self, entry: CacheEntry, attempt: int, ref: str, output: Any) -> dict[str, Any]:
         """The ``step_succeeded`` data of a cacheable attempt that ran: with ``cache_key``, unless the stored output

@@ -240,12 +240,14 @@ def _first_surrogate(text: str) -> str:
 
 
 class CachedOutput(NamedTuple):
-    """A finished output the journal indexed under a cache key: the run and step that produced it, when, its blob."""
+    """A finished output the journal indexed under a cache key: the run and step that produced it, when, its blob
+    reference and (as :meth:`Journal.find_cached` answers it) the output itself."""
 
     run_id: str
     step: str
     at: float
     output: str
+    value: Any = None
 
 
 def cache_entries(events: Iterable[tuple[Event, bytes]]) -> list[tuple[str, CachedOutput]]:
@@ -276,7 +278,10 @@ async def find_cached(journal: Journal, key: str, since: float) -> CachedOutput 
         for entry_key, entry in cache_entries([(event, b"")]):
             if entry_key == key and entry.at >= since and (best is None or entry.at >= best.at):
                 best = entry
-    return best
+    if best is None:
+        return None
+    blobs = await journal.get_blobs([best.output])
+    return best._replace(value=blobs[best.output]) if best.output in blobs else None
 
 
 class Journal(Protocol):
@@ -339,7 +344,8 @@ class Journal(Protocol):
 
     async def find_cached(self, key: str, since: float) -> CachedOutput | None:
         """The newest output indexed under cache ``key`` (a ``step_succeeded`` with that ``cache_key``) produced at
-        or after ``since``, among what is stored (events still buffered may be missed: a miss is always safe).
+        or after ``since``, with its value, among what is stored (events still buffered may be missed: a miss is
+        always safe). It never waits for buffered writes: it is on the path of every cacheable step.
 
         The index is written in the same transaction as the event. A journal without this method is answered
         from its events by :func:`find_cached`.

@@ -146,8 +146,12 @@ class MemoryJournal:
         return PruneResult([s.run_id for s in doomed], events, outputs, freed)
 
     async def find_cached(self, key: str, since: float) -> CachedOutput | None:
-        usable = [e for e in self._cache.get(key, ()) if e.at >= since]
-        return max(usable, key=lambda e: e.at) if usable else None
+        usable = [e for e in self._cache.get(key, ()) if e.at >= since and e.output in self._blobs]
+        if not usable:
+            return None
+        newest = max(reversed(usable), key=lambda e: e.at)  # the last written among equals
+        value = decode_blob(self._blobs[newest.output])
+        return CachedOutput(newest.run_id, newest.step, newest.at, newest.output, value)
 
     async def close(self) -> None:
         pass

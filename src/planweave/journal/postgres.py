@@ -95,8 +95,9 @@ _CACHE_SCHEMA = (
 _MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA, 3: _CACHE_SCHEMA}
 _INSERT_CACHE = ("INSERT INTO planweave_cache (key, at, run_id, step, output) "
                  "SELECT * FROM unnest(%s::text[], %s::float8[], %s::text[], %s::text[], %s::text[])")
-_FIND_CACHED = ("SELECT run_id, step, at, output FROM planweave_cache WHERE key = %s AND at >= %s "
-                "ORDER BY at DESC, id DESC LIMIT 1")
+_FIND_CACHED = ("SELECT c.run_id, c.step, c.at, c.output, b.data FROM planweave_cache c "
+                "JOIN planweave_blobs b ON b.ref = c.output WHERE c.key = %s AND c.at >= %s "
+                "ORDER BY c.at DESC, c.id DESC LIMIT 1")
 # A batch's summaries: one statement each for the fresh and the stale ones; seq and pos come from the events just
 # written (their (run_id, pos) index answers min and max at once).
 _UPSERT_SUMMARIES = """INSERT INTO planweave_runs AS r
@@ -313,7 +314,10 @@ class PostgresJournal(GroupCommitJournal):
         if self._released:
             raise JournalError(f"the journal {self.url} is closed")
         rows = await self._fetch(_FIND_CACHED, (key, since))
-        return CachedOutput(rows[0][0], rows[0][1], float(rows[0][2]), rows[0][3]) if rows else None
+        if not rows:
+            return None
+        run_id, step, at, output, data = rows[0]
+        return CachedOutput(run_id, step, float(at), output, decode_blob(data))
 
     async def _fetch(self, query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -93,8 +94,8 @@ _CACHE_SCHEMA = (
 #: The statements that take the tables from version ``n - 1`` to ``n``.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA, 3: _CACHE_SCHEMA}
 _INSERT_CACHE = "INSERT INTO cache (key, at, run_id, step, output) VALUES (?, ?, ?, ?, ?)"
-_FIND_CACHED = ("SELECT run_id, step, at, output FROM cache WHERE key = ? AND at >= ? "
-                "ORDER BY at DESC, rowid DESC LIMIT 1")
+_FIND_CACHED = ("SELECT c.run_id, c.step, c.at, c.output, b.data FROM cache c JOIN blobs b ON b.ref = c.output "
+                "WHERE c.key = ? AND c.at >= ? ORDER BY c.at DESC, c.rowid DESC LIMIT 1")
 _UPSERT_SUMMARY = (
     "INSERT INTO runs (run_id, seq, pos, status, started_at, finished_at, stale, owner, source, summary) "
     "VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET pos = excluded.pos, "
@@ -136,6 +137,7 @@ class SQLiteJournal(GroupCommitJournal):
         self.path = path
         self._executor = executor
         self._conn = conn
+        self._reader: ThreadPoolExecutor | None = None  # find_cached's thread, with its own connection
 
     @classmethod
     async def open(cls, url: str) -> SQLiteJournal:
@@ -160,11 +162,22 @@ class SQLiteJournal(GroupCommitJournal):
         await self._call(_write_batch, self.url, events, blobs, runs, cache_entries(events))
 
     async def find_cached(self, key: str, since: float) -> CachedOutput | None:
-        """The newest output indexed under ``key`` produced at or after ``since`` (what is committed)."""
+        """The newest output indexed under ``key`` produced at or after ``since`` (what is committed).
+
+        Read on a connection and thread of its own (WAL lets it read while a batch commits): a lookup never queues
+        behind the writer's fsync (bench cache: 1.4 ms a step on the writer's thread).
+        """
         if self._released:
             raise JournalError(f"the journal {self.url} is closed")
-        row = await self._call(_reading(self.url, lambda c: c.execute(_FIND_CACHED, (key, since)).fetchone()))
-        return None if row is None else CachedOutput(row[0], row[1], float(row[2]), row[3])
+        if self.path == ":memory:":  # a second connection would open another, empty database
+            row = await self._call(_reading(self.url, lambda c: c.execute(_FIND_CACHED, (key, since)).fetchone()))
+        else:
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planweave-sqlite-reader")
+            row = await self._loop.run_in_executor(self._reader, _find_cached, self.url, self.path, key, since)
+        if row is None:
+            return None
+        return CachedOutput(row[0], row[1], float(row[2]), row[3], decode_blob(row[4]))
 
     async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
         return await self._call(_select_events, self.url, run_id, after, kind)
@@ -191,8 +204,12 @@ class SQLiteJournal(GroupCommitJournal):
     async def _release(self) -> None:
         try:
             await self._call(_close)
+            if self._reader is not None:
+                await self._loop.run_in_executor(self._reader, _close_reader)
         finally:
             self._executor.shutdown(wait=False)
+            if self._reader is not None:
+                self._reader.shutdown(wait=False)
 
 
 # -- everything below runs on the journal's thread ----------------------------------------------------------------
@@ -424,3 +441,27 @@ def _select_run_ids(conn: sqlite3.Connection, url: str) -> list[str]:
 
 def _close(conn: sqlite3.Connection) -> None:
     conn.close()
+
+
+# -- find_cached's thread: its own read-only connection, opened on first use -----------------------------------------
+_readers = threading.local()
+
+
+def _find_cached(url: str, path: str, key: str, since: float) -> tuple[Any, ...] | None:
+    conn: sqlite3.Connection | None = getattr(_readers, "conn", None)
+    try:
+        if conn is None:
+            conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                                   isolation_level=None)
+            _readers.conn = conn
+        row: tuple[Any, ...] | None = conn.execute(_FIND_CACHED, (key, since)).fetchone()
+        return row
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+
+
+def _close_reader() -> None:
+    conn = getattr(_readers, "conn", None)
+    if conn is not None:
+        conn.close()
+        _readers.conn = None
