@@ -179,3 +179,19 @@ def test_cascade_invariants(history: tuple[int, int, list[tuple[str, str]]]) -> 
                 raise AssertionError("the index fell without a deescalate shift")
         assert 0 <= cascade.index < n
         assert all(0 <= cascade.index_for(s) < n for s in "abc")
+
+
+def test_the_monitors_and_the_cascade_are_pure() -> None:
+    """No I/O and no adapter: they import the standard library's data helpers and each other only."""
+    import ast
+    from pathlib import Path
+
+    import planweave.allocate.cascade as cascade_module
+    import planweave.allocate.monitors as monitors_module
+
+    allowed = {"__future__", "math", "collections.abc", "dataclasses", "typing", "planweave.allocate.monitors"}
+    for module in (monitors_module, cascade_module):
+        tree = ast.parse(Path(str(module.__file__)).read_text(encoding="utf-8"))
+        names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert names <= allowed, f"{module.__name__} imports {sorted(names - allowed)}"
