@@ -2,13 +2,17 @@
 
 :class:`Allocator` (pure) maximises P(the run completes within budget and deadline) by Monte Carlo over the remaining
 plan; :class:`AllocationSeam` is what the ``llm`` tool asks before a ``model: auto`` call (it reads the run's
-remaining plan, asks the allocator and journals an ``allocation`` event). See docs/allocation.md.
+remaining plan, asks the allocator and journals an ``allocation`` event). :class:`CascadeSeam` runs ``model: cascade``
+steps cheapest tier first, escalating when a monitor (:mod:`planweave.allocate.monitors`) fires. See
+docs/allocation.md.
 """
 
 from __future__ import annotations
 
 from planweave.allocate.allocator import POLICIES, Allocator, Policy
 from planweave.allocate.auto import allocated_call
+from planweave.allocate.cascade import Cascade, Shift
+from planweave.allocate.cascade_seam import CascadeArgs, CascadeSeam, PlannerCascade
 from planweave.allocate.model import (
     MAX_SAMPLES,
     SELECTS,
@@ -23,6 +27,14 @@ from planweave.allocate.model import (
     StepOptions,
     TierProfile,
     TierTable,
+)
+from planweave.allocate.monitors import (
+    Fire,
+    LowConfidenceMonitor,
+    MilestoneMonitor,
+    MonitorSet,
+    Signal,
+    StuckMonitor,
 )
 from planweave.allocate.samples import Verifier, output_key, run_samples
 from planweave.allocate.seam import AllocatedRun, AllocationSeam, AutoArgs
@@ -39,13 +51,24 @@ __all__ = [
     "AutoArgs",
     "Backoff",
     "Candidate",
+    "Cascade",
+    "CascadeArgs",
+    "CascadeSeam",
     "Choice",
     "Decision",
     "Estimate",
+    "Fire",
+    "LowConfidenceMonitor",
+    "MilestoneMonitor",
+    "MonitorSet",
+    "PlannerCascade",
     "Policy",
     "Problem",
     "Select",
+    "Shift",
+    "Signal",
     "StepOptions",
+    "StuckMonitor",
     "TierProfile",
     "TierTable",
     "Verifier",
