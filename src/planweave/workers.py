@@ -31,10 +31,12 @@ from planweave.journal.postgres import PostgresJournal
 from planweave.plan.catalog import ToolCatalog
 
 if TYPE_CHECKING:
+    from planweave.allocate import AllocationSeam
     from planweave.models import Budget
 
-#: The catalog a run's steps get, given the model its ``llm`` steps call (None: it names none) and its budget.
-RunTools = Callable[[str | None, "Budget | None"], Awaitable[ToolCatalog | None]]
+#: The catalog a run's steps get, given the model its ``llm`` steps call (None: it names none), its budget and the
+#: allocator of its ``model: auto`` steps (None: it was queued without tiers).
+RunTools = Callable[[str | None, "Budget | None", "AllocationSeam | None"], Awaitable[ToolCatalog | None]]
 
 __all__ = ["DEFAULT_MAX_RUNS", "Worker", "WorkerOptions", "WorkerTally", "cancel_queued", "default_worker_name",
            "refuse_if_queued"]
@@ -289,7 +291,8 @@ class Worker:
                 run = await self._begin(claim)
             else:
                 recorded = JournaledLimits.from_events(events)
-                tools = await self._tools_for(rid, recorded.model, recorded.budget())
+                seam = self._allocation(rid, recorded.tiers, recorded.deadline_at, "its journaled tiers")
+                tools = await self._tools_for(rid, recorded.model, recorded.budget(), seam)
                 run = await self.engine.resume(rid, tools=tools, retry_unknown=bool(options.get("retry_unknown")))
                 recorded.apply_deadline(self.engine, run)
         except RunError:
@@ -309,8 +312,12 @@ class Worker:
         queued = options.get("limits") or {}
         limits = RunLimits(**{f.name: queued.get(f.name) for f in fields(RunLimits)})
         model = options.get("model")
-        tools = await self._tools_for(claim.run_id, model, limits.budget())
-        journaled = limits.journaled(self.engine.clock.now(), model) if queued or model else None
+        now = self.engine.clock.now()
+        tiers = options.get("tiers")
+        seam = self._allocation(claim.run_id, tiers, None if limits.deadline is None else now + limits.deadline,
+                                "its queued tiers")
+        tools = await self._tools_for(claim.run_id, model, limits.budget(), seam)
+        journaled = limits.journaled(now, model, tiers=tiers) if queued or model else None
         run = await self.engine.start(claim.run.plan, tools=tools, run_id=claim.run_id, source=claim.run.source,
                                       on_failure=options.get("on_failure"), limits=journaled,
                                       priority=float(options.get("priority") or 0.0))
@@ -318,9 +325,25 @@ class Worker:
             cancel_at_deadline(self.engine, run, limits.deadline)
         return run
 
-    async def _tools_for(self, run_id: str, model: str | None, budget: Budget | None) -> ToolCatalog | None:
+    def _allocation(self, run_id: str, tiers: Any, deadline_at: float | None, what: str) -> AllocationSeam | None:
+        """The allocator of a run's ``model: auto`` steps on its tier table (None without one), reading this
+        worker's engine; raises RunError naming the run when the table does not read."""
+        if tiers is None:
+            return None
+        from planweave.allocate import AllocationError, AllocationSeam, TierTable
+
+        try:
+            table = TierTable.from_mapping(tiers, where=f"run '{run_id}': {what}")
+        except AllocationError as exc:
+            raise RunError(str(exc)) from None
+        seam = AllocationSeam(table, deadline_at=deadline_at)
+        seam.bind(self.engine.get)
+        return seam
+
+    async def _tools_for(self, run_id: str, model: str | None, budget: Budget | None,
+                         allocation: AllocationSeam | None = None) -> ToolCatalog | None:
         if self.run_tools is not None:
-            return await self.run_tools(model, budget)
+            return await self.run_tools(model, budget, allocation)
         if model is not None:
             raise RunError(f"run '{run_id}' calls model '{model}' in its llm steps, and worker {self.name} has no "
                            "model client to give it")

@@ -43,6 +43,7 @@ from planweave.extras import require
 from planweave.journal import default_journal_url
 
 if TYPE_CHECKING:
+    from planweave.allocate import AllocationSeam
     from planweave.engine.executor import Executor
     from planweave.journal.leases import LeaseStore, WorkerView
     from planweave.journal.postgres import PostgresJournal
@@ -108,6 +109,9 @@ def submit(
     deadline: Annotated[float | None, typer.Option(
         "--deadline", min=0, help="Cancel the run this many seconds after a worker starts it (kept by a worker "
                                   "that takes it over).")] = None,
+    tiers: Annotated[Path | None, typer.Option("--tiers", metavar="FILE", help=(
+        "Model tiers (YAML/JSON) for the plan's llm steps saying model: auto: the worker allocates tier and "
+        "samples per step (docs/allocation.md); kept by a worker that takes the run over."))] = None,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
@@ -125,10 +129,12 @@ def submit(
 
         url = _queue_url(journal, "submit")
         if model is None:
-            for flag, given in (("--budget-usd", budget_usd), ("--budget-tokens", budget_tokens)):
+            for flag, given in (("--budget-usd", budget_usd), ("--budget-tokens", budget_tokens),
+                                ("--tiers", tiers)):
                 if given is not None:
                     raise UsageError(f"{flag} applies to the model the plan's llm steps call: give --model NAME too")
         limits = _queued_limits(budget_usd, budget_tokens, _seconds_flag(deadline, "--deadline"))
+        table = _tiers_flag(tiers)
         toolbox = _toolbox(tools, workdir, allow_exec, allow_env, root)
         if model is not None and "llm" not in toolbox:
             toolbox = toolbox.merged(_llm_for_checks())
@@ -150,6 +156,8 @@ def submit(
                         options["limits"] = limits
                     if model is not None:
                         options["model"] = model
+                    if table is not None:
+                        options["tiers"] = table
                     await store.submit(QueuedRun(rid, plan.to_document(), str(file), options))
 
         asyncio.run(go())
@@ -158,6 +166,19 @@ def submit(
     else:
         typer.echo(rid)
         typer.echo(f"queued run {rid}: a worker (planweave worker --journal {url}) runs it", err=True)
+
+
+def _tiers_flag(path: Path | None) -> dict[str, Any] | None:
+    """The tier table in ``path``, checked (exit 2 naming the file, the tier and the field), as a queued run
+    carries it (``options.tiers``)."""
+    if path is None:
+        return None
+    from planweave.allocate import AllocationError, load_tiers
+
+    try:
+        return load_tiers(path).to_mapping()
+    except AllocationError as exc:
+        raise UsageError(f"--tiers: {exc}") from None
 
 
 def _seconds_flag(value: float | None, flag: str = "--step-timeout") -> float | None:
@@ -261,7 +282,8 @@ class _ModelTools:
         self._stack, self._tools, self._base_url = stack, tools, base_url
         self._clients: dict[str, ModelClient] = {}
 
-    async def tools(self, model: str | None, budget: Budget | None) -> Toolbox | None:
+    async def tools(self, model: str | None, budget: Budget | None,
+                    allocation: AllocationSeam | None = None) -> Toolbox | None:
         if model is None or "llm" in self._tools:
             return None  # the engine's own tools
         from planweave.models import resolve_model
@@ -272,7 +294,7 @@ class _ModelTools:
         if client is None:
             options = {"base_url": self._base_url} if self._base_url else {}
             client = self._clients[model] = await self._stack.enter_async_context(resolve_model(model, **options))
-        return self._tools.merged(Toolbox({"llm": llm_tool(client, budget)}))
+        return self._tools.merged(Toolbox({"llm": llm_tool(client, budget, allocation=allocation)}))
 
 
 def workers(
