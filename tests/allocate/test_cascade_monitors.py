@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
-from planweave.allocate import TierProfile, TierTable
+from planweave.allocate import AllocationSeam, TierProfile, TierTable
 from planweave.allocate.cascade_seam import CascadeSeam
 from planweave.cli.main import app
 from planweave.engine.events import Event
@@ -289,6 +289,31 @@ async def test_on_the_strongest_tier_an_unconfident_answer_stands() -> None:
             "prompt": "?", "model": "cascade", "tiers": ["small", "large"], "schema": {"type": "object"}}}])
     assert status == "succeeded" and models == ["m-small", "m-large"]
     assert escalations(events) == [("q", "escalate", "low_confidence", "small", "large")]
+
+
+@on_virtual_clock
+async def test_an_llm_tool_with_only_an_allocator_cascades_on_its_table_following_the_run() -> None:
+    """As resume, workers and the server build it: no cascade given, so one on the allocator's table reads runs
+    through the allocator and follows each run's events (the failures the stuck monitor counts, the successes)."""
+    def script(request: RecordedRequest) -> Reply:
+        return HttpError(503, "overloaded") if model_of(request) == "m-small" else Text("fine")
+
+    async with serving(script) as (server, client):
+        seam = AllocationSeam(TIERS)
+        tools = Toolbox({"llm": llm_tool(client, allocation=seam)})
+        async with open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
+            seam.bind(engine.get)
+            run = await engine.start({"steps": [llm_step("a", "go", retries=3, cascade={"streak": 1}),
+                                                llm_step("b", "go", after=["a"])]})
+            result = await run.wait()
+            events = list(await engine.journal.read(run.id))
+    assert result.status == "succeeded"
+    assert [model_of(r) for r in server.chat_requests] == ["m-small", "m-small", "m-medium", "m-small", "m-small",
+                                                           "m-medium"]
+    assert escalations(events) == [("a", "escalate", "stuck", "small", "medium"),
+                                   ("a", "deescalate", None, "medium", "small"),
+                                   ("b", "escalate", "stuck", "small", "medium"),
+                                   ("b", "deescalate", None, "medium", "small")]  # the cascade's streak is a's
 
 
 # -- what shows, and bad input --------------------------------------------------------------------------------------

@@ -43,7 +43,8 @@ TOP_LOGPROBS = 2  # enough for the margin between the best token and the next
 
 
 class CascadedRun(Protocol):
-    """What the seam reads of a run (``engine.runtime.Run`` is one): its plan, its outputs, a way to journal."""
+    """What the seam reads of a run (``engine.runtime.Run`` is one): its plan, its outputs, a way to journal, and
+    its events (when the seam follows runs one by one rather than the whole engine)."""
 
     @property
     def plan(self) -> Plan: ...
@@ -52,6 +53,8 @@ class CascadedRun(Protocol):
     def outputs(self) -> Mapping[str, Any]: ...
 
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None: ...
+
+    def subscribe(self, listener: Callable[[Event], None]) -> None: ...
 
 
 class CascadeHost(Protocol):
@@ -172,18 +175,23 @@ class _Watch:
 class CascadeSeam:
     """Tiers for ``model: cascade`` steps of the runs of the engine it is bound to; see the module docstring.
 
+    ``runs`` reads a run by id (``Engine.get``; or :meth:`bind` the engine); a seam that is given ``runs`` rather
+    than bound follows each run's events from its first cascaded attempt (an ``llm`` tool given only an
+    :class:`~planweave.allocate.AllocationSeam` cascades through one of these on the allocator's table and runs).
     ``defaults`` are the settings a step's ``cascade:`` mapping may override (monitors, failures, silence_s,
     repeats, min_confidence, confidence, streak). With ``auto``, steps saying ``model: auto`` are cascaded too
     (``planweave run --tiers FILE --cascade``) rather than allocated. ``shifts`` keeps every move made.
     """
 
-    def __init__(self, table: TierTable, *, defaults: CascadeArgs | None = None, tool: str = "llm",
-                 auto: bool = False) -> None:
+    def __init__(self, table: TierTable, runs: Callable[[str], Any] | None = None, *,
+                 defaults: CascadeArgs | None = None, tool: str = "llm", auto: bool = False) -> None:
         self.table = table
         self.auto = auto
         self.defaults = defaults or DEFAULTS
         self.tool = tool
-        self._runs: Callable[[str], CascadedRun] | None = None
+        self._runs: Callable[[str], CascadedRun] | None = runs
+        self._engine_wide = False  # bound to an engine's every event (else: following runs one by one)
+        self._followed: set[str] = set()
         self._cascades: dict[tuple[str, str], Cascade] = {}
         self._watches: dict[tuple[str, str], _Watch] = {}
         self.shifts: list[tuple[str, str, Shift]] = []  # (run, step, shift)
@@ -191,6 +199,7 @@ class CascadeSeam:
     def bind(self, engine: CascadeHost) -> None:
         """Read ``engine``'s runs and follow their events (the tool is built before the engine it runs in)."""
         self._runs = engine.get
+        self._engine_wide = True
         engine.subscribe(self.observe)
 
     def parse(self, args: Mapping[str, Any], *, step: str) -> CascadeArgs:
@@ -199,6 +208,11 @@ class CascadeSeam:
     # -- the tool's side ----------------------------------------------------------------------------------------
     def begin(self, ctx: StepContext, args: CascadeArgs) -> str:
         """The tier this attempt of ``ctx``'s step runs at (its cascade's, or the step's escalated floor)."""
+        if not self._engine_wide and ctx.run_id not in self._followed:
+            run = self._run(ctx.run_id)
+            if run is not None:
+                run.subscribe(self.observe)
+                self._followed.add(ctx.run_id)
         key = (ctx.run_id, args.key)
         cascade = self._cascades.get(key)
         if cascade is None:
@@ -306,10 +320,11 @@ class CascadeSeam:
             return None
         try:
             return self._runs(run_id)
-        except RunError:  # not active in the engine (finished)
+        except (RunError, AllocationError):  # not active in the engine (finished), or nothing bound
             return None
 
     def _forget(self, run_id: str) -> None:
+        self._followed.discard(run_id)
         for key in [k for k in self._watches if k[0] == run_id]:
             del self._watches[key]
         for key in [k for k in self._cascades if k[0] == run_id]:

@@ -142,6 +142,12 @@ class AllocationSeam:
     def hurried(self, run_id: str) -> bool:
         return run_id in self._hurried
 
+    def read_run(self, run_id: str) -> AllocatedRun:
+        """Run ``run_id`` as the seam reads it (a cascade on the same table reads runs through this too)."""
+        if self._runs is None:
+            raise AllocationError("the allocator is not bound to an engine: call AllocationSeam.bind(engine.get)")
+        return self._runs(run_id)
+
     async def decide(self, ctx: StepContext, auto: AutoArgs, *, budget_usd: float | None,
                      fits: Callable[[Choice], bool]) -> Decision:
         """The choice for the step ``ctx`` runs, from its run's remaining plan; journaled as ``allocation``.

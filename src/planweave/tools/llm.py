@@ -105,10 +105,14 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     ``allocation`` (an :class:`~planweave.allocate.AllocationSeam`) decides steps saying ``model: auto``: tier and
     parallel samples, each sample reserved and charged as one call; ``verifiers`` are the named checks ``select:
     verifier`` may use (docs/allocation.md). ``cascade`` (a :class:`~planweave.allocate.cascade_seam.CascadeSeam`)
-    gives steps saying ``model: cascade`` their tier per attempt, cheapest first, escalating when a monitor fires.
+    gives steps saying ``model: cascade`` their tier per attempt, cheapest first, escalating when a monitor fires
+    (default: one on ``allocation``'s table, when that is given).
     """
     table = prices if prices is not None else PriceTable()
-    cascade_seam = cascade  # the step argument ``cascade`` (its settings) shadows the name inside ``llm``
+    # The step argument ``cascade`` (its settings) shadows the name inside ``llm``. Without a cascade of its own, a
+    # tool with an allocator cascades on the allocator's table and runs (resume, workers and the server build one).
+    cascade_seam = cascade if cascade is not None or allocation is None else CascadeSeam(
+        allocation.table, allocation.read_run)
 
     async def reserve(request: CompletionRequest, model: str) -> tuple[Reservation | None, CompletionRequest]:
         if budget is None:
