@@ -1,7 +1,7 @@
-"""The result-cache benchmark (``planweave bench cache``): what reuse saves and what a miss costs, on SQLite.
+"""The result-cache benchmark (``planweave bench cache``): what reuse saves and what a miss costs, on SQLite (and
+PostgreSQL with ``--postgres URL``).
 
-Two tables, every figure measured in this process on the real clock with a SQLite journal in a temporary
-directory:
+Two tables per journal, every figure measured in this process on the real clock, SQLite in a temporary directory:
 
 - **reuse**: a chain of ``--steps`` cacheable steps, each a tool sleeping ``--step-ms``, run once to fill the cache,
   then again with the cache on (every step a hit) and with it off (``Engine(cache=False)``, as ``--no-cache``):
@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 import timeit
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -88,8 +88,7 @@ async def _timed(url: str, doc: Mapping[str, Any], *, cache: bool) -> tuple[floa
         return time.perf_counter() - started, calls[0], result.ok
 
 
-async def _reuse(directory: Path, steps: int, step_ms: float) -> dict[str, Any]:
-    url = f"sqlite:///{directory / 'reuse.db'}"
+async def _reuse(url: str, steps: int, step_ms: float) -> dict[str, Any]:
     doc = _chain("slow", steps, ms=step_ms)
     first = await _timed(url, doc, cache=True)
     hit = await _timed(url, doc, cache=True)
@@ -101,7 +100,7 @@ async def _reuse(directory: Path, steps: int, step_ms: float) -> dict[str, Any]:
             "ok": first[2] and hit[2] and off[2]}
 
 
-async def _overhead(directory: Path, n: int, repeats: int) -> list[dict[str, Any]]:
+async def _overhead(urls: Callable[[str], str], n: int, repeats: int) -> list[dict[str, Any]]:
     cases = [(shape, label, tool, cache) for shape in ("chain", "fan-out")
              for label, tool, cache in (("not cacheable", "plain", True), ("cacheable, cache off", "quick", False),
                                         ("cacheable, miss lookups", "quick", True))]
@@ -115,8 +114,7 @@ async def _overhead(directory: Path, n: int, repeats: int) -> list[dict[str, Any
             if shape == "chain":
                 for i, step in enumerate(doc["steps"]):
                     step["args"]["x"] = offset + i
-            url = f"sqlite:///{directory / f'overhead-{shape}-{tool}-{cache}-{r}.db'}"
-            seconds, _, ok = await _timed(url, doc, cache=cache)
+            seconds, _, ok = await _timed(urls(f"overhead-{shape}-{tool}-{cache}-{r}"), doc, cache=cache)
             if not ok:
                 raise RuntimeError(f"the {shape} run of {label} did not succeed")
             if r >= 0:
@@ -142,32 +140,65 @@ def _hook_ns() -> float:
     return round(best / loops * 1e9, 1)
 
 
-def run_bench(steps: int = 50, step_ms: float = 20.0, overhead_steps: int = 500, repeats: int = 5
-              ) -> dict[str, Any]:
-    """Both tables (see the module doc) as one JSON-ready dict."""
+def run_bench(steps: int = 50, step_ms: float = 20.0, overhead_steps: int = 500, repeats: int = 5,
+              postgres: str | None = None) -> dict[str, Any]:
+    """Both tables (see the module doc) as one JSON-ready dict: on SQLite, and on PostgreSQL too if ``postgres``
+    (a database URL: the benchmark works in a schema of its own, dropped after)."""
+    journals: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="planweave-bench-cache-") as tmp:
         directory = Path(tmp)
 
-        async def both() -> tuple[dict[str, Any], list[dict[str, Any]]]:
-            return await _reuse(directory, steps, step_ms), await _overhead(directory, overhead_steps, repeats)
+        def sqlite(name: str) -> str:
+            return f"sqlite:///{directory / f'{name}.db'}"
 
-        reuse, overhead = asyncio.run(both())
-    return {"reuse": reuse, "overhead": overhead, "hook_ns_per_attempt": _hook_ns(), "journal": "sqlite"}
+        async def both(urls: Callable[[str], str]) -> dict[str, Any]:
+            return {"reuse": await _reuse(urls("reuse"), steps, step_ms),
+                    "overhead": await _overhead(urls, overhead_steps, repeats)}
+
+        journals["sqlite"] = asyncio.run(both(sqlite))
+    if postgres is not None:
+        journals["postgres"] = _on_postgres(postgres, both)
+    return {**journals["sqlite"], "journals": journals, "hook_ns_per_attempt": _hook_ns()}
+
+
+def _on_postgres(base: str, both: Callable[[Callable[[str], str]], Coroutine[Any, Any, dict[str, Any]]]
+                 ) -> dict[str, Any]:
+    import secrets
+
+    import psycopg
+    from psycopg import sql
+
+    schema = f"pw_bench_cache_{secrets.token_hex(4)}"
+    separator = "&" if "?" in base else "?"
+
+    def url(name: str) -> str:  # one schema: every overhead run has fresh arguments anyway
+        return f"{base}{separator}schema={schema}"
+
+    try:
+        return asyncio.run(both(url))
+    finally:
+        with psycopg.connect(base, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
 def render(result: Mapping[str, Any]) -> str:
-    """The two tables as text."""
+    """The two tables as text, per journal."""
+    parts = [_render_journal(name, found) for name, found in result["journals"].items()]
+    parts.append(f"the hook on a step that is not cacheable: {result['hook_ns_per_attempt']} ns per attempt")
+    return "\n\n".join(parts)
+
+
+def _render_journal(name: str, result: Mapping[str, Any]) -> str:
     r = result["reuse"]
-    lines = [f"reuse: a second run of a chain of {r['steps']} cacheable steps of {r['step_ms']:g} ms (SQLite)", "",
+    lines = [f"reuse: a second run of a chain of {r['steps']} cacheable steps of {r['step_ms']:g} ms ({name})", "",
              f"{'second run':<22} {'wall s':>8} {'tool calls':>10}",
              f"{'cache on (all hits)':<22} {r['second_cached_s']:>8.3f} {r['second_cached_calls']:>10}",
              f"{'--no-cache':<22} {r['second_no_cache_s']:>8.3f} {r['second_no_cache_calls']:>10}",
              f"(first run {r['first_s']:.3f} s; the cache makes the second run {r['speedup']}x faster)", "",
-             "overhead: µs per step of steps returning at once, each with its own arguments (SQLite, median)", "",
+             f"overhead: µs per step of steps returning at once, each with its own arguments ({name}, median)", "",
              f"{'shape':<8} {'case':<26} {'µs/step':>8} {'vs not cacheable':>17}"]
     for row in result["overhead"]:
         lines.append(f"{row['shape']:<8} {row['case']:<26} {row['us_per_step']:>8.1f} {row['vs_not_cacheable']:>17}")
-    lines += ["", f"the hook on a step that is not cacheable: {result['hook_ns_per_attempt']} ns per attempt"]
     return "\n".join(lines)
 
 
@@ -177,10 +208,12 @@ def _command(
     overhead_steps: Annotated[int, typer.Option("--overhead-steps", min=1,
                                                 help="Steps per overhead run (chain and fan-out).")] = 500,
     repeats: Annotated[int, typer.Option("--repeats", min=1, help="Runs per overhead case (median).")] = 5,
+    postgres: Annotated[str | None, typer.Option("--postgres", metavar="URL", help=(
+        "Also on this PostgreSQL database (in a schema of its own, dropped after)."))] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> tuple[dict[str, Any], bool]:
     """A second run of cacheable slow steps with and without the cache, and what a miss costs per step."""
-    return run_bench(steps, step_ms, overhead_steps, repeats), json_output
+    return run_bench(steps, step_ms, overhead_steps, repeats, postgres), json_output
 
 
 def main(argv: Sequence[str] | None = None) -> int:

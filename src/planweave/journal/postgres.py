@@ -11,7 +11,7 @@ that a slower process committed later with a smaller ``pos``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -165,11 +165,17 @@ class PostgresJournal(GroupCommitJournal):
     batch's transaction (an error there would abort the batch). ``url`` is the URL without its password.
     """
 
-    def __init__(self, url: str, conn: psycopg.AsyncConnection[Any], schema: str | None) -> None:
+    def __init__(self, url: str, conn: psycopg.AsyncConnection[Any], schema: str | None,
+                 connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]] | None = None) -> None:
         super().__init__(url)
         self.schema = schema
         self._conn = conn
         self._lock = asyncio.Lock()
+        # find_cached's own connection (opened by ``connect`` on first use): a lookup never waits for a batch's
+        # commit on the writer's connection. Without ``connect``, lookups share that connection.
+        self._connect_reader = connect
+        self._reader: psycopg.AsyncConnection[Any] | None = None
+        self._reader_lock = asyncio.Lock()
         #: The leases this journal's writer must still hold to write a run's events (a worker's; see leases.py).
         self.fence: Fence | None = None
 
@@ -193,7 +199,14 @@ class PostgresJournal(GroupCommitJournal):
                 raise JournalError(f"could not set up the journal {safe_url}: {exc}") from exc
             raise
         set_json_loads(decode_blob, conn)  # exact for integers beyond 64 bits too
-        journal = cls(safe_url, conn, schema)
+
+        async def connect_reader() -> psycopg.AsyncConnection[Any]:
+            reader = await psycopg.AsyncConnection.connect(conninfo, autocommit=True, **options)
+            if schema is not None:
+                await reader.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            return reader
+
+        journal = cls(safe_url, conn, schema, connect_reader)
         journal._start()
         return journal
 
@@ -313,7 +326,17 @@ class PostgresJournal(GroupCommitJournal):
         """The newest output indexed under ``key`` produced at or after ``since`` (what is committed)."""
         if self._released:
             raise JournalError(f"the journal {self.url} is closed")
-        rows = await self._fetch(_FIND_CACHED, (key, since))
+        if self._connect_reader is None:
+            rows = await self._fetch(_FIND_CACHED, (key, since))
+        else:
+            try:
+                async with self._reader_lock:
+                    if self._reader is None or self._reader.closed:
+                        self._reader = await self._connect_reader()
+                    cur = await self._reader.execute(_FIND_CACHED, (key, since))
+                    rows = await cur.fetchall()
+            except psycopg.Error as exc:
+                raise JournalError(f"could not read the journal {self.url}: {exc}") from exc
         if not rows:
             return None
         run_id, step, at, output, data = rows[0]
@@ -328,7 +351,11 @@ class PostgresJournal(GroupCommitJournal):
             raise JournalError(f"could not read the journal {self.url}: {exc}") from exc
 
     async def _release(self) -> None:
-        await self._conn.close()
+        try:
+            await self._conn.close()
+        finally:
+            if self._reader is not None:
+                await self._reader.close()
 
 
 async def _prepare(conn: psycopg.AsyncConnection[Any], schema: str | None, safe_url: str) -> None:
