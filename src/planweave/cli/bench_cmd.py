@@ -157,6 +157,19 @@ def bench_allocate(ctx: typer.Context) -> None:
 
 
 @bench_app.command(
+    "pressure",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_pressure(ctx: typer.Context) -> None:
+    """Deadline pressure (optional steps dropped when the forecast is late) against none, on seeded workflows from
+    loose to tight deadlines; options go to planweave.bench.pressure (--help)."""
+    from planweave.bench.pressure import main as pressure_main
+
+    raise typer.Exit(pressure_main(list(ctx.args)))
+
+
+@bench_app.command(
     "cache",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     add_help_option=False,
