@@ -333,7 +333,8 @@ class CascadeSeam:
 
 # -- the tool's call ------------------------------------------------------------------------------------------------
 CascadeCall = Callable[[str, Callable[[], None] | None, int | None], Awaitable[dict[str, Any]]]
-"""One call of the step on a model: ``(model, on_chunk, top_logprobs)`` -> the tool's result (with ``logprobs``,
+"""One call of the step on a model: ``(model, on_progress, top_logprobs)`` -> the tool's result (``on_progress``
+told once the budget had room and at each streamed chunk; with ``logprobs``,
 each token's top logprobs, when asked for)."""
 
 

@@ -204,8 +204,9 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     async def call(prompt: str, system: str | None, schema: dict[str, Any] | None, model: str | None,
                    max_tokens: int | None, temperature: float | None, *, on_chunk: Callable[[], None] | None = None,
                    logprobs: int | None = None) -> dict[str, Any]:
-        """One model call of a step (reserve, stream, settle, journal); ``on_chunk`` is told of each streamed
-        chunk, ``logprobs`` asks for each token's top logprobs (returned as ``logprobs``)."""
+        """One model call of a step (reserve, stream, settle, journal); ``on_chunk`` is told once the budget had
+        room and at each streamed chunk, ``logprobs`` asks for each token's top logprobs (returned as
+        ``logprobs``)."""
         chosen = model or default_model or client.model
         request = CompletionRequest.of(
             prompt, system=system, model=chosen, max_tokens=max_tokens or default_max_tokens,
@@ -215,6 +216,8 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             reservation, request = await reserve(request, chosen)
         except BudgetExceeded as exc:
             raise tool_error(exc) from None
+        if on_chunk is not None:
+            on_chunk()  # a wait for budget room is not the model being silent
         meter = StreamMeter(approx_prompt_tokens(m.content for m in request.messages))
         completion: Completion | None = None
         cut: BaseException | None = None
