@@ -18,7 +18,7 @@ def test_the_cache_benchmark_prints_both_tables_as_json(capsys: pytest.CaptureFi
     assert {(r["shape"], r["case"]) for r in out["overhead"]} == {
         (shape, case) for shape in ("chain", "fan-out")
         for case in ("not cacheable", "cacheable, cache off", "cacheable, miss lookups")}
-    assert out["hook_ns_per_attempt"] > 0
+    assert set(out["hook_ns_per_attempt"]) == {"no_tool_declares_cache", "some_tool_declares_cache"}
 
 
 def test_a_bad_option_exits_2() -> None:

@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 from planweave.engine.events import CacheHitData
 from planweave.engine.state import StepRecord
 from planweave.journal.base import Journal, encode_blob, find_cached
-from planweave.plan.cache import CachePolicy, step_policy, tool_version
-from planweave.plan.catalog import ToolSpec
+from planweave.plan.cache import CachePolicy, step_policy, tool_policy, tool_version
+from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan
 
 
@@ -57,6 +57,12 @@ class StepCache:
         self._redact = redact
         self._plan: Plan | None = None
         self._policies: dict[tuple[str, str], CachePolicy | None] = {}
+
+    @staticmethod
+    def declared_in(tools: ToolCatalog) -> bool:
+        """Whether a tool of ``tools`` declares ``cache``: if none does, only a step saying ``cache:`` can be cached,
+        and the run asks nothing else of the cache (a step of such a run pays two attribute reads)."""
+        return any(tool_policy(t) is not None for t in tools.values())
 
     def entry(self, plan: Plan, rec: StepRecord, tool: ToolSpec, args: Mapping[str, Any]) -> CacheEntry | None:
         """The key and policy of this attempt, or None when it may not be cached."""

@@ -176,6 +176,7 @@ class Run:
             self._spec = Speculator(self, speculation, host.dispatch, tools, host.clock, host.max_output_bytes)
             self._give_back = self._release_and_speculate
         self._cache = StepCache(self._journal, self._now, lookup=host.cache, redact=host.redact)
+        self._caching = StepCache.declared_in(tools)  # else only a step saying cache: may be cached
 
     # -- public ------------------------------------------------------------------------------------------------
     @property
@@ -384,7 +385,7 @@ class Run:
                 # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                 await self._journal.flush()
             tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
-            cached = self._cache.entry(plan, rec, tool, args)
+            cached = self._cache.entry(plan, rec, tool, args) if self._caching or step.cache else None
             if cached is not None and (hit := await self._cache.lookup(cached)) is not None:
                 if rec.status != "cancelled":  # a hit: the tool is not called (docs/caching.md)
                     self.outputs[sid] = hit.value
