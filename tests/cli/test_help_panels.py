@@ -10,7 +10,7 @@ import sys
 PANELS = {
     "Journal and output": {"--journal", "--run-id", "--json", "--virtual-clock", "--all", "--watch", "--port"},
     "Scheduling": {"--concurrency", "--capacity", "--step-timeout", "--on-failure", "--executor", "--ray-address",
-                   "--no-cache"},
+                   "--no-cache", "--speculate"},
     "Tools and confinement": {"--tools", "--mcp", "--workdir", "--allow-exec", "--allow-env", "--root"},
     "Model, goal and limits": {"--goal", "--model", "--base-url", "--budget-usd", "--budget-tokens", "--deadline",
                                "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--priority",

@@ -7,10 +7,12 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from planweave import Event, Toolbox, VirtualClock, builtin_tools, open_engine
+from planweave import Event, Tool, Toolbox, VirtualClock, builtin_tools, open_engine
+from planweave.engine.context import current_step
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.speculation import Prediction, candidates, same_args, unsafe_reason
 from planweave.engine.speculative import resolve_policy
@@ -257,12 +259,13 @@ def test_unsafe_steps_never_speculate() -> None:
 def test_a_tool_that_says_speculate_false_is_never_called_speculatively() -> None:
     calls = Calls()
     box = calls.toolbox()
-    tool = box["f"]
-    object.__setattr__(tool, "speculate", False)
+    box.add(Tool.from_function(box["f"].fn, name="f2", idempotent=True, speculate=False))
     doc = {"steps": [{"id": "a", "tool": "f", "args": {"name": "a", "inputs": []}, "predict": "x"},
-                     {"id": "b", "tool": "f", "args": {"name": "b", "inputs": ["${a}"]}}]}
+                     {"id": "b", "tool": "f2", "args": {"name": "b", "inputs": ["${a}"]}},
+                     {"id": "c", "tool": "f", "args": {"name": "c", "inputs": ["${a}"]}}]}
     _outputs, _span, events = virtual(lambda: run_doc(doc, box, ANY_TIME))
-    assert kinds(events) == []
+    assert ("speculation_started", "b") not in kinds(events)
+    assert ("speculation_started", "c") in kinds(events)
 
 
 # -- capacity: spare slots only, preempted when a real step needs one -----------------------------------------------
@@ -298,3 +301,37 @@ def test_speculation_never_takes_a_slot_a_real_step_waits_for() -> None:
     _outputs, span, events = virtual(lambda: run_doc(doc, calls.toolbox(), ANY_TIME, concurrency=1))
     assert kinds(events) == []
     assert span == 3.0
+
+
+def test_the_extra_cost_of_speculation_stays_within_its_cap() -> None:
+    """Every prediction is wrong and every call costs 0.1: with max_extra_cost_usd 0.25, speculation stops once
+    what it threw away and what runs would pass the cap; with the default cap 0, steps that cost never speculate."""
+    box = builtin_tools()
+
+    async def paid(name: str, inputs: list[Any]) -> str:
+        current_step().report_usage({"model": "m", "prompt_tokens": 1, "completion_tokens": 1, "cost_usd": 0.1})
+        await asyncio.sleep(1.0)
+        return digest(name, inputs)
+
+    box.add(paid, idempotent=True)
+    steps: list[dict[str, Any]] = [{"id": "a", "tool": "paid", "args": {"name": "a", "inputs": []},
+                                    "predict": "wrong"}]
+    steps += [{"id": f"b{i}", "tool": "paid", "args": {"name": f"b{i}", "inputs": ["${a}"]},
+               "estimate": {"cost": 0.1}} for i in range(6)]
+    doc = {"steps": steps}
+    capped = SpeculationSpec(mode="safe", max_parallel=100, min_confidence=0.0, max_extra_cost_usd=0.25)
+
+    async def go(policy: SpeculationSpec) -> tuple[dict[str, Any], list[Event], Any]:
+        journal = MemoryJournal()
+        async with open_engine(journal, clock=VirtualClock(), tools=box) as engine:
+            run = await engine.start(doc, speculation=policy)
+            result = await run.wait()
+            return dict(result.outputs), await journal.read(run.id), result.summary
+
+    outputs, events, summary = virtual(lambda: go(capped))
+    assert outputs == true_outputs({"steps": [{**s, "args": {**s["args"]}} for s in steps]})
+    assert len([e for e in events if e.kind == "speculation_started"]) == 2
+    assert summary["speculation"]["extra_cost_usd"] == pytest.approx(0.2)
+    assert summary["cost_usd"] == pytest.approx(0.1 * 7 + 0.2)  # the run's cost counts the thrown-away calls
+    _outputs, uncapped, _summary = virtual(lambda: go(SpeculationSpec(mode="safe", min_confidence=0.0)))
+    assert [e for e in uncapped if e.kind == "speculation_started"] == []

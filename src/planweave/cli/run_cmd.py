@@ -287,6 +287,20 @@ NoCacheOption = Annotated[bool, typer.Option(
          "for later runs; docs/caching.md).")]
 
 
+def _plan_files_speculate(speculate: str | None) -> None:
+    """``--speculate`` on a --goal run: refused (exit 2)."""
+    if speculate is not None:
+        raise UsageError("--speculate applies to plan files: the steps of a --goal run are written by its planner as "
+                         "it goes (docs/speculation.md)")
+
+
+SpeculateOption = Annotated[Literal["off", "safe", "eager"] | None, typer.Option(
+    "--speculate", rich_help_panel=PANEL_SCHEDULING,
+    help="Start steps safe to throw away on predicted inputs, in spare slots: off, safe (on the plan's predict: "
+         "and the run's history) or eager (also on speculative outputs); overrides the mode of the plan's "
+         "speculation:, keeps its limits; the outputs never change (docs/speculation.md).")]
+
+
 AskHumanOption = Annotated[
     bool,
     typer.Option("--ask-human", rich_help_panel=PANEL_MODEL,
@@ -376,6 +390,7 @@ def run(
     ] = False,
     deadline_pressure: DeadlinePressureOption = None,
     no_cache: NoCacheOption = False,
+    speculate: SpeculateOption = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -416,7 +431,8 @@ def run(
                          else None)
                 seam = plan_model.allocation if plan_model is not None else None
                 started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
-                                             on_failure=on_failure, priority=priority, limits=run_limits.journaled(
+                                             on_failure=on_failure, priority=priority, speculation=speculate,
+                                             limits=run_limits.journaled(
                                                  engine.clock.now(), plan_model.model if plan_model else None,
                                                  tiers=None if seam is None else seam.table.to_mapping(),
                                                  pressure=pressure))
@@ -440,6 +456,7 @@ def run(
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
+            _plan_files_speculate(speculate)
             if on_failure is not None:
                 raise UsageError("--on-failure applies to plan files: a --goal run lets the other branches run on "
                                  "while its planner repairs a failure, and fails only once the escalation ladder "

@@ -644,6 +644,7 @@ class RunState:
         return {"started": len(self.speculations),
                 "adopted": sum(1 for e in self.speculations if e["outcome"] == "adopted"),
                 "discarded": sum(reasons.values()), "discarded_by_reason": reasons,
+                "interrupted": sum(1 for e in self.speculations if e["outcome"] == "interrupted"),
                 "extra_cost_usd": round(self.speculation_cost_usd, 8)}
 
     def counts(self) -> dict[str, int]:

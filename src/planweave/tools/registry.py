@@ -99,6 +99,8 @@ class Tool:
     is_async: bool = True
     cache: CachePolicy | None = None
     version: str = ""
+    speculate: bool = True
+    """False: steps calling the tool never start speculatively, even when idempotent (docs/speculation.md)."""
 
     def __post_init__(self) -> None:
         if self.cache is not None and not self.idempotent:
@@ -108,7 +110,7 @@ class Tool:
     @classmethod
     def from_function(
         cls, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
-        idempotent: bool = False, cache: CacheOption = None, version: str = "",
+        idempotent: bool = False, cache: CacheOption = None, version: str = "", speculate: bool = True,
     ) -> Tool:
         tool_name = name or fn.__name__
         doc = description if description is not None else inspect.getdoc(fn) or ""
@@ -127,6 +129,7 @@ class Tool:
             is_async=inspect.iscoroutinefunction(fn),
             cache=declared_policy(cache, tool=tool_name),
             version=version,
+            speculate=speculate,
         )
 
     def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
@@ -217,10 +220,11 @@ class Toolbox(Mapping[str, Tool]):
         return len(self._tools)
 
     def add(self, item: Tool | ToolFunction, *, name: str | None = None, idempotent: bool = False,
-            cache: CacheOption = None, version: str = "") -> Tool:
+            cache: CacheOption = None, version: str = "", speculate: bool = True) -> Tool:
         """Add a tool (or a function, wrapped as one); a second tool of the same name is an error."""
         t = item if isinstance(item, Tool) else Tool.from_function(item, name=name, idempotent=idempotent,
-                                                                   cache=cache, version=version)
+                                                                   cache=cache, version=version,
+                                                                   speculate=speculate)
         existing = self._tools.get(t.name)
         if existing is not None and existing is not t and existing.fn is not t.fn:
             raise ValueError(f"tool '{t.name}' is already registered")
@@ -265,7 +269,7 @@ class Toolbox(Mapping[str, Tool]):
 
 def tool(
     fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False,
-    description: str | None = None, cache: CacheOption = None, version: str = "",
+    description: str | None = None, cache: CacheOption = None, version: str = "", speculate: bool = True,
 ) -> Any:
     """Decorator turning a function into a :class:`Tool` (add it to a Toolbox, or pass it in ``tools=[...]``).
 
@@ -275,7 +279,7 @@ def tool(
 
     def wrap(f: ToolFunction) -> Tool:
         return Tool.from_function(f, name=name, idempotent=idempotent, description=description, cache=cache,
-                                  version=version)
+                                  version=version, speculate=speculate)
 
     return wrap(fn) if fn is not None else wrap
 
