@@ -884,3 +884,31 @@ async def test_a_journal_from_before_the_cache_index_is_indexed_from_its_events(
     async with open_journal(backend.url) as journal, asyncio.timeout(20):
         assert await journal.find_cached("k", -math.inf) == CachedOutput("r", "a", T0, ref, [1])
     assert backend.count("cache") == 1  # the reuse was not indexed
+
+
+async def test_a_batch_whose_cache_index_cannot_be_written_stores_none_of_its_events(durable: Backend) -> None:
+    # One transaction: an index row that fails takes its event (and the whole batch) with it, never half of it.
+    assert durable.execute is not None
+    async with open_journal(durable.url) as journal:
+        ref = journal.put_blob("kept")
+        journal.append(_succeeded("before", "a", T0, ref))
+        await journal.flush()
+        cache = durable.table("cache")
+        if durable.name == "sqlite":
+            durable.execute(f"CREATE TRIGGER refuse_index BEFORE INSERT ON {cache} "
+                            "BEGIN SELECT RAISE(ABORT, 'index refused'); END")
+        else:
+            schema = cache.partition(".")[0]
+            durable.execute(f"CREATE FUNCTION {schema}.refuse_index() RETURNS trigger AS $$ BEGIN "
+                            "RAISE EXCEPTION 'index refused'; END $$ LANGUAGE plpgsql")
+            durable.execute(f"CREATE TRIGGER refuse_index BEFORE INSERT ON {cache} FOR EACH ROW "
+                            f"EXECUTE FUNCTION {schema}.refuse_index()")
+        journal.append(_succeeded("r", "a", T0 + 1, ref, cache_key="k"))
+        journal.append(_succeeded("r", "b", T0 + 2, ref))
+        with pytest.raises(JournalError, match="index refused"):
+            await journal.flush()
+        with pytest.raises(JournalError):
+            await journal.close()
+    events = durable.table("events")
+    assert durable.execute(f"SELECT run_id FROM {events} ORDER BY pos") == [("before",)]
+    assert durable.count("cache") == 0
