@@ -180,3 +180,17 @@ def bench_cache(ctx: typer.Context) -> None:
     from planweave.bench.cache import main as cache_main
 
     raise typer.Exit(cache_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "speculate",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_speculate(ctx: typer.Context) -> None:
+    """Speculative steps off, safe and eager on seeded llm DAGs (scripted server) with predictions right with p in
+    {0, 0.3, 0.6, 0.9}: latency, extra calls and cost, discarded attempts, results that differ (always 0); options
+    go to planweave.bench.speculate (--help)."""
+    from planweave.bench.speculate import main as speculate_main
+
+    raise typer.Exit(speculate_main(list(ctx.args)))
