@@ -118,6 +118,22 @@ def test_run_with_deadline_pressure_drops_the_optional_steps_of_a_late_plan(tmp_
     assert "deadline_pressure: P(in time) 0% below 50%: dropped the optional extra, extra_after" in shown.output
 
 
+def test_the_plans_own_pressure_section_acts_without_the_flag(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live_module, "INITIAL_ALLOWANCE_S", 60.0)  # as above
+    plan = tmp_path / "late.yaml"
+    plan.write_text(yaml.safe_dump({**LATE, "pressure": {"p_deadline": 0.9, "actions": ["drop_optional"]}}),
+                    encoding="utf-8")
+    runner = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
+    journal = f"sqlite:///{tmp_path / 'r.db'}"
+    result = runner.invoke(app, ["run", str(plan), "--journal", journal, "--virtual-clock", "--deadline", "9",
+                                 "--run-id", "own", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(runner.invoke(app, ["show", "own", "--journal", journal, "--json"]).stdout)
+    assert report["status"] == "succeeded" and report["steps"]["extra"]["status"] == "cancelled"
+    (escalation,) = report["escalations"]
+    assert (escalation["action"], escalation["threshold"]) == ("drop_optional", 0.9)
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--deadline-pressure", "0.5"], "--deadline-pressure acts when the forecast of the time left falls below it"),
     (["--deadline-pressure", "1.5", "--deadline", "9"], "--deadline-pressure: expected a probability above 0"),
