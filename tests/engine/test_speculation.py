@@ -12,10 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import Event, Tool, Toolbox, VirtualClock, builtin_tools, open_engine
+from planweave.cli.views import timeline
 from planweave.engine.context import current_step
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.speculation import Prediction, candidates, same_args, unsafe_reason
 from planweave.engine.speculative import resolve_policy
+from planweave.engine.state import RunState
 from planweave.journal.memory import MemoryJournal
 from planweave.plan.graph import parse_plan_document, validate_plan
 from planweave.plan.model import Claim, PlanSpec, SpeculationSpec, Step
@@ -335,3 +337,21 @@ def test_the_extra_cost_of_speculation_stays_within_its_cap() -> None:
     assert summary["cost_usd"] == pytest.approx(0.1 * 7 + 0.2)  # the run's cost counts the thrown-away calls
     _outputs, uncapped, _summary = virtual(lambda: go(SpeculationSpec(mode="safe", min_confidence=0.0)))
     assert [e for e in uncapped if e.kind == "speculation_started"] == []
+
+
+def test_the_timeline_marks_adopted_and_thrown_away_speculative_attempts() -> None:
+    doc = {"steps": [
+        {"id": "a", "tool": "f", "args": {"name": "a", "inputs": [], "seconds": 4.0}, "predict": "not-it"},
+        {"id": "b", "tool": "f", "args": {"name": "b", "inputs": ["${a}"], "seconds": 4.0}},
+        {"id": "c", "tool": "f", "args": {"name": "c", "inputs": [], "seconds": 4.0}},
+        {"id": "d", "tool": "f", "args": {"name": "d", "inputs": ["${c}"], "seconds": 4.0}},
+    ]}
+    doc["steps"][2]["predict"] = true_outputs(doc)["c"]
+    _outputs, _span, events = virtual(lambda: run_doc(doc, Calls().toolbox(), ANY_TIME))
+    state = RunState.from_events(events[0].run_id, events)
+    assert state.records["d"].speculative and not state.records["b"].speculative
+    assert state.records["d"].started_at == 0.0  # its speculative start counts
+    rows = {line.split(" ")[0]: line for line in timeline(state, 60).plain.splitlines()}
+    assert "╌" in rows["b"] and "█" in rows["b"]  # thrown away at 4 s, then the real attempt
+    assert rows["d"].rstrip().endswith("≈")
+    assert "≈" not in rows["b"] and "╌" not in rows["d"]

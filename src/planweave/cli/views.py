@@ -40,6 +40,7 @@ STATUS_STYLE: Mapping[str, str] = {
     "skipped": "dim red",
     "unknown": "bold magenta",
     "interrupted": "yellow",
+    "speculative": "dim cyan",
 }
 _COUNT_LABEL: Mapping[str, str] = {"waiting_approval": "waiting for approval", "waiting_input": "waiting for input"}
 # The order counts are listed in, most urgent first.
@@ -53,8 +54,11 @@ BAR_GLYPH: Mapping[str, str] = {
     "failed": "▓",
     "interrupted": "▒",
     "cancelled": "░",
+    "speculative": "╌",
 }
 RETRY_WAIT_GLYPH = "·"
+SPECULATIVE_MARK = "≈"
+"""Beside a step whose attempt started speculatively, on predicted inputs, and was adopted (docs/speculation.md)."""
 
 # A timestamp this large is seconds since the Unix epoch; smaller ones come from a virtual clock starting at 0.
 _EPOCH_THRESHOLD = 1e9
@@ -508,11 +512,18 @@ class _Segment:
     style: str
 
 
-def _segments(rec: StepRecord, t0: float, span: float, width: int, horizon: float) -> list[_Segment]:
-    """Columns of each attempt of ``rec`` on a bar ``width`` wide; attempts never share a column while space lasts."""
+def _segments(rec: StepRecord, t0: float, span: float, width: int, horizon: float,
+              thrown: Sequence[tuple[float, float | None]] = ()) -> list[_Segment]:
+    """Columns of each attempt of ``rec`` on a bar ``width`` wide; attempts never share a column while space lasts.
+
+    ``thrown`` are the (start, end) of the step's speculative attempts that were thrown away, drawn ``╌``.
+    """
     out: list[_Segment] = []
     floor = 0
-    for _attempt, started, finished, outcome in rec.attempt_log:
+    attempts: list[tuple[float, float | None, str]] = [(a[1], a[2], str(a[3])) for a in rec.attempt_log]
+    if thrown:
+        attempts = sorted([*attempts, *((start, end, "speculative") for start, end in thrown)], key=lambda a: a[0])
+    for started, finished, outcome in attempts:
         end_at = finished if finished is not None else horizon
         start = max(int((started - t0) / span * width), floor)
         end = max(start + 1, round((end_at - t0) / span * width))
@@ -543,12 +554,16 @@ def timeline(state: RunState, width: int, horizon: float | None = None, steps: S
     label_width = min(max((len(s) for s in order), default=4), 28)
     bar_width = max(10, width - label_width - 16)
     out = Text()
+    thrown: dict[str, list[tuple[float, float | None]]] = {}
+    for entry in state.speculations:
+        if entry["outcome"] != "adopted" and entry["step"] is not None:
+            thrown.setdefault(entry["step"], []).append((entry["started_at"], entry["finished_at"]))
     for sid in order:
         rec = state.records[sid]
         out.append(sid[:label_width].ljust(label_width) + " │", style="bold" if rec.status == "running" else "")
         cursor = 0
         previous_end: int | None = None
-        for seg in _segments(rec, t0, span, bar_width, t1):
+        for seg in _segments(rec, t0, span, bar_width, t1, thrown.get(sid, ())):
             gap = seg.start - cursor
             if gap > 0:
                 # Between two attempts of one step: the step was waiting to retry.
@@ -561,6 +576,8 @@ def timeline(state: RunState, width: int, horizon: float | None = None, steps: S
             note = format_duration(step_elapsed(rec, t1))
             if len(rec.attempt_log) > 1:
                 note += f" x{len(rec.attempt_log)}"
+            if rec.speculative:
+                note += " " + SPECULATIVE_MARK
             out.append(note, style=STATUS_STYLE.get(rec.status, ""))
         else:
             out.append(rec.status, style=STATUS_STYLE.get(rec.status, ""))
@@ -574,6 +591,9 @@ def timeline(state: RunState, width: int, horizon: float | None = None, steps: S
         out.append(BAR_GLYPH[outcome], style=STATUS_STYLE[outcome])
         out.append(f" {label}  ")
     out.append(RETRY_WAIT_GLYPH + " waiting to retry", style="dim")
+    if state.speculations:
+        out.append("  " + BAR_GLYPH["speculative"], style=STATUS_STYLE["speculative"])
+        out.append(f" speculative, thrown away  {SPECULATIVE_MARK} started speculatively, adopted")
     return out
 
 
