@@ -195,3 +195,40 @@ def test_the_monitors_and_the_cascade_are_pure() -> None:
         names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
         assert names <= allowed, f"{module.__name__} imports {sorted(names - allowed)}"
+
+
+@given(st.integers(1, 4), st.lists(st.sampled_from(["failed", "succeeded", "progress"]), max_size=40))
+def test_stuck_fires_exactly_at_the_nth_failure_in_a_row(failures: int, kinds: list[str]) -> None:
+    stuck = StuckMonitor(failures=failures, repeats=None)
+    run = 0
+    for i, kind in enumerate(kinds):
+        fire = stuck.observe(Signal(kind, float(i)))  # type: ignore[arg-type]
+        if kind == "failed":
+            run += 1
+        elif kind == "succeeded":
+            run = 0
+        assert (fire is not None) == (run == failures)
+        if fire is not None:
+            run = 0
+
+
+@given(st.floats(0, 1), st.lists(st.floats(0, 1) | st.none(), max_size=20))
+def test_low_confidence_never_fires_at_or_above_its_threshold(threshold: float, values: list[float | None]) -> None:
+    low = LowConfidenceMonitor(threshold)
+    for value in values:
+        fire = low.observe(Signal("confidence", 0.0, value=value))
+        assert (fire is not None) == (value is not None and value < threshold)
+
+
+@given(st.floats(0.1, 100), st.lists(st.floats(0, 50), min_size=1, max_size=10), st.floats(0, 200))
+def test_silence_fires_only_once_the_silence_has_lasted(silence: float, gaps: list[float], wait: float) -> None:
+    stuck = StuckMonitor(failures=None, silence_s=silence)
+    now = 0.0
+    stuck.observe(Signal("started", now))
+    for gap in gaps:  # progress at each gap that is shorter than the silence
+        if gap >= silence:
+            break
+        now += gap
+        stuck.observe(Signal("progress", now))
+    fire = stuck.check(now + wait)
+    assert (fire is not None) == (now + wait >= now + silence)  # as the clock adds them
