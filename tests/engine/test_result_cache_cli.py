@@ -52,6 +52,8 @@ def test_run_reuses_cached_outputs_across_processes_and_no_cache_runs_every_step
     calls_after = log.read_text(encoding="utf-8").split()
     shown = cli("show", "two", "--journal", url)
     plain = cli("show", "three", "--journal", url)
+    step = cli("show", "two", "--step", "b", "--journal", url)
+    detail = json.loads(cli("show", "two", "--step", "b", "--journal", url, "--json").stdout)
 
     assert [r.returncode for r in runs] == [0, 0, 0], [r.stderr for r in runs]
     outputs = [json.loads(r.stdout)["outputs"] for r in runs]
@@ -59,3 +61,5 @@ def test_run_reuses_cached_outputs_across_processes_and_no_cache_runs_every_step
     assert calls_after == ["3", "9", "3", "9"]  # run two called nothing; run three (--no-cache) everything
     assert shown.returncode == 0 and "(cached: one/a)" in shown.stdout and "(cached: one/b)" in shown.stdout
     assert "cached" not in plain.stdout
+    assert "cached: the output of run one step b" in step.stdout
+    assert [a.get("cache", {}).get("run") for a in detail["attempts"]] == ["one"]

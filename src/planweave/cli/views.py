@@ -623,6 +623,9 @@ def step_panel(detail: Mapping[str, Any], origin: float | None) -> RenderableTyp
         line.append_text(status_text(outcome))
         if attempt.get("error"):
             line.append(f"  {attempt['error']}", style="red")
+        hit = attempt.get("cache")
+        if isinstance(hit, Mapping):
+            line.append(f"  cached: the output of run {hit.get('run')} step {hit.get('step')}", style="cyan")
         parts.append(line)
     if detail.get("error"):
         parts += [Text("error", style="bold red"), Text(str(detail["error"]))]

@@ -94,14 +94,17 @@ def rendered_args(state: RunState, outputs: Mapping[str, Any], step_id: str) -> 
 
 def _attempts(rec: StepRecord, events: Iterable[Event]) -> list[dict[str, Any]]:
     errors: dict[int, tuple[str | None, str | None]] = {}
+    cached: dict[int, Any] = {}  # attempt -> where the result cache's output came from (docs/caching.md)
     for event in events:
         if event.step == rec.id and event.kind == "step_failed":
             errors[int(event.data.get("attempt", 0))] = (event.data.get("error"), event.data.get("kind"))
+        elif event.step == rec.id and event.kind == "step_succeeded" and "cache" in event.data:
+            cached[int(event.data.get("attempt", 0))] = event.data["cache"]
     out = []
     for attempt, started, finished, outcome in rec.attempt_log:
         error, kind = errors.get(attempt, (None, None))
         out.append({"attempt": attempt, "started_at": started, "finished_at": finished, "outcome": outcome,
-                    "error": error, "error_kind": kind})
+                    "error": error, "error_kind": kind, **({"cache": cached[attempt]} if attempt in cached else {})})
     return out
 
 
@@ -112,9 +115,10 @@ def step_detail(
     """One step as ``show --step`` and ``GET /runs/{id}/steps/{step}`` give it; raises StepNotFound.
 
     Keys: ``step``, ``tool``, ``status``, ``attempts`` (one object per attempt: times, outcome, and with ``events``
-    the error of each failed attempt), ``args`` (see :func:`rendered_args`) and ``args_resolved``, ``output`` (None
-    unless the step succeeded; the marker of :func:`shown_output` above ``limit``), ``error`` and ``error_kind`` (of
-    the last failure), ``started_at``, ``finished_at``. Every value passes through ``redact``.
+    the error of each failed attempt and the ``cache`` source of one served from the result cache), ``args`` (see
+    :func:`rendered_args`) and ``args_resolved``, ``output`` (None unless the step succeeded; the marker of
+    :func:`shown_output` above ``limit``), ``error`` and ``error_kind`` (of the last failure), ``started_at``,
+    ``finished_at``. Every value passes through ``redact``.
     """
     rec = find_step(state, step_id)
     clean = redact or _same
