@@ -884,6 +884,11 @@ async def test_a_journal_from_before_the_cache_index_is_indexed_from_its_events(
     async with open_journal(backend.url) as journal, asyncio.timeout(20):
         assert await journal.find_cached("k", -math.inf) == CachedOutput("r", "a", T0, ref, [1])
     assert backend.count("cache") == 1  # the reuse was not indexed
+    meta = "meta" if backend.name == "sqlite" else f"{backend.table('events').partition('.')[0]}.planweave_meta"
+    backend.execute(f"UPDATE {meta} SET value = '2' WHERE key = 'schema_version'")  # migrated again: no duplicate
+    async with open_journal(backend.url):
+        pass
+    assert backend.count("cache") == 1
 
 
 async def test_a_batch_whose_cache_index_cannot_be_written_stores_none_of_its_events(durable: Backend) -> None:

@@ -89,7 +89,7 @@ _CACHE_SCHEMA = (
     "INSERT INTO planweave_cache (key, at, run_id, step, output) SELECT data->>'cache_key', at, run_id, step, "
     "data->>'output' FROM planweave_events WHERE kind = 'step_succeeded' AND step IS NOT NULL "
     "AND jsonb_typeof(data->'cache_key') = 'string' AND jsonb_typeof(data->'output') = 'string' "
-    "AND NOT data ? 'cache' ORDER BY pos",
+    "AND NOT data ? 'cache' AND NOT EXISTS (SELECT 1 FROM planweave_cache) ORDER BY pos",
 )
 #: The statements that take the tables from version ``n - 1`` to ``n``.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA, 3: _CACHE_SCHEMA}

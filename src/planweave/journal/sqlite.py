@@ -89,7 +89,7 @@ _CACHE_SCHEMA = (
     "SELECT json_extract(CAST(data AS TEXT), '$.cache_key'), at, run_id, step, "
     "json_extract(CAST(data AS TEXT), '$.output') FROM events WHERE kind = 'step_succeeded' AND step IS NOT NULL "
     "AND json_type(CAST(data AS TEXT), '$.cache_key') = 'text' AND json_type(CAST(data AS TEXT), '$.output') = 'text' "
-    "AND json_type(CAST(data AS TEXT), '$.cache') IS NULL ORDER BY pos",
+    "AND json_type(CAST(data AS TEXT), '$.cache') IS NULL AND NOT EXISTS (SELECT 1 FROM cache) ORDER BY pos",
 )
 #: The statements that take the tables from version ``n - 1`` to ``n``.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {1: _SCHEMA, 2: _RUNS_SCHEMA, 3: _CACHE_SCHEMA}
