@@ -65,6 +65,7 @@ from planweave.server.limits import (
     open_server_model,
     resume_within_limits,
     start_deadline,
+    watch_plan_pressure,
 )
 from planweave.server.live import LiveServer, ServerError
 from planweave.server.runs import (
@@ -337,6 +338,7 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
             run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE,
                                            limits=limits.journaled(state.engine.clock.now()),
                                            priority=submission.priority)
+            watch_plan_pressure(run, limits)
         else:
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
                                                submission.priority, tiers=checked_tiers(submission.tiers))

@@ -112,10 +112,12 @@ class ServerModel:
         ``tiers`` (its limits and tiers journaled for a resume)."""
         now = self.engine.clock.now()
         seam = self.allocation(tiers, None if limits.deadline is None else now + limits.deadline)
-        return await self.engine.start(document, tools=self.tools(limits.budget(), seam), run_id=run_id,
-                                       source=source, priority=priority, limits=limits.journaled(
-                                           now, self.client.model,
-                                           tiers=None if tiers is None else tiers.to_mapping()))
+        run = await self.engine.start(document, tools=self.tools(limits.budget(), seam), run_id=run_id,
+                                      source=source, priority=priority, limits=limits.journaled(
+                                          now, self.client.model,
+                                          tiers=None if tiers is None else tiers.to_mapping()))
+        watch_plan_pressure(run, limits, seam)
+        return run
 
     def planning_loop(self, limits: RunLimits) -> PlanningLoop:
         """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
@@ -153,6 +155,17 @@ def checked_tiers(doc: Any, *, where: str = "tiers") -> TierTable | None:
     except AllocationError as exc:
         raise PlanInvalid([PlanProblem("", "tiers", str(exc))], "POST /runs" if where == "tiers" else where) \
             from None
+
+
+def watch_plan_pressure(run: Run, limits: RunLimits, seam: AllocationSeam | None = None) -> None:
+    """Deadline pressure on a plan run with a deadline whose plan says ``pressure:`` (its live forecast, started
+    in the same loop turn, drives it; ``seam``: the allocator its ``faster_tiers`` hurries)."""
+    pressure = run.plan.spec.pressure
+    if pressure is None or limits.deadline is None:
+        return
+    from planweave.allocate.pressure_watch import PressureWatch
+
+    PressureWatch(run, pressure, seam=seam)
 
 
 def start_deadline(engine: Engine, run: Run, limits: RunLimits) -> None:
