@@ -48,20 +48,23 @@ async def open_engine(
     capacities: Mapping[str, int] | None = None,
     tools: ToolCatalog | None = None,
     redact: Callable[[Any], Any] | None = None,
+    cache: bool = True,
 ) -> AsyncIterator[Engine]:
     """Open a journal by URL (or use the one given) and an :class:`Engine` on it; close both on exit.
 
     ``journal`` None means the default (``$PLANWEAVE_JOURNAL`` or ``sqlite:///.planweave/runs.db``);
-    ``concurrency`` defaults to 64 steps at once, ``None`` means unlimited.
+    ``concurrency`` defaults to 64 steps at once, ``None`` means unlimited; ``cache=False``: no step reuses a cached
+    output (docs/caching.md).
     """
     if journal is None or isinstance(journal, str):
         async with open_journal(journal) as opened, Engine(
-            opened, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools, redact=redact
+            opened, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools, redact=redact,
+            cache=cache,
         ) as engine:
             yield engine
     else:
         async with Engine(journal, clock=clock, concurrency=concurrency, capacities=capacities, tools=tools,
-                          redact=redact) as engine:
+                          redact=redact, cache=cache) as engine:
             yield engine
 
 
