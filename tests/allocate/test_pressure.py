@@ -115,6 +115,34 @@ def test_only_optional_steps_that_no_required_step_needs_may_be_dropped() -> Non
     assert set(droppable(plan, state)) == {"polish_more", "aside"}
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), n=st.integers(1, 12))
+def test_a_dropped_step_is_never_needed_by_a_required_one(data: st.DataObject, n: int) -> None:
+    steps = []
+    for i in range(n):
+        after = data.draw(st.lists(st.sampled_from([f"s{j}" for j in range(i)]), unique=True, max_size=3)
+                          if i else st.just([]))
+        steps.append({"id": f"s{i}", "tool": "noop", "after": after, "optional": data.draw(st.booleans())})
+    plan = validate_plan(parse_plan_document({"steps": steps}, "test"), builtin_tools())
+    state = RunState("r", plan, [])
+    dropped = set(droppable(plan, state))
+    required = {sid for sid in plan.order if not plan.steps[sid].optional}
+    needed = required | {d for sid in required for d in _ancestors(plan, sid)}  # what they need, transitively
+    assert not dropped & needed
+    assert dropped == set(plan.order) - needed  # every other (optional, unfinished) step is dropped
+
+
+def _ancestors(plan: Any, sid: str) -> set[str]:
+    found: set[str] = set()
+    stack = list(plan.deps[sid])
+    while stack:
+        dep = stack.pop()
+        if dep not in found:
+            found.add(dep)
+            stack.extend(plan.deps[dep])
+    return found
+
+
 # -- end to end on the virtual clock --------------------------------------------------------------------------------
 def sleeping(sid: str, seconds: float, estimate: float, after: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
     return {"id": sid, "tool": "sleep", "args": {"seconds": seconds, "result": f"{sid} done"}, "after": list(after),
