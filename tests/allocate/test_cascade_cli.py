@@ -58,3 +58,42 @@ def test_cascade_without_tiers_exits_2_naming_it(tmp_path: Path) -> None:
         app, ["run", str(plan), "--model", "m", "--cascade", "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
     assert result.exit_code == 2, result.output
     assert "--cascade needs the tiers to cascade over: give --tiers FILE too" in " ".join(result.output.split())
+
+
+async def test_a_goal_run_with_tiers_and_cascade_escalates_its_planner(tmp_path: Path) -> None:
+    _, tiers = write(tmp_path, "cascade")
+    seen: list[tuple[str, str]] = []
+
+    def script(request: RecordedRequest) -> Reply:
+        text = " ".join(str(m.get("content", "")) for m in request.messages)
+        model = str(request.body["model"])
+        joining = "If the results answer the goal" in text
+        seen.append(("join" if joining else "plan", model))
+        if joining:
+            return Text(json.dumps({"answer": "done"}))
+        if model == "m-small":  # the small planner names a tool that does not exist, again and again
+            return Text(json.dumps({"id": "a", "tool": "no_such_tool", "args": {}}) + "\n")
+        return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
+
+    journal = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with ScriptedLLM(script) as base_url:
+        code, out, err = await planweave("run", "--goal", "do it", "--model", "m-small", "--base-url", base_url,
+                                         "--tiers", str(tiers), "--cascade", "--journal", journal, "--json",
+                                         cwd=tmp_path)
+    assert code == 0, err
+    assert seen == [("plan", "m-small"), ("plan", "m-small"), ("plan", "m-large"), ("join", "m-large")]
+    run_id = json.loads(out)["run_id"]
+    code, out, err = await planweave("show", run_id, "--journal", journal, "--json", cwd=tmp_path)
+    assert code == 0, err
+    ups = [e for e in json.loads(out)["escalations"] if e["rung"] == "escalate"]
+    assert [(e["monitor"], e["from_tier"], e["to_tier"], e["cascade"]) for e in ups] == [
+        ("stuck", "small", "large", "planner")]
+
+
+def test_tiers_on_a_goal_run_without_cascade_exits_2_saying_what_it_would_do(tmp_path: Path) -> None:
+    _, tiers = write(tmp_path, "cascade")
+    result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
+        app, ["run", "--goal", "x", "--tiers", str(tiers), "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
+    assert result.exit_code == 2, result.output
+    assert "or with --cascade to a --goal run (its planner cascades over the tiers)" in " ".join(
+        result.output.split())

@@ -59,6 +59,7 @@ from planweave.tools import Toolbox
 if TYPE_CHECKING:
     from planweave.allocate import AllocationSeam
     from planweave.allocate.cascade_seam import CascadeSeam
+    from planweave.allocate.model import TierTable
     from planweave.models import Budget
     from planweave.planning import PlanningLoop
 
@@ -75,6 +76,7 @@ class AgentFlags:
     max_replans: int
     plan_max_tokens: int
     ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
+    tiers: TierTable | None = None  # --tiers with --cascade: the planner (and model: cascade steps) cascade on them
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
                             budget: Budget | None = None) -> PlanningLoop:
@@ -87,7 +89,7 @@ class AgentFlags:
         client = await stack.enter_async_context(resolve_model(self.model, **options))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
         return build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
-                                   ask_human=self.ask_human, budget=budget)
+                                   ask_human=self.ask_human, budget=budget, tiers=self.tiers)
 
     def limits(self) -> RunLimits:
         """The run's limits as the server gets them from a request (a zero budget is a budget)."""
@@ -150,7 +152,8 @@ def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool =
             raise UsageError("--cascade needs the tiers to cascade over: give --tiers FILE too")
         return plan_model
     if goal:
-        raise UsageError("--tiers applies to plan files: their llm steps saying model: auto are allocated")
+        raise UsageError("--tiers applies to plan files (their llm steps saying model: auto are allocated), or "
+                         "with --cascade to a --goal run (its planner cascades over the tiers)")
     if plan_model is None:
         raise UsageError("--tiers applies to the model a plan file's llm steps call: give --model NAME too")
     try:
@@ -158,6 +161,20 @@ def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool =
     except AllocationError as exc:
         raise UsageError(f"--tiers: {exc}") from None
     return replace(plan_model, allocation=AllocationSeam(table), cascade=CascadeSeam(table, auto=cascade))
+
+
+def _goal_tiers(path: Path | None, cascade: bool) -> TierTable | None:
+    """The tiers a --goal run's planner cascades over (--tiers FILE --cascade; None without --tiers; exit 2 for a
+    bad file, or --tiers without --cascade)."""
+    if path is None or not cascade:
+        _with_tiers(None, path, goal=True, cascade=cascade)
+        return None
+    from planweave.allocate import AllocationError, load_tiers
+
+    try:
+        return load_tiers(path)
+    except AllocationError as exc:
+        raise UsageError(f"--tiers: {exc}") from None
 
 
 def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: float | None) -> None:
@@ -386,7 +403,8 @@ def run(
         "saying model: auto: the allocator chooses tier and samples per step (docs/allocation.md)."))] = None,
     cascade: Annotated[bool, typer.Option("--cascade", rich_help_panel=PANEL_MODEL, help=(
         "With --tiers: llm steps saying model: auto run as a cascade (the cheapest tier first, a stronger one when "
-        "a stuck, milestone or low-confidence monitor fires) instead of being allocated (docs/allocation.md)."))
+        "a stuck, milestone or low-confidence monitor fires) instead of being allocated; a --goal run's planner "
+        "cascades over the tiers (docs/allocation.md)."))
     ] = False,
     deadline_pressure: DeadlinePressureOption = None,
     no_cache: NoCacheOption = False,
@@ -452,7 +470,7 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
-            _with_tiers(None, tiers, goal=True, cascade=cascade)
+            goal_tiers = _goal_tiers(tiers, cascade)
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
@@ -465,7 +483,8 @@ def run(
             goal_text = goal
 
             agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
-                               5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human)
+                               5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human,
+                               tiers=goal_tiers)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)

@@ -8,6 +8,8 @@ so a limit given to either edge means the same thing. A zero budget is a budget 
 
 from __future__ import annotations
 
+from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
+from planweave.allocate.model import TierTable
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine
 from planweave.models import Budget, ModelClient
@@ -45,15 +47,20 @@ def build_planning_loop(
     plan_max_tokens: int | None = None,
     ask_human: bool = False,
     budget: Budget | None = None,
+    tiers: TierTable | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
     The planner, the joiner and the run's ``llm`` steps all spend one budget: ``budget`` if given (a resumed run's,
     already charged with what it spent), else a fresh one of ``limits`` (None when ``limits`` has no budget). A
     catalog that has an ``llm`` tool of its own keeps it. Raises ValueError for ``ask_human`` without the
-    ``human.input`` tool in ``tools``.
+    ``human.input`` tool in ``tools``. With ``tiers``, the planner is a cascade over them (small first, escalated
+    when its monitors fire) and the ``llm`` steps it writes may say ``model: cascade`` (docs/allocation.md).
     """
     spend = budget if budget is not None else limits.budget()
-    catalog = tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, spend)}))
+    steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
+    catalog = tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, spend,
+                                                                               cascade=steps_cascade)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
-    return PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits)
+    return PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
+                        cascade=None if tiers is None else PlannerCascade(tiers))
