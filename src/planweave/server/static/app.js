@@ -426,10 +426,15 @@
       case "plan_version":
         closeOpenAttempts(current, at, "cancelled", data.cancelled || []);
         break;
-      case "escalation":
-        current.errors.push({ at, step, kind: `escalation: ${data.rung}`, text: data.reason || "", escalation: true });
+      case "escalation": {
+        // a model cascade's move names its monitor and the tiers it moved between
+        const monitor = data.monitor ? ` (${data.monitor})` : "";
+        const moved = data.from_tier ? `${data.from_tier} -> ${data.to_tier}: ` : "";
+        current.errors.push({ at, step, kind: `escalation: ${data.rung}${monitor}`, text: moved + (data.reason || ""),
+                              escalation: true });
         renderErrors(current);
         break;
+      }
       case "forecast":
         current.forecast = data;
         renderForecast(data);
