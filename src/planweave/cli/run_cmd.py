@@ -488,6 +488,7 @@ def run(
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
+                loop.pressure = pressure  # journaled: a resume watches it again
                 started = await loop.start(goal_text, run_id=run_id, priority=priority)
                 if pressure is not None:  # the forecast it acts on (a goal run has none otherwise)
                     from planweave.forecast.live import LiveOptions, start_live_forecast
@@ -592,7 +593,16 @@ def resume(
                                    recorded.remaining_s(engine.clock.now()),
                                    5 if kept.max_replans is None else kept.max_replans, 2048, ask_human)
                 loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
-                return await loop.resume(run_id, retry_unknown=retry_unknown)
+                resumed = await loop.resume(run_id, retry_unknown=retry_unknown)
+                created = resumed.state.created_at
+                if recorded.pressure is not None and recorded.deadline_at is not None and created is not None:
+                    from planweave.forecast.live import LiveOptions, start_live_forecast
+
+                    start_live_forecast(engine, resumed, LiveOptions(recorded.deadline_at - created,
+                                                                     kept.budget_usd,
+                                                                     concurrency=engine.concurrency))
+                    _watch_pressure(resumed, recorded.pressure, planner=loop)
+                return resumed
             events = await engine.journal.read(run_id)
             if events and events[0].data.get("source") == "goal":  # its planner and joiner need their model
                 journaled = JournaledLimits.from_events(events).model

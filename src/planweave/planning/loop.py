@@ -123,6 +123,7 @@ class PlanningLoop:
         self.budget = budget
         self.options = options
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
+        self.pressure: float | None = None  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
         self._triggers: list[_Trigger] = []
         self._wake = asyncio.Event()
@@ -146,7 +147,7 @@ class PlanningLoop:
         run = await self.engine.start(PlanSpec(steps=(), goal=goal, capacities=capacities), tools=self.tools,
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=None if self.limits is None else self.limits.journaled(
-                                          self.engine.clock.now(), self.client.model))
+                                          self.engine.clock.now(), self.client.model, pressure=self.pressure))
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
