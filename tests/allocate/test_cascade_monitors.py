@@ -202,6 +202,15 @@ async def test_a_silent_small_model_is_abandoned_after_the_silence_and_the_retry
 
 
 @on_virtual_clock
+async def test_a_slow_model_that_keeps_streaming_is_not_stuck() -> None:
+    def script(request: RecordedRequest) -> Reply:  # a token every 2 s for about 16 s: slow, never silent for 5 s
+        return Text("one two three four five six seven eight", ttft=1.0, tokens_per_second=0.5)
+
+    _, status, events, models, _ = await run_plan(script, [llm_step("slow", "go", cascade={"silence_s": 5})])
+    assert status == "succeeded" and models == ["m-small"] and escalations(events) == []
+
+
+@on_virtual_clock
 async def test_the_same_wrong_answer_twice_is_stuck_when_the_schema_is_not_watched() -> None:
     steps = [llm_step("a", "hard", schema=SCHEMA, retries=3,
                       cascade={"monitors": ["stuck"], "failures": None, "repeats": 2})]
