@@ -16,6 +16,7 @@ from planweave import Engine, RunResult, Toolbox, VirtualClock, builtin_tools, r
 from planweave.engine.cache import cache_key
 from planweave.errors import PlanInvalid
 from planweave.journal.memory import MemoryJournal
+from planweave.plan.graph import parse_plan_document
 from planweave.tools.registry import tool
 from tests.engine.conftest import JournalAt
 
@@ -336,3 +337,14 @@ def test_outputs_with_the_cache_equal_those_without(docs: list[dict[str, Any]], 
     plain, without = outputs(False)
     assert cached == plain
     assert with_cache.calls.total() <= without.calls.total()
+
+
+@pytest.mark.parametrize(("cache", "message"), [
+    ({"ttl": -1}, "step 'a', cache: Value error, ttl: Input should be greater than 0"),
+    ({"tll": 5}, "step 'a', cache: Value error, has no option 'tll' (only ttl)"),
+    (3, "step 'a', cache: Value error, must be true, false or {ttl: seconds}"),
+])
+def test_a_bad_cache_option_is_one_clear_problem(cache: Any, message: str) -> None:
+    with pytest.raises(PlanInvalid) as caught:
+        parse_plan_document(plan({"id": "a", "tool": "noop", "cache": cache}), "plan.yaml")
+    assert [f"step '{p.step}', {p.field}: {p.message}" for p in caught.value.problems] == [message]

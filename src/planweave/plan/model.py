@@ -6,7 +6,7 @@ import posixpath
 from collections.abc import Mapping
 from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 STEP_ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_\-]*$"
 
@@ -171,6 +171,23 @@ class Step(_Frozen):
     @classmethod
     def _retries_shorthand(cls, value: Any) -> Any:
         return _retries_shorthand(value)
+
+    @field_validator("cache", mode="before")
+    @classmethod
+    def _cache_option(cls, value: Any) -> Any:
+        """One message for a bad ``cache:`` (a union would report a mismatch with ``bool`` as well)."""
+        if value is None or isinstance(value, bool | CacheSpec):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError("must be true, false or {ttl: seconds}")
+        try:
+            return CacheSpec.model_validate(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            if first["type"] == "extra_forbidden":
+                raise ValueError(f"has no option '{where}' (only ttl)") from None
+            raise ValueError(f"{where}: {first['msg']}" if where else first["msg"]) from None
 
     @field_validator("approval")
     @classmethod
