@@ -342,6 +342,30 @@ def test_show_lists_the_escalations_with_the_monitor_and_the_tiers(tmp_path: Pat
         ("a", "milestone", "small", "medium")]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_the_escalations_read_back_the_same_from_every_durable_journal(backend: str, tmp_path: Path) -> None:
+    from planweave.clock import run_virtual
+    from planweave.journal import open_journal
+    from tests.journal.conftest import _make as make_backend  # the conformance suite's backends
+
+    steps = [llm_step("a", "hard one", schema=SCHEMA, cascade={"streak": 2}),
+             llm_step("b", "easy one", schema=SCHEMA, after=["a"]),
+             llm_step("c", "easy two", schema=SCHEMA, after=["b"])]
+    for made in make_backend(backend, tmp_path):
+        run_id, status, events, _, _ = run_virtual(run_plan(by_quality, steps, made.url))
+
+        async def read_back(url: str = made.url, rid: str = run_id) -> list[Event]:
+            async with open_journal(url) as journal:
+                return list(await journal.read(rid))
+
+        again = run_virtual(read_back())
+    assert status == "succeeded"
+    written = [e.data for e in events if e.kind == "escalation"]
+    assert [dict(e.data) for e in again if e.kind == "escalation"] == [dict(d) for d in written]
+    assert escalations(again) == [("a", "escalate", "milestone", "small", "medium"),
+                                  ("b", "deescalate", None, "medium", "small")]
+
+
 @pytest.mark.parametrize(("cascade", "message"), [
     ({"monitor": ["stuck"]}, "step 'a': 'cascade' has unknown setting 'monitor'"),
     ({"monitors": ["bored"]}, "'cascade.monitors' must list some of stuck, milestone, low_confidence"),
