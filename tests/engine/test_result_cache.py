@@ -4,6 +4,7 @@ journal (across runs and engines), within its ttl, and never where reuse could c
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from planweave import Engine, RunResult, Toolbox, VirtualClock, builtin_tools, run_virtual
 from planweave.engine.cache import cache_key
 from planweave.errors import PlanInvalid
+from planweave.journal import open_journal
 from planweave.journal.memory import MemoryJournal
 from planweave.plan.graph import parse_plan_document
 from planweave.tools.registry import tool
@@ -348,3 +350,25 @@ def test_a_bad_cache_option_is_one_clear_problem(cache: Any, message: str) -> No
     with pytest.raises(PlanInvalid) as caught:
         parse_plan_document(plan({"id": "a", "tool": "noop", "cache": cache}), "plan.yaml")
     assert [f"step '{p.step}', {p.field}: {p.message}" for p in caught.value.problems] == [message]
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(plans(), min_size=1, max_size=3))
+def test_outputs_with_the_cache_equal_those_without_across_restarts_on_sqlite(docs: list[dict[str, Any]]) -> None:
+    def outputs(cache: bool) -> list[Any]:
+        pure = Pure()
+        with tempfile.TemporaryDirectory() as tmp:
+            url = f"sqlite:///{tmp}/runs.db"
+
+            async def go() -> list[Any]:
+                found = []
+                for doc in [*docs, *docs]:  # every plan twice, each run in a new engine (a restarted process)
+                    async with open_journal(url) as journal, Engine(journal, clock=VirtualClock(),
+                                                                      tools=pure.toolbox(), cache=cache) as engine:
+                        result = await (await engine.start(doc)).wait()
+                        found.append((result.status, result.outputs))
+                return found
+
+            return run_virtual(go())
+
+    assert outputs(True) == outputs(False)
