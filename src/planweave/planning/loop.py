@@ -95,6 +95,7 @@ class _OpenCall:
     meter: StreamMeter
     reservation: Reservation | None
     ended: bool = False  # charged or released (by the call itself, or by the run stopping under it)
+    model: str | None = None  # the model called, when not the client's own (the planner's cascade tier)
 
 
 _DEFERRED = ("observation", "human", "deadline")  # triggers that are not failures to repair together
@@ -681,7 +682,7 @@ class PlanningLoop:
         # The planner's and joiner's calls hold up the whole run: queued at its priority with no slack.
         call = CallClass(priority=run.priority, slack=0.0, run_id=run.id, purpose=purpose)
         open_call = _OpenCall(purpose, self.engine.clock.now(), StreamMeter(approx_prompt_tokens(
-            m.content for m in messages)), reservation)
+            m.content for m in messages)), reservation, model=request.model)
         self._open_calls.append(open_call)
         try:
             with call_context(call):
@@ -718,11 +719,12 @@ class PlanningLoop:
             return
         usage = call.meter.spent()
         prices = getattr(self.client, "prices", None)
-        cost = prices.cost(self.client.model, usage.prompt_tokens, usage.completion_tokens) \
+        model = call.model or self.client.model
+        cost = prices.cost(model, usage.prompt_tokens, usage.completion_tokens) \
             if isinstance(prices, PriceTable) else None
         if call.reservation is not None and self.budget is not None:
             self.budget.settle(call.reservation, cost or 0.0, usage.total_tokens)
-        self._journal_call(run, call.purpose, call.started, model=self.client.model, usage=usage, cost=cost,
+        self._journal_call(run, call.purpose, call.started, model=model, usage=usage, cost=cost,
                            cut=cut)
 
     def _journal_call(self, run: Run, purpose: str, started: float, *, model: str, usage: Usage,
