@@ -24,6 +24,7 @@ from planweave.cli.main import app
 from planweave.engine.events import Event
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
 from planweave.testing import HttpError, RecordedRequest, Reply, ScriptedLLM, Text
+from planweave.testing.scripted_llm import split_tokens
 from planweave.tools.llm import llm_tool
 from tests.timing import on_virtual_clock
 
@@ -286,6 +287,31 @@ async def test_a_small_logprob_margin_escalates_and_logprobs_are_asked_for_only_
     assert escalations(events) == [("q", "escalate", "low_confidence", "small", "medium")]
     assert run.outputs["q"]["cascade"] == {"tier": "medium", "key": "llm:small,medium,large", "confidence": 0.95}
     assert "logprobs" not in run.outputs["q"]
+
+
+@on_virtual_clock
+async def test_the_client_surfaces_logprobs_streamed_or_not_and_only_when_asked() -> None:
+    from contextlib import aclosing
+
+    from planweave.models import Completion, CompletionRequest
+
+    top = ((math.log(0.6), math.log(0.3)), (math.log(0.9), math.log(0.05)))
+    async with serving(lambda r: Text("alpha beta gamma", logprobs=top)) as (server, client):
+        whole = await client.complete(CompletionRequest.of("x", logprobs=2))
+        plain = await client.complete(CompletionRequest.of("x"))
+        streamed: Completion | None = None
+        async with aclosing(client.stream(CompletionRequest.of("x", logprobs=2))) as chunks:
+            async for chunk in chunks:
+                if isinstance(chunk, Completion):
+                    streamed = chunk
+    pieces = len(split_tokens("alpha beta gamma"))  # the server's tokens; the last entry serves those past it
+    expected = (top[0], *[top[1]] * (pieces - 1))
+    assert whole.logprobs is not None and len(whole.logprobs) == pieces
+    assert whole.logprobs == expected  # JSON carries doubles exactly
+    assert streamed is not None and streamed.logprobs == expected
+    assert plain.logprobs is None
+    assert [("logprobs" in r.body, r.body.get("top_logprobs")) for r in server.chat_requests] == [
+        (True, 2), (False, None), (True, 2)]
 
 
 @on_virtual_clock
