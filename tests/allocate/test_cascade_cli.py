@@ -52,6 +52,23 @@ async def test_run_with_tiers_cascades_from_the_small_model_up(tmp_path: Path, m
     assert "escalate step 'a' (milestone): small -> large" in out
 
 
+async def test_cascade_false_keeps_a_step_allocated_under_the_cascade_flag(tmp_path: Path) -> None:
+    plan, tiers = write(tmp_path, "auto")
+    document = yaml.safe_load(plan.read_text(encoding="utf-8"))
+    document["steps"][0]["args"]["cascade"] = False
+    plan.write_text(yaml.safe_dump(document), encoding="utf-8")
+    journal = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with ScriptedLLM(lambda r: Text('{"answer": "yes"}')) as base_url:
+        code, out, err = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url,
+                                         "--tiers", str(tiers), "--cascade", "--journal", journal, "--json",
+                                         cwd=tmp_path)
+        assert code == 0, err
+        code, shown, err = await planweave("show", json.loads(out)["run_id"], "--journal", journal, "--json",
+                                           cwd=tmp_path)
+    assert code == 0, err
+    assert [a["step"] for a in json.loads(shown)["allocations"]] == ["a"]  # decided by the allocator
+
+
 def test_cascade_without_tiers_exits_2_naming_it(tmp_path: Path) -> None:
     plan, _ = write(tmp_path, "cascade")
     result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(

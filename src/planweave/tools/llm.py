@@ -181,7 +181,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             except ValueError as exc:
                 raise ToolError(f"schema: {exc}", kind="arguments", retryable=False) from None
         if model == "cascade" or (model in (None, "auto") and cascade not in (None, False)) or (
-                model == "auto" and cascade_seam is not None and cascade_seam.auto):
+                model == "auto" and cascade is None and cascade_seam is not None and cascade_seam.auto):
             return await cascaded_call(
                 lambda m, tick, top: call(prompt, system, schema, m, max_tokens, temperature, on_chunk=tick,
                                           logprobs=top),
