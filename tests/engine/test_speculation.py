@@ -355,3 +355,60 @@ def test_the_timeline_marks_adopted_and_thrown_away_speculative_attempts() -> No
     assert "╌" in rows["b"] and "█" in rows["b"]  # thrown away at 4 s, then the real attempt
     assert rows["d"].rstrip().endswith("≈")
     assert "≈" not in rows["b"] and "╌" not in rows["d"]
+
+
+def test_a_producer_called_again_with_the_same_arguments_is_predicted_from_the_runs_history() -> None:
+    """``again`` calls the tool as ``first`` did: while it runs, ``use`` starts on ``first``'s output (history) and
+    is adopted when ``again`` ends; nothing in the plan predicts anything."""
+    calls = Calls()
+    same = {"name": "p", "inputs": [], "seconds": 1.0}
+    doc = {"steps": [
+        {"id": "first", "tool": "f", "args": same},
+        {"id": "wait", "tool": "f", "args": {"name": "w", "inputs": [], "seconds": 3.0}},
+        {"id": "again", "tool": "f", "args": same, "after": ["wait"]},
+        {"id": "use", "tool": "f", "args": {"name": "u", "inputs": ["${again}"], "seconds": 1.0}},
+    ]}
+    outputs, span, events = virtual(lambda: run_doc(doc, calls.toolbox(), SpeculationSpec(mode="safe")))
+    assert outputs["use"] == digest("u", [digest("p", [])])
+    started = [(e.step, e.at, dict(e.data["basis"])) for e in events if e.kind == "speculation_started"]
+    assert started == [("use", 3.0, {"again": "history"})]
+    assert kinds(events).count(("speculation_adopted", "use")) == 1
+    assert span == 4.0  # not 5: use ran beside again
+    assert calls.starts["u"] == [3.0]
+
+
+@st.composite
+def interrupted_workloads(draw: st.DrawFn) -> tuple[dict[str, Any], int | None, float, str]:
+    doc, concurrency, _accuracy = draw(workloads())
+    return doc, concurrency, draw(st.sampled_from([0.25, 0.5, 1.0, 1.75, 3.0])), draw(st.sampled_from(["safe",
+                                                                                                       "eager"]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interrupted_workloads())
+def test_a_run_interrupted_during_speculation_resumes_to_the_same_outputs(
+    case: tuple[dict[str, Any], int | None, float, str],
+) -> None:
+    doc, concurrency, at, mode = case
+    policy = SpeculationSpec(mode=mode, max_parallel=1000, min_confidence=0.0)
+    journal = MemoryJournal()
+    box = Calls().toolbox()  # one tool for both processes: a call that flaked once does not flake again
+
+    async def interrupted() -> tuple[str, bool]:
+        async with open_engine(journal, clock=VirtualClock(), tools=box, concurrency=concurrency) as engine:
+            run = await engine.start(doc, speculation=policy)
+            await asyncio.sleep(at)
+            return run.id, run.finished  # leaving the engine interrupts the run
+
+    async def resumed(run_id: str) -> dict[str, Any]:
+        async with open_engine(journal, clock=VirtualClock(), tools=box, concurrency=concurrency) as engine:
+            result = await (await engine.resume(run_id)).wait()
+            assert result.status == "succeeded", result.error
+            return dict(result.outputs)
+
+    run_id, finished = virtual(interrupted)
+    if finished:
+        return
+    assert virtual(lambda: resumed(run_id)) == true_outputs(doc)
+    succeeded = [e.step for e in virtual(lambda: journal.read(run_id)) if e.kind == "step_succeeded"]
+    assert len(succeeded) == len(set(succeeded)) == len(doc["steps"])

@@ -239,6 +239,13 @@ class Speculator:
             "reason": reason, "started_at": spec.started_at, "cost_usd": round(spec.cost_usd, 8)})
         self.schedule()
 
+    def _forget(self, spec: SpeculativeAttempt) -> None:
+        """Drop an attempt without a word in the journal (its task is being cancelled with the run)."""
+        spec.over = True
+        if self.attempts.get(spec.step) is spec:
+            del self.attempts[spec.step]
+        self.dispatch.give_back_spare(spec)
+
     def _tick(self) -> None:
         self._soon = False
         if self._closed or self.policy.mode == "off":
@@ -362,10 +369,14 @@ class Speculator:
             output = canonical_output(output, step=spec.step, limit=self.max_output_bytes).value
         except asyncio.CancelledError:
             task = asyncio.current_task()
+            cancelled = task is not None and task.cancelling() > 0
             if not spec.adopted:
-                self.discard(spec, "cancelled")  # a no-op when it was discarded already (which cancelled it)
+                if cancelled:  # thrown away already, or the run is ending: journaled as a crash would leave it
+                    self._forget(spec)
+                else:
+                    self.discard(spec, "the tool raised CancelledError")
                 raise
-            if task is not None and task.cancelling():
+            if cancelled:
                 raise  # the run stopped, or cancelled the step: it journals that
             error = RuntimeError("tool raised CancelledError")
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
