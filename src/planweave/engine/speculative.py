@@ -154,6 +154,7 @@ class Speculator:
     calibration: Calibration = field(default_factory=Calibration)
     spent_usd: float = 0.0  # what the discarded attempts cost
     _learned: dict[str, StepRecord] = field(default_factory=dict)  # the succeeded records already learned from
+    _keys: dict[str, tuple[StepRecord, str]] = field(default_factory=dict)  # history keys of ready/running calls
     _soon: bool = False
     _closed: bool = False
 
@@ -293,19 +294,29 @@ class Speculator:
             if rec.status == "succeeded":
                 continue
             step = plan.steps[sid]
-            if self.history and rec.status in ("ready", "running") and sid in state.idempotent:
-                try:
-                    _tool, args = _attempt.prepare(plan, rec, self.run.outputs, self.tools)
-                except RefResolutionError:
-                    args = None
-                if args is not None:
-                    key = history_key(step.tool, args)
-                    if key in self.history:
-                        found[sid] = Prediction(self.history[key], history_confidence, "history")
-                        continue
+            if (self.history and rec.status in ("ready", "running") and sid in state.idempotent
+                    and plan.dependents[sid]):
+                key = self._key(rec)
+                if key is not None and key in self.history:
+                    found[sid] = Prediction(self.history[key], history_confidence, "history")
+                    continue
             if step.predict is not None and sid not in found:
                 found[sid] = Prediction(step.predict, plan_confidence, "plan")
         return found
+
+    def _key(self, rec: StepRecord) -> str | None:
+        """The history key of ready or running step ``rec``'s call (its inputs exist), rendered once per record."""
+        known = self._keys.get(rec.id)
+        if known is not None and known[0] is rec:
+            return known[1]
+        state = self.run.state
+        try:
+            _tool, args = _attempt.prepare(state.plan, rec, self.run.outputs, self.tools)
+        except (RefResolutionError, KeyError):
+            return None
+        key = history_key(state.plan.steps[rec.id].tool, args)
+        self._keys[rec.id] = (rec, key)
+        return key
 
     def _safe(self, sid: str) -> bool:
         state = self.run.state
