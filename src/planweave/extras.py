@@ -19,6 +19,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "telemetry": ("opentelemetry.sdk", "fastapi", "uvicorn"),  # tracing lives in planweave.server
     "local": ("llama_cpp",),
     "ray": ("ray",),
+    "rollouts": ("pyarrow", "redis"),
+    "rollouts-example": ("numpy", "matplotlib"),
 }
 """Each extra and the top-level modules whose presence shows it is installed (as pyproject.toml declares them)."""
 
