@@ -33,6 +33,7 @@ from planweave.engine.events import Event, EventKind
 from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
 from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.scheduler import Scheduler
+from planweave.engine.speculation import Predictor
 from planweave.engine.speculative import Speculator, resolve_policy
 from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
 from planweave.engine.state import ACTIVE, OnFailure, RunState, RunStatus, StepRecord
@@ -136,7 +137,7 @@ class Run:
     """One execution of a plan inside an :class:`Engine`. Await :meth:`wait` for its result."""
 
     def __init__(self, host: RunHost, run_id: str, tools: ToolCatalog, state: RunState, *, holds: int = 0,
-                 speculation: SpeculationSpec | None = None) -> None:
+                 speculation: SpeculationSpec | None = None, predictor: Predictor | None = None) -> None:
         """A run of ``state``'s plan with ``tools``; ``holds`` keeps it open until as many :meth:`release` calls;
         ``speculation`` (not ``off``) starts steps on predicted inputs (docs/speculation.md)."""
         self.id = run_id
@@ -173,7 +174,8 @@ class Run:
         self._timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
         self._spec: Speculator | None = None  # speculative attempts (None: speculation off, nothing to pay)
         if speculation is not None and speculation.mode != "off":
-            self._spec = Speculator(self, speculation, host.dispatch, tools, host.clock, host.max_output_bytes)
+            self._spec = Speculator(self, speculation, host.dispatch, tools, host.clock, host.max_output_bytes,
+                                    predictor)
             self._give_back = self._release_and_speculate
         self._cache = StepCache(self._journal, self._now, lookup=host.cache, redact=host.redact)
         self._caching = StepCache.declared_in(tools)  # else only a step saying cache: may be cached
@@ -1027,6 +1029,7 @@ class Engine:
         limits: Mapping[str, Any] | None = None,
         priority: float = 0.0,
         speculation: SpeculationSpec | SpeculationMode | None = None,
+        predictor: Predictor | None = None,
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
@@ -1042,6 +1045,8 @@ class Engine:
         edges that enforce them to apply them again on resume (:class:`planweave.engine.limits.JournaledLimits`).
         ``speculation`` (a policy, or a mode ``off``/``safe``/``eager`` keeping the plan's limits) overrides the
         plan's ``speculation:``; journaled as ``options.speculation``, which a resume keeps (docs/speculation.md).
+        ``predictor`` (e.g. :class:`planweave.models.predictor.ModelPredictor`) is asked for the outputs of running
+        steps that nothing else predicts.
         """
         if on_failure not in (None, "stop", "continue"):
             raise ValueError(f"on_failure must be 'stop' or 'continue', got {on_failure!r}")
@@ -1066,7 +1071,7 @@ class Engine:
         state = RunState(run_id, validated, idempotent)
         on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")
         policy = resolve_policy(spec, speculation)
-        run = Run(self._host, run_id, catalog, state, holds=int(hold), speculation=policy)
+        run = Run(self._host, run_id, catalog, state, holds=int(hold), speculation=policy, predictor=predictor)
         run.priority = priority
         if on_event is not None:
             run.subscribe(on_event)
@@ -1095,7 +1100,8 @@ class Engine:
 
     async def resume(self, run_id: str, *, tools: ToolCatalog | None = None, retry_unknown: bool = False,
                      on_event: EventListener | None = None, hold: bool = False,
-                     speculation: SpeculationSpec | SpeculationMode | None = None) -> Run:
+                     speculation: SpeculationSpec | SpeculationMode | None = None,
+                     predictor: Predictor | None = None) -> Run:
         """Continue an interrupted run from its journal: finished steps are not run again, their outputs reused.
 
         Steps that were running are re-run if idempotent; otherwise they become ``unknown`` and the run stops short
@@ -1126,7 +1132,7 @@ class Engine:
         if speculation is None:
             speculation = _journaled_speculation(events)
         run = Run(self._host, run_id, catalog, state, holds=int(hold),
-                  speculation=resolve_policy(state.plan.spec, speculation))
+                  speculation=resolve_policy(state.plan.spec, speculation), predictor=predictor)
         run.priority = _journaled_priority(events)
         if on_event is not None:
             run.subscribe(on_event)

@@ -17,15 +17,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from planweave.plan.graph import Plan
 from planweave.plan.model import SpeculationMode, SpeculationSpec, Step, StepStatus
 from planweave.plan.refs import RefResolutionError, render
 
-PredictionSource = Literal["plan", "history", "speculation"]
+PredictionSource = Literal["plan", "history", "model", "speculation"]
 """Where a predicted output comes from: the plan's ``predict:``, an earlier attempt of the run with the same tool
-and arguments, or (``eager``) a speculative attempt of the producer itself."""
+and arguments, a cheap model asked for it (a :class:`Predictor`), or (``eager``) a speculative attempt of the
+producer itself."""
 
 OFF = SpeculationSpec(mode="off")
 """No speculation: what a run does when neither its plan nor its caller asks for any."""
@@ -56,6 +57,24 @@ class Candidate:
     args: Mapping[str, Any]
     basis: Mapping[str, PredictionSource]  # producer -> where its predicted output came from
     confidence: float  # the product of the predictions' confidences
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorReply:
+    """A predictor's answer: the predicted output, and the usage of the model call behind it (journaled, counted as
+    extra cost)."""
+
+    value: Any
+    usage: Mapping[str, Any] | None = None
+    guessed: bool = True  # False: the call gave nothing usable (its usage still counts)
+
+
+class Predictor(Protocol):
+    """Something asked for a step's output before it exists (e.g. a cheap model: ``planweave.models.predictor``)."""
+
+    async def predict(self, step: Step, args: Mapping[str, Any]) -> PredictorReply | None:
+        """The predicted output of ``step`` called with ``args``, or None (no guess)."""
+        ...
 
 
 def unsafe_reason(step: Step, *, idempotent: bool, tool_speculates: bool) -> str | None:

@@ -26,6 +26,7 @@ from planweave.engine.speculation import (
     Calibration,
     Prediction,
     PredictionSource,
+    Predictor,
     candidates,
     canonical,
     history_key,
@@ -42,6 +43,8 @@ from planweave.plan.refs import RefResolutionError
 
 if TYPE_CHECKING:
     from planweave.clock import Clock
+
+_NO_GUESS = object()  # asked the predictor, no answer (yet)
 
 
 def resolve_policy(spec: PlanSpec, override: SpeculationSpec | SpeculationMode | None) -> SpeculationSpec:
@@ -149,12 +152,14 @@ class Speculator:
     tools: ToolCatalog
     clock: Clock
     max_output_bytes: int | None = None
+    predictor: Predictor | None = None
     attempts: dict[str, SpeculativeAttempt] = field(default_factory=dict)  # undecided, by step
     history: dict[str, Any] = field(default_factory=dict)  # history_key -> output of a finished attempt
     calibration: Calibration = field(default_factory=Calibration)
     spent_usd: float = 0.0  # what the discarded attempts cost
     _learned: dict[str, StepRecord] = field(default_factory=dict)  # the succeeded records already learned from
     _keys: dict[str, tuple[StepRecord, str]] = field(default_factory=dict)  # history keys of ready/running calls
+    _asked: dict[str, tuple[StepRecord, Any]] = field(default_factory=dict)  # the predictor's answers (or _NO_GUESS)
     _soon: bool = False
     _closed: bool = False
 
@@ -187,6 +192,9 @@ class Speculator:
             return
         if step.predict is not None:
             self.calibration.observe("plan", step.predict, output)
+        asked = self._asked.get(sid)
+        if asked is not None and asked[1] is not _NO_GUESS and asked[0] is state.records.get(sid):
+            self.calibration.observe("model", asked[1], output)
         if args is not None and sid in state.idempotent:
             key = history_key(step.tool, args)
             if key in self.history:
@@ -302,7 +310,41 @@ class Speculator:
                     continue
             if step.predict is not None and sid not in found:
                 found[sid] = Prediction(step.predict, plan_confidence, "plan")
+            elif self.predictor is not None and sid not in found and plan.dependents[sid] and rec.status in (
+                    "ready", "running"):
+                asked = self._asked.get(sid)
+                if asked is None or asked[0] is not rec:
+                    self._ask(rec)
+                elif asked[1] is not _NO_GUESS:
+                    found[sid] = Prediction(asked[1], calibration.confidence("model"), "model")
         return found
+
+    def _ask(self, rec: StepRecord) -> None:
+        """Ask the predictor for ready or running step ``rec``'s output, within the extra cost speculation may add."""
+        if self.predictor is None or (self.spent_usd > 0 and self.spent_usd >= self.policy.max_extra_cost_usd):
+            return
+        state = self.run.state
+        try:
+            _tool, args = _attempt.prepare(state.plan, rec, self.run.outputs, self.tools)
+        except (RefResolutionError, KeyError):
+            return
+        self._asked[rec.id] = (rec, _NO_GUESS)  # asked: not again for this record
+        self.run.spawn(self._predict(rec, self.predictor, args), rec.id)
+
+    async def _predict(self, rec: StepRecord, predictor: Predictor, args: Mapping[str, Any]) -> None:
+        step = self.run.state.plan.steps[rec.id]
+        try:
+            reply = await predictor.predict(step, args)
+        except Exception:  # a predictor that fails only makes no prediction
+            reply = None
+        if reply is None:
+            return
+        if reply.usage:
+            self.spent_usd += float(reply.usage.get("cost_usd", 0.0) or 0.0)  # always extra: nothing adopts it
+            self.run.step_usage(rec.id, {**reply.usage, "purpose": "predict", "speculative": True})
+        if reply.guessed and self._asked.get(rec.id, (None,))[0] is rec:
+            self._asked[rec.id] = (rec, reply.value)
+            self.schedule()
 
     def _key(self, rec: StepRecord) -> str | None:
         """The history key of ready or running step ``rec``'s call (its inputs exist), rendered once per record."""
