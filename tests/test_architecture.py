@@ -16,6 +16,8 @@ CORE = [
     SRC / "engine" / "context.py",
     SRC / "clock.py",
     SRC / "errors.py",
+    SRC / "control" / "realign.py",
+    SRC / "control" / "trigger.py",
 ]
 FORBIDDEN = ("planweave.journal", "planweave.tools", "planweave.cli", "planweave.bench", "planweave.engine.runtime",
              "planweave.planning", "planweave.models", "planweave.server",

@@ -19,6 +19,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "telemetry": ("opentelemetry.sdk", "fastapi", "uvicorn"),  # tracing lives in planweave.server
     "local": ("llama_cpp",),
     "ray": ("ray",),
+    "control": ("gymnasium", "numpy"),
     "rollouts": ("pyarrow", "redis"),
     "rollouts-example": ("numpy", "matplotlib"),
 }

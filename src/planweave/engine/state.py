@@ -686,4 +686,11 @@ _FOLD: Mapping[EventKind, Fold] = {
     "speculation_started": RunState._speculation_started,
     "speculation_adopted": RunState._speculation_adopted,
     "speculation_discarded": RunState._speculation_discarded,
+    "control_started": RunState._no_change,  # control runs (planweave.control) journal their own kinds
+    "control_chunk": RunState._no_change,
+    "control_chunk_refused": RunState._no_change,
+    "control_hold": RunState._no_change,
+    "control_tick_missed": RunState._no_change,
+    "control_checkpoint": RunState._no_change,
+    "control_finished": RunState._no_change,
 }
