@@ -194,3 +194,15 @@ def bench_speculate(ctx: typer.Context) -> None:
     from planweave.bench.speculate import main as speculate_main
 
     raise typer.Exit(speculate_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "control",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_control(ctx: typer.Context) -> None:
+    """Synchronous vs asynchronous control (drop_expired, rollforward) at 50/150/400 ms latency (options: --help)."""
+    from planweave.bench.control import main as control_main
+
+    raise typer.Exit(control_main(list(ctx.args)))
