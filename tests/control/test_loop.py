@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from planweave.clock import run_virtual
 from planweave.control import ChunkRequest, ControlError, ControlLoop, ControlReport, DropExpired, replay_splices
@@ -230,3 +232,25 @@ def test_a_crashed_control_run_resumes_from_its_last_checkpoint(tmp_path: Path) 
     assert run_virtual(kinds()) == [("control_started", False), ("control_started", True), ("control_finished", None)]
     with pytest.raises(ControlError, match="cannot resume control run 'arm-1': it finished"):
         run(loop(Recorder()), ticks=100, resume="arm-1")
+
+
+@settings(max_examples=40, deadline=None)
+@given(latencies=st.lists(st.integers(1, 30), min_size=1, max_size=12), horizon=st.integers(2, 12),
+       execute=st.integers(1, 12), rollforward=st.booleans())
+def test_every_tick_runs_the_action_meant_for_it_or_holds(latencies: list[int], horizon: int, execute: int,
+                                                          rollforward: bool) -> None:
+    """Whatever the latencies (in ms, jittering chunk to chunk), no action ever runs at a tick it was not for, no
+    tick is skipped, and each arrived chunk's actions are either run, superseded or counted as discarded."""
+    execute = min(execute, horizon)
+    env = Recorder()
+    policy = TickPolicy([latencies[i % len(latencies)] / 1000 * 3 for i in range(200)])
+    extra: dict[str, Any] = ({"realign": "rollforward", "model": lambda p, a: p + 1.0, "latency_hint_s": 0.03}
+                             if rollforward else {})
+    report = run(ControlLoop(env=env, policy=policy, rate_hz=50, horizon=horizon, execute=execute,
+                             safe_action=HOLD, **extra), ticks=50)
+    assert [t for t, _, _ in env.actions] == list(range(50)) and report.missed == 0
+    assert all(a == t for t, _, a in env.actions if a != HOLD)
+    ran = sum(1 for _, _, a in env.actions if a != HOLD)
+    arrived = sum(horizon for s in report.splices)
+    assert ran + report.discarded + report.superseded <= arrived
+    assert report.idle_ticks == 50 - ran
