@@ -10,9 +10,9 @@ returns as an ``escalation`` event.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from planweave.allocate.monitors import Fire, MonitorName
 
@@ -92,3 +92,24 @@ class Cascade:
                       f"{self.streak} successes in a row on {self.tiers[self.index]}")
         self.index = down
         return shift
+
+    def restore(self, moves: Iterable[Mapping[str, Any]], done: Iterable[str] = ()) -> None:
+        """Replay journaled moves of this cascade (``escalation`` events' data with ``step``, ``rung``, ``to_tier``,
+        in order) so a resumed run goes on where it was: the shared index where the last move left it, the floors
+        of steps that escalated and did not succeed since (``done``: steps that did). The streak of successes is
+        not journaled and starts again at zero. Moves to tiers this cascade does not have are ignored."""
+        for move in moves:
+            to = move.get("to_tier")
+            if to not in self.tiers:
+                continue
+            at = self.tiers.index(to)
+            if move.get("rung") == "escalate":
+                step = move.get("step")
+                if isinstance(step, str):
+                    self._floors[step] = max(self._floors.get(step, 0), at)
+                self.index = max(self.index, at)
+            elif move.get("rung") == "deescalate":
+                self.index = at
+        for step in done:
+            self._floors.pop(step, None)
+        self.successes = 0

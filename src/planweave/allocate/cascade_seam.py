@@ -217,6 +217,7 @@ class CascadeSeam:
         cascade = self._cascades.get(key)
         if cascade is None:
             cascade = self._cascades[key] = Cascade(args.tiers, streak=args.streak)
+            self._restore(ctx.run_id, args.key, cascade)
         watch = self._watches.get((ctx.run_id, ctx.step_id))
         if watch is None or watch.cascade is not cascade:
             watch = self._watches[(ctx.run_id, ctx.step_id)] = _Watch(args, cascade, args.monitor_set())
@@ -322,6 +323,16 @@ class CascadeSeam:
             return self._runs(run_id)
         except (RunError, AllocationError):  # not active in the engine (finished), or nothing bound
             return None
+
+    def _restore(self, run_id: str, key: str, cascade: Cascade) -> None:
+        """Seed a run's new cascade from the moves it journaled (a resumed run goes on at its escalated tier; a new
+        run has none)."""
+        state = getattr(self._run(run_id), "state", None)
+        if state is None:
+            return
+        moves = [e for e in state.escalations if e.get("cascade") == key]
+        if moves:
+            cascade.restore(moves, [sid for sid, rec in state.records.items() if rec.status == "succeeded"])
 
     def _forget(self, run_id: str) -> None:
         self._followed.discard(run_id)
@@ -493,6 +504,13 @@ class PlannerCascade:
                 data["streak"] = cascade.streak
             run.record("escalation", data)
         return shift
+
+    def restore(self, run_id: str, escalations: list[dict[str, Any]]) -> None:
+        """Go on where run ``run_id``'s planner was (its journaled ``escalation`` events' data, cascade "planner",
+        as ``RunState.escalations`` keeps them): a resumed goal run's planner and joiner call the tier it had
+        escalated to, not the cheapest."""
+        cascade, _ = self._of(run_id)
+        cascade.restore([{**e, "step": PLANNER} for e in escalations if e.get("cascade") == "planner"])
 
     def forget(self, run_id: str) -> None:
         self._runs.pop(run_id, None)

@@ -216,6 +216,18 @@ def _watch_pressure(run: Run, threshold: float | None, *, seam: AllocationSeam |
         PressureWatch(run, policy, seam=seam, planner=planner)
 
 
+def _journaled_planner_tiers(run_id: str, recorded: JournaledLimits) -> TierTable | None:
+    """The tiers a resumed --goal run's planner cascades over: the ones it journaled with --cascade (else none)."""
+    if not recorded.cascade or recorded.tiers is None:
+        return None
+    from planweave.allocate import AllocationError, TierTable
+
+    try:
+        return TierTable.from_mapping(recorded.tiers, where=f"run '{run_id}': its journaled tiers")
+    except AllocationError as exc:
+        raise UsageError(str(exc)) from None
+
+
 @dataclass(frozen=True)
 class ResumeLimits:
     """The limits given to ``planweave resume`` without ``--model`` (None: keep the run's journaled ones)."""
@@ -240,8 +252,14 @@ class ResumeLimits:
         else:
             base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
             seam = self._allocation(engine, run_id, recorded)
-            tools = await PlanModel(recorded.model, self.base_url, None, None, seam).toolbox(stack, base,
-                                                                                             recorded.budget())
+            steps = None
+            if seam is not None:  # its cascades go on at their journaled tiers (--cascade: model: auto too)
+                from planweave.allocate.cascade_seam import CascadeSeam
+
+                steps = CascadeSeam(seam.table, auto=recorded.cascade)
+                steps.bind(engine)
+            tools = await PlanModel(recorded.model, self.base_url, None, None, seam, steps).toolbox(
+                stack, base, recorded.budget())
         run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
         recorded.apply_deadline(engine, run)
         created = run.state.created_at
@@ -453,7 +471,7 @@ def run(
                                              limits=run_limits.journaled(
                                                  engine.clock.now(), plan_model.model if plan_model else None,
                                                  tiers=None if seam is None else seam.table.to_mapping(),
-                                                 pressure=pressure))
+                                                 pressure=pressure, cascade=True if cascade else None))
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
 
@@ -591,7 +609,8 @@ def resume(
                 kept = recorded.limits
                 agent = AgentFlags(model, base_url, kept.budget_usd, kept.budget_tokens,
                                    recorded.remaining_s(engine.clock.now()),
-                                   5 if kept.max_replans is None else kept.max_replans, 2048, ask_human)
+                                   5 if kept.max_replans is None else kept.max_replans, 2048, ask_human,
+                                   tiers=_journaled_planner_tiers(run_id, recorded))
                 loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
                 resumed = await loop.resume(run_id, retry_unknown=retry_unknown)
                 created = resumed.state.created_at

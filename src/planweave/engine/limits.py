@@ -51,7 +51,8 @@ class RunLimits:
         """These limits as ``run_created`` keeps them (``options.limits``): the deadline also as the absolute time
         ``deadline_at`` (``now`` on the engine's clock plus the deadline), and the model the run's ``llm`` calls.
         ``extra`` (``tiers``: a tier table's :meth:`~planweave.allocate.TierTable.to_mapping`; ``pressure``: a
-        deadline-pressure threshold) is kept beside them when given, for a resume to apply again."""
+        deadline-pressure threshold; ``cascade``: True
+        for --cascade) is kept beside them when given, for a resume to apply again."""
         record: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(RunLimits)}
         record["deadline_at"] = None if self.deadline is None else now + self.deadline
         record["model"] = model
@@ -70,6 +71,7 @@ class JournaledLimits:
     spent_tokens: int = 0
     tiers: Mapping[str, Any] | None = None  # the tier table its model: auto steps were allocated from (as journaled)
     pressure: float | None = None  # the deadline-pressure threshold it was given (--deadline-pressure)
+    cascade: bool = False  # --cascade: its model: auto steps (a goal run: its planner) cascade over the tiers
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -86,7 +88,8 @@ class JournaledLimits:
         limits = RunLimits(**{f.name: record.get(f.name) for f in fields(RunLimits)})
         tiers = record.get("tiers")
         return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens,
-                               tiers if isinstance(tiers, Mapping) else None, record.get("pressure"))
+                               tiers if isinstance(tiers, Mapping) else None, record.get("pressure"),
+                               record.get("cascade") is True)
 
     def with_overrides(self, overrides: RunLimits, now: float) -> JournaledLimits:
         """These limits with the ones given again at resume (a new deadline counts from ``now``)."""
