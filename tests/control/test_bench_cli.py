@@ -90,3 +90,11 @@ def test_control_run_names_a_bad_setting(tmp_path: Path, text: str, message: str
     result = invoke("control", "run", str(write(tmp_path / "bad.yaml", text)))
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_a_disturbance_monitor_shortens_the_reaction() -> None:
+    plain = run_one("point", 150, "rollforward", seed=0)
+    watched = run_one("point", 150, "rollforward", seed=0, monitor=True)
+    assert plain.reaction_s is not None and watched.reaction_s is not None
+    assert watched.reaction_s < 0.7 * plain.reaction_s
+    assert watched.report.requested > plain.report.requested  # a chunk asked for at each detected push

@@ -72,8 +72,26 @@ def reaction_times(report: ControlReport, disturbed_ticks: Sequence[int], dt: fl
     return out
 
 
-def run_one(env_name: str, latency_ms: int, mode: BenchMode, seed: int) -> Outcome:
-    """One episode of ``env_name`` (``point`` | ``cartpole``) with the policy's latency and the loop's mode."""
+def jump_monitor(env_name: str) -> Callable[[Any], bool]:
+    """A disturbance detector: the point moved farther in one tick than it can (0.1 m), or the pole's angular
+    velocity changed by more than 0.4 rad/s in one tick."""
+    previous: list[Any] = []
+
+    def monitor(obs: Any) -> bool:
+        last = previous[-1] if previous else None
+        previous[:] = [obs]
+        if last is None:
+            return False
+        if env_name == "point":
+            return bool(abs(obs.x - last.x) + abs(obs.y - last.y) > 0.1)
+        return bool(abs(obs.theta_dot - last.theta_dot) > 0.4)
+
+    return monitor
+
+
+def run_one(env_name: str, latency_ms: int, mode: BenchMode, seed: int, *, monitor: bool = False) -> Outcome:
+    """One episode of ``env_name`` (``point`` | ``cartpole``) with the policy's latency and the loop's mode;
+    ``monitor``: asynchronous modes ask for a chunk at once when a disturbance is detected."""
     dt = 1.0 / RATE_HZ
     env: PointTracking | CartPole
     planner: Callable[[Any, int, float], Sequence[Any]]
@@ -91,19 +109,20 @@ def run_one(env_name: str, latency_ms: int, mode: BenchMode, seed: int) -> Outco
     policy = SimulatedPolicy(planner, latency_s=latency, jitter_s=latency / 10, seed=seed)
     loop = ControlLoop(env=env, policy=policy, rate_hz=RATE_HZ, horizon=HORIZON, execute=EXECUTE,
                        realign="drop_expired" if mode == "sync" else mode, model=model,
-                       mode="sync" if mode == "sync" else "async", safe_action=safe, latency_hint_s=latency)
+                       mode="sync" if mode == "sync" else "async", safe_action=safe, latency_hint_s=latency,
+                       monitor=jump_monitor(env_name) if monitor and mode != "sync" else None)
     report = run_virtual(loop.run(until=lambda obs: obs.done, deadline=60.0))
     reactions = reaction_times(report, env.disturbed_ticks, dt)
     return Outcome(env.success(), env.tracking_error(), statistics.fmean(reactions) if reactions else None,
                    report.idle_frac, report.discarded, env.errors, report)
 
 
-def run_bench(seeds: int, envs: Sequence[str]) -> dict[str, Any]:
+def run_bench(seeds: int, envs: Sequence[str], monitor: bool = False) -> dict[str, Any]:
     rows = []
     for env_name in envs:
         for latency_ms in LATENCIES_MS:
             for mode in MODES:
-                runs = [run_one(env_name, latency_ms, mode, seed) for seed in range(seeds)]
+                runs = [run_one(env_name, latency_ms, mode, seed, monitor=monitor) for seed in range(seeds)]
                 reactions = [r.reaction_s for r in runs if r.reaction_s is not None]
                 rows.append({
                     "env": env_name, "latency_ms": latency_ms, "mode": mode,
@@ -114,13 +133,14 @@ def run_bench(seeds: int, envs: Sequence[str]) -> dict[str, Any]:
                     "discarded": statistics.fmean(r.discarded for r in runs),
                 })
     return {"settings": {"rate_hz": RATE_HZ, "horizon": HORIZON, "execute": EXECUTE, "seeds": seeds,
-                         "jitter": 0.1, "clock": "virtual"}, "rows": rows}
+                         "jitter": 0.1, "clock": "virtual", "monitor": monitor}, "rows": rows}
 
 
 def render_table(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [f"control: {s['rate_hz']:g} Hz, chunks of {s['horizon']}, {s['execute']} executed per chunk, latency "
-             f"±{100 * s['jitter']:g} %, {s['seeds']} seeds, {s['clock']} clock; reaction and error vs sync", "",
+             f"±{100 * s['jitter']:g} %, {s['seeds']} seeds, {s['clock']} clock"
+             f"{', disturbance monitor on the async modes' if s['monitor'] else ''}; reaction and error vs sync", "",
              f"{'env':<9} {'lat ms':>6} {'mode':<13} {'success':>7} {'error':>7} {'vs sync':>7} {'reaction s':>10} "
              f"{'vs sync':>7} {'idle':>6} {'discarded':>9}"]
     sync: dict[tuple[str, int], dict[str, Any]] = {}
@@ -169,6 +189,8 @@ def _command(
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Seeded episodes per row.")] = 3,
     env: Annotated[str, typer.Option("--env", help="point, cartpole or all.")] = "all",
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the tracking-error plot (PNG) here.")] = None,
+    monitor: Annotated[bool, typer.Option("--monitor", help="Asynchronous modes infer at once on a detected "
+                                          "disturbance (replacing the inference in flight).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with the rows.")] = False,
 ) -> tuple[dict[str, Any], bool]:
     """Synchronous vs asynchronous (drop_expired, rollforward) control at inference latencies of 50, 150, 400 ms."""
@@ -181,7 +203,7 @@ def _command(
         if not installed("matplotlib"):
             raise typer.BadParameter("--plot needs matplotlib: pip install matplotlib")
         plot_tracking(plot)
-    return run_bench(seeds, envs), json_output
+    return run_bench(seeds, envs, monitor), json_output
 
 
 def main(argv: Sequence[str] | None = None) -> int:
