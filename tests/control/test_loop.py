@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planweave.clock import run_virtual
+from planweave.clock import RealClock, run_virtual
 from planweave.control import ChunkRequest, ControlError, ControlLoop, ControlReport, DropExpired, replay_splices
 from planweave.engine.events import Event
 from planweave.journal import open_journal
@@ -254,3 +254,29 @@ def test_every_tick_runs_the_action_meant_for_it_or_holds(latencies: list[int], 
     arrived = sum(horizon for s in report.splices)
     assert ran + report.discarded + report.superseded <= arrived
     assert report.idle_ticks == 50 - ran
+
+
+@pytest.mark.postgres
+def test_a_control_run_resumes_from_a_postgresql_journal(durable_url: str) -> None:
+    """The same on the real clock (the virtual one does not wait for a socket's answer, so a flush to PostgreSQL
+    would let it run ahead): tick numbers may differ from the environment's on a busy machine, so what is checked is
+    the checkpoint, the restored state and the fresh start."""
+    crashed = Recorder(crash_at=57)
+
+    def loop(env: Recorder) -> ControlLoop:
+        return ControlLoop(env=env, policy=TickPolicy(0.05), rate_hz=50, horizon=8, execute=4, safe_action=HOLD,
+                           journal=durable_url, checkpoint_every=25, clock=RealClock())
+
+    with pytest.raises(ControlError, match="simulated crash"):
+        asyncio.run(loop(crashed).run(until=lambda position: position >= 80, run_id="arm-pg"))
+    fresh = Recorder()
+    report = asyncio.run(loop(fresh).run(until=lambda position: position >= 80, resume="arm-pg"))
+
+    async def checkpoints() -> list[Any]:
+        async with open_journal(durable_url) as journal:
+            return [e.data for e in await journal.read("arm-pg", kind="control_checkpoint")]
+
+    first_after = [c for c in run_virtual(checkpoints()) if c["tick"] < (report.resumed_at or 0)][-1]
+    assert report.resumed_at == first_after["tick"] + 1
+    assert fresh.actions[0][0] == first_after["state"]["tick"]  # the environment continued from its snapshot
+    assert fresh.actions[0][2] == HOLD and report.status == "done"
