@@ -98,3 +98,17 @@ def test_a_disturbance_monitor_shortens_the_reaction() -> None:
     assert plain.reaction_s is not None and watched.reaction_s is not None
     assert watched.reaction_s < 0.7 * plain.reaction_s
     assert watched.report.requested > plain.report.requested  # a chunk asked for at each detected push
+
+
+def test_cartpole_without_the_control_extra_names_it(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = write(tmp_path / "c.yaml", "env: cartpole\n")
+    code = ("import sys\nsys.modules['gymnasium'] = None\n"
+            f"sys.argv = ['planweave', 'control', 'run', {str(config)!r}]\n"
+            "from planweave.cli.main import main\nmain()\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "the CartPole environment needs the 'control' extra: pip install 'planweave[control]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
