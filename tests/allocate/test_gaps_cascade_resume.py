@@ -85,8 +85,9 @@ async def test_a_plan_run_killed_after_an_escalation_resumes_on_the_escalated_ti
 
 
 def test_a_cascade_restored_from_its_moves_has_their_index_and_open_floors() -> None:
-    moves = [{"step": "a", "rung": "escalate", "to_tier": "m"}, {"step": "b", "rung": "escalate", "to_tier": "l"},
-             {"step": None, "rung": "deescalate", "to_tier": "m"}, {"step": "c", "rung": "escalate", "to_tier": "x"}]
+    moves: list[dict[str, Any]] = [
+        {"step": "a", "rung": "escalate", "to_tier": "m"}, {"step": "b", "rung": "escalate", "to_tier": "l"},
+        {"step": None, "rung": "deescalate", "to_tier": "m"}, {"step": "c", "rung": "escalate", "to_tier": "x"}]
     cascade = Cascade(("s", "m", "l"))
     cascade.restore(moves, done=["a"])
     assert cascade.tier == "m"  # the last move's tier; a tier it does not have is ignored

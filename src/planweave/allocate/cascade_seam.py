@@ -181,12 +181,16 @@ class CascadeSeam:
     ``defaults`` are the settings a step's ``cascade:`` mapping may override (monitors, failures, silence_s,
     repeats, min_confidence, confidence, streak). With ``auto``, steps saying ``model: auto`` are cascaded too
     (``planweave run --tiers FILE --cascade``) rather than allocated. ``shifts`` keeps every move made.
+    ``hurried`` says which runs are under deadline pressure (:meth:`AllocationSeam.hurried`): their attempts run
+    on the fastest tier at or above the cascade's.
     """
 
     def __init__(self, table: TierTable, runs: Callable[[str], Any] | None = None, *,
-                 defaults: CascadeArgs | None = None, tool: str = "llm", auto: bool = False) -> None:
+                 defaults: CascadeArgs | None = None, tool: str = "llm", auto: bool = False,
+                 hurried: Callable[[str], bool] | None = None) -> None:
         self.table = table
         self.auto = auto
+        self._hurried = hurried  # runs under deadline pressure (AllocationSeam.hurried): the fastest tier allowed
         self.defaults = defaults or DEFAULTS
         self.tool = tool
         self._runs: Callable[[str], CascadedRun] | None = runs
@@ -222,9 +226,16 @@ class CascadeSeam:
         if watch is None or watch.cascade is not cascade:
             watch = self._watches[(ctx.run_id, ctx.step_id)] = _Watch(args, cascade, args.monitor_set())
         watch.ran_at = cascade.index_for(ctx.step_id)
+        if self._hurried is not None and self._hurried(ctx.run_id):
+            watch.ran_at = self._fastest(cascade, watch.ran_at)
         watch.attempt = ctx.attempt
         watch.monitors.observe(Signal("started", ctx.clock.now()))
         return cascade.tiers[watch.ran_at]
+
+    def _fastest(self, cascade: Cascade, at: int) -> int:
+        """Deadline pressure: the fastest tier (the table's ``duration_s``; the cheaper on a tie) at or above
+        ``at``, the tier the monitors have brought the step to: never a tier below what they escalated to."""
+        return min(range(at, len(cascade.tiers)), key=lambda i: (self.table[cascade.tiers[i]].duration_s, i))
 
     def signal(self, ctx: StepContext, signal: Signal) -> tuple[Fire | None, Shift | None]:
         """Feed the running attempt's monitors ``signal``; on a fire, escalate (journaled). The fire and the move

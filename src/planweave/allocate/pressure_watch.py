@@ -5,7 +5,8 @@ A :class:`PressureWatch` listens to one run (as ``forecast/live.py`` does). When
 below the policy's threshold it takes, in the policy's order, the actions that apply to the run:
 
 - ``faster_tiers``: the run's :class:`~planweave.allocate.AllocationSeam` gives its remaining ``model: auto`` steps
-  the fastest of their tiers (no seam, or hurried already: nothing to do);
+  the fastest of their tiers, and its cascades (``model: cascade``) the fastest tier at or above the one their
+  monitors brought them to (no seam, or hurried already: nothing to do);
 - ``drop_optional``: the steps :func:`~planweave.allocate.pressure.droppable` names are cancelled
   (:meth:`Run.cancel_step`: not resumable, their pending dependents skipped); none left: nothing to do;
 - ``replan``: a goal run's planning loop re-plans with the time left stated in the prompt (no planner: nothing).
@@ -116,10 +117,11 @@ class PressureWatch:
                         f"{late}: re-plan" + ("" if left is None else f" with {left:.0f} s left"))))
 
     def _auto_steps(self) -> list[str]:
-        """The run's ``model: auto`` steps not yet finished, in plan order."""
+        """The run's ``model: auto`` and ``model: cascade`` steps not yet finished, in plan order (a hurried
+        cascade runs its steps on the fastest tier its monitors allow: ``CascadeSeam``)."""
         plan, records = self.run.plan, self.run.state.records
         return [sid for sid in plan.order
-                if plan.steps[sid].tool == self.tool and plan.steps[sid].args.get("model") == "auto"
+                if plan.steps[sid].tool == self.tool and plan.steps[sid].args.get("model") in ("auto", "cascade")
                 and (rec := records.get(sid)) is not None and rec.status not in DONE]
 
     def _journal(self, data: dict[str, Any]) -> None:

@@ -160,7 +160,8 @@ def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool =
         table = load_tiers(path)
     except AllocationError as exc:
         raise UsageError(f"--tiers: {exc}") from None
-    return replace(plan_model, allocation=AllocationSeam(table), cascade=CascadeSeam(table, auto=cascade))
+    seam = AllocationSeam(table)
+    return replace(plan_model, allocation=seam, cascade=CascadeSeam(table, auto=cascade, hurried=seam.hurried))
 
 
 def _goal_tiers(path: Path | None, cascade: bool) -> TierTable | None:
@@ -256,7 +257,7 @@ class ResumeLimits:
             if seam is not None:  # its cascades go on at their journaled tiers (--cascade: model: auto too)
                 from planweave.allocate.cascade_seam import CascadeSeam
 
-                steps = CascadeSeam(seam.table, auto=recorded.cascade)
+                steps = CascadeSeam(seam.table, auto=recorded.cascade, hurried=seam.hurried)
                 steps.bind(engine)
             tools = await PlanModel(recorded.model, self.base_url, None, None, seam, steps).toolbox(
                 stack, base, recorded.budget())

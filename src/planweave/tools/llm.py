@@ -112,7 +112,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     # The step argument ``cascade`` (its settings) shadows the name inside ``llm``. Without a cascade of its own, a
     # tool with an allocator cascades on the allocator's table and runs (resume, workers and the server build one).
     cascade_seam = cascade if cascade is not None or allocation is None else CascadeSeam(
-        allocation.table, allocation.read_run)
+        allocation.table, allocation.read_run, hurried=allocation.hurried)
 
     async def reserve(request: CompletionRequest, model: str) -> tuple[Reservation | None, CompletionRequest]:
         if budget is None:
