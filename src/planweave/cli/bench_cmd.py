@@ -206,3 +206,17 @@ def bench_control(ctx: typer.Context) -> None:
     from planweave.bench.control import main as control_main
 
     raise typer.Exit(control_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "rollouts",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_rollouts(ctx: typer.Context) -> None:
+    """Synchronous RL batches vs the asynchronous rollout engine (max_staleness 0, 1, 2, 4) on the scripted server
+    with long-tailed episodes: trajectories/s, trainer idle fraction, staleness; options go to
+    planweave.bench.rollouts (--help)."""
+    from planweave.bench.rollouts import main as rollouts_main
+
+    raise typer.Exit(rollouts_main(list(ctx.args)))

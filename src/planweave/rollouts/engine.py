@@ -14,7 +14,7 @@ is handed out when the trajectory that completes it finishes. Decisions are :mod
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol, Self
 
@@ -228,7 +228,7 @@ class RolloutEngine:
             self._journal.close()
 
     # -- the consumer's side -----------------------------------------------------------------------------------------
-    async def batches(self, size: int) -> AsyncIterator[Batch]:
+    async def batches(self, size: int) -> AsyncGenerator[Batch, None]:
         """Batches of ``size`` trajectories as they finish (oldest policy first); the last may be smaller when
         ``episodes`` runs out. Asking for the next batch acknowledges the previous one (so does :meth:`ack` and
         :meth:`update_policy`): an unacknowledged batch is delivered again after a restart."""
