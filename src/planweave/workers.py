@@ -295,6 +295,10 @@ class Worker:
                 tools = await self._tools_for(rid, recorded.model, recorded.budget(), seam)
                 run = await self.engine.resume(rid, tools=tools, retry_unknown=bool(options.get("retry_unknown")))
                 recorded.apply_deadline(self.engine, run)
+                from planweave.allocate.pressure_watch import forecast_and_watch
+
+                forecast_and_watch(self.engine, run, deadline_at=recorded.deadline_at,
+                                   budget_usd=recorded.limits.budget_usd, threshold=recorded.pressure, seam=seam)
         except RunError:
             # Ended meanwhile from outside (`planweave cancel` of a run whose worker had died): that is its outcome.
             ended = _outcome(await self.journal.read(rid))
@@ -323,6 +327,11 @@ class Worker:
                                       priority=float(options.get("priority") or 0.0))
         if limits.deadline is not None:
             cancel_at_deadline(self.engine, run, limits.deadline)
+        # Its live forecast (queued with a deadline or a dollar budget) and the plan's deadline pressure.
+        from planweave.allocate.pressure_watch import forecast_and_watch
+
+        forecast_and_watch(self.engine, run, deadline_at=None if limits.deadline is None else now + limits.deadline,
+                           budget_usd=limits.budget_usd, seam=seam)
         return run
 
     def _allocation(self, run_id: str, tiers: Any, deadline_at: float | None, what: str) -> AllocationSeam | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from planweave.allocate.pressure import Pressure, PressureMonitor, droppable
 from planweave.allocate.seam import DONE, AllocationSeam
@@ -29,7 +29,10 @@ from planweave.engine.state import RunState
 from planweave.plan.graph import Plan
 from planweave.plan.model import DeadlinePressure
 
-__all__ = ["PressureWatch", "PressuredRun", "Replanner"]
+if TYPE_CHECKING:
+    from planweave.engine.runtime import Engine, Run
+
+__all__ = ["PressureWatch", "PressuredRun", "Replanner", "forecast_and_watch"]
 
 
 class PressuredRun(Protocol):
@@ -127,3 +130,24 @@ class PressureWatch:
     def _journal(self, data: dict[str, Any]) -> None:
         self.taken.append(data)
         self.run.record("escalation", data)
+
+
+def forecast_and_watch(engine: Engine, run: Run, *, deadline_at: float | None, budget_usd: float | None,
+                       threshold: float | None = None, seam: AllocationSeam | None = None) -> PressureWatch | None:
+    """Start ``run``'s live forecast (with a deadline at ``deadline_at`` on the engine's clock, or a dollar budget)
+    and, with a deadline, the deadline pressure its plan's ``pressure:`` (``threshold`` in place of its
+    ``p_deadline``) asks for, in the same loop turn: what ``planweave run`` does, for the runs a worker starts or
+    takes over and the runs a server recovers or resumes. The watch, or None (no pressure asked for)."""
+    created = run.state.created_at
+    if created is None or (deadline_at is None and budget_usd is None):
+        return None
+    from planweave.allocate.pressure import policy_for
+    from planweave.forecast.live import LiveOptions, start_live_forecast
+
+    start_live_forecast(engine, run, LiveOptions(None if deadline_at is None else deadline_at - created, budget_usd,
+                                                 concurrency=engine.concurrency,
+                                                 capacities=dict(engine.capacities)))
+    policy = policy_for(run.plan.spec.pressure, threshold)
+    if policy is None or deadline_at is None:
+        return None
+    return PressureWatch(run, policy, seam=seam)

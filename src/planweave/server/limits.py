@@ -180,9 +180,16 @@ async def resume_within_limits(engine: Engine, model: ServerModel | None, run_id
     is left of its budget, and its deadline at the time it was set for."""
     recorded = JournaledLimits.from_events(await engine.journal.read(run_id))
     tools = None
+    seam = None
     if model is not None:
         tiers = checked_tiers(recorded.tiers, where=f"run '{run_id}': its journaled tiers")
-        tools = model.tools(recorded.budget(), model.allocation(tiers, recorded.deadline_at))
+        seam = model.allocation(tiers, recorded.deadline_at)
+        tools = model.tools(recorded.budget(), seam)
     run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
     recorded.apply_deadline(engine, run)
+    from planweave.allocate.pressure_watch import forecast_and_watch
+
+    # Its live forecast again (the dashboard's), and the deadline pressure its plan (or --deadline-pressure) asks.
+    forecast_and_watch(engine, run, deadline_at=recorded.deadline_at, budget_usd=recorded.limits.budget_usd,
+                       threshold=recorded.pressure, seam=seam)
     return run
