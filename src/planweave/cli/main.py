@@ -59,6 +59,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "planweave.cli.bench_cmd": ("bench",),
     "planweave.cli.workers_cmd": ("submit", "worker", "workers"),
     "planweave.cli.forecast_cmd": ("estimates", "forecast"),
+    "planweave.cli.rollouts_cmd": ("rollouts",),
     "planweave.cli.control_cmd": ("control",),
 }
 
