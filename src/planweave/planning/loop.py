@@ -16,8 +16,8 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from planweave.allocate.cascade_seam import PlannerCascade
 from planweave.allocate.monitors import Signal, SignalKind
@@ -47,7 +47,10 @@ from planweave.plan.graph import parse_step
 from planweave.plan.model import PlanSpec
 from planweave.plan.refs import rename_refs
 from planweave.planning import prompts
+from planweave.planning.context import ContextLimits, ReferenceBook, bounded_context
 from planweave.planning.lines import LineParser
+from planweave.tools import Toolbox
+from planweave.tools.context import context_read_tool
 
 _NO_PRICES = PriceTable({})  # a client without a price table: calls cost nothing in dollars
 NO_STEP_LINE = ("the reply has no step line: write each step as a JSON object on its own line, or [] if no step "
@@ -76,6 +79,11 @@ class PlanningOptions:
     local_repair: bool = True  # repair a failed step's region first (False: go straight to a global re-plan)
     model_capacity: int | None = 8  # `llm` steps claim one unit of resource "model:<name>" (None: no claim)
     ask_human: bool = False  # the last rung: ask a person (human.input) what to do instead of failing the run
+    # What the planner, re-planner and joiner see of the run: "references" (opt-in; report + frontier + outputs by
+    # reference, bounded whatever the run's length: planning/context.py) or "summary" (every step, cut at
+    # summary_chars: the state summary of before, kept as the baseline of `planweave bench context`).
+    context: Literal["references", "summary"] = "summary"
+    context_limits: ContextLimits = field(default_factory=ContextLimits)
 
 
 @dataclass(frozen=True)
@@ -134,6 +142,11 @@ class PlanningLoop:
         self._questions: dict[str, str] = {}  # human.input step asking a person -> the failed step it is about
         self._given_up: set[str] = set()  # failed steps the ladder's fail rung was journaled for (once each)
         self._open_calls: list[_OpenCall] = []  # the loop's model calls in flight (a re-plan beside the planner)
+        self._book = ReferenceBook(options.context_limits)  # finished outputs by reference, summarised once each
+        self.report = ""  # the run's report: the planner's notes, rewritten by a {"report": ...} line of a reply
+        self._report_journaled = ""
+        if options.context == "references" and "context.read" not in tools and isinstance(tools, Toolbox):
+            self.tools = tools.merged({"context.read": context_read_tool(lambda rid: self.engine.get(rid).outputs)})
 
     # -- the whole loop -------------------------------------------------------------------------------------------
     async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
@@ -166,6 +179,8 @@ class PlanningLoop:
         self._questions = {e["question"]: e["step"] for e in run.state.escalations
                            if e.get("rung") == "human" and e.get("question") in run.state.records}
         self._replans = _journaled_replans(run)
+        self.report = self._report_journaled = next(
+            (str(c["report"]) for c in reversed(run.state.model_calls) if isinstance(c.get("report"), str)), "")
         self._given_up = {s for e in run.state.escalations if e.get("rung") == "fail" for s in e.get("steps", ())}
         for sid, rec in run.state.records.items():  # failures not repaired (nor given up) before the interruption
             if rec.status == "failed" and sid not in self._questions.values() and sid not in self._given_up:
@@ -249,9 +264,15 @@ class PlanningLoop:
     def _summary(self, run: Run) -> str:
         """The run's state as the model is told it, with the engine's secrets hidden: the live run holds them as
         written (outputs, plan steps, errors)."""
-        summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
+        if self.options.context == "references":
+            summary = bounded_context(run.state, run.outputs, self._book, self.report)
+        else:
+            summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
         hide = self.engine.redact
         return summary if hide is None else str(hide(summary))
+
+    def _system(self) -> str:
+        return prompts.planner_system(self.tools.values(), report=self.options.context == "references")
 
     def _restored(self, run: Run, step: dict[str, Any]) -> dict[str, Any]:
         """``step`` with the live plan's arguments when the model restated a step (same id and tool) with the
@@ -396,7 +417,7 @@ class PlanningLoop:
 
     # -- planning -----------------------------------------------------------------------------------------------
     async def _initial_plan(self, run: Run, goal: str) -> None:
-        messages = [Message("system", prompts.planner_system(self.tools.values())),
+        messages = [Message("system", self._system()),
                     Message("user", prompts.initial_prompt(goal))]
         version = run.plan.version
         accepted: list[str] = []
@@ -450,7 +471,7 @@ class PlanningLoop:
                 if line.error:
                     errors.append(line.error)
                 else:
-                    admit(line.steps, line.number)
+                    self._admit_or_note(line.steps, line.number, admit)
 
         completion = await self._call(run, purpose, messages, max_tokens=self.options.plan_max_tokens,
                                       floor_tokens=self.options.plan_min_tokens, on_text=feed)
@@ -458,10 +479,23 @@ class PlanningLoop:
             if line.error:
                 errors.append(line.error)
             else:
-                admit(line.steps, line.number)
+                self._admit_or_note(line.steps, line.number, admit)
         if parser.step_lines == 0 and not errors:  # prose only: not a plan (an empty plan is written `[]`)
             errors.append(NO_STEP_LINE)
         return completion
+
+    def _admit_or_note(self, steps: tuple[dict[str, Any], ...], number: int,
+                       admit: Callable[[tuple[dict[str, Any], ...], int], None]) -> None:
+        """Admit a line's steps; a ``{"report": "..."}`` object (references context) rewrites the run's report
+        instead (journaled with the model call that wrote it)."""
+        if self.options.context == "references":
+            notes = [s for s in steps if set(s) == {"report"} and isinstance(s["report"], str)]
+            if notes:
+                self.report = notes[-1]["report"]
+                steps = tuple(s for s in steps if not (set(s) == {"report"} and isinstance(s["report"], str)))
+                if not steps:
+                    return
+        admit(steps, number)
 
     async def _propose(self, run: Run, purpose: str, messages: list[Message],
                        keep: Callable[[], list[dict[str, Any]]], trigger: str) -> bool:
@@ -570,7 +604,7 @@ class PlanningLoop:
         self._repaired.update(region)
         summary = self._summary(run)
         failed = [t.step for t in batch]
-        messages = [Message("system", prompts.planner_system(self.tools.values())),
+        messages = [Message("system", self._system()),
                     Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
         if not await self._propose(run, "local_repair", messages,
                                    lambda: self._remaining(run, set(self._batch_region(run, batch))),
@@ -593,7 +627,7 @@ class PlanningLoop:
             why = self._limit_reached(reason)
         else:
             summary = self._summary(run)
-            messages = [Message("system", prompts.planner_system(self.tools.values())),
+            messages = [Message("system", self._system()),
                         Message("user", prompts.replan_prompt(goal, summary, reason))]
             if not await self._propose(run, "replan", messages, list, trigger=trigger):
                 why = f"no usable plan after: {reason}"
@@ -746,6 +780,8 @@ class PlanningLoop:
         }
         if cut is not None:
             data["cut"] = cut  # the stream ended early (the exception that ended it): charged for what it sent
+        if self.report != self._report_journaled:  # the report this call wrote: a resume reads the last one back
+            data["report"] = self._report_journaled = self.report
         run.record("model_call", data)
 
 

@@ -61,9 +61,18 @@ def state_summary(state: RunState, outputs: Mapping[str, Any], *, budget_chars: 
     return text if len(text) <= budget_chars * 2 else text[: budget_chars * 2] + "\n[...state cut]"
 
 
-def planner_system(tools: Iterable[ToolSpec]) -> str:
+REPORT = """- Finished steps are shown by reference (id, size, summary); to see more of an output, add a step
+  {"id": "...", "tool": "context.read", "args": {"step": "<id>", "path": "key[0]", "max_chars": 2000}, "observe": true}.
+- Keep a report: a line {"report": "<notes>"} replaces the run's notes (what was learned, what is left, ids that
+  matter); it is all you will remember of the run besides the frontier and the recent references."""
+
+
+def planner_system(tools: Iterable[ToolSpec], *, report: bool = False) -> str:
+    """The planner's system message: the catalog and the format (with ``report``: outputs by reference, the report
+    line)."""
+    extra = f"\n{REPORT}" if report else ""
     return ("You plan tasks for an asynchronous executor that runs tool calls in parallel as soon as their inputs "
-            f"exist.\nTools:\n{tool_catalog(tools)}\n\n{FORMAT}")
+            f"exist.\nTools:\n{tool_catalog(tools)}\n\n{FORMAT}{extra}")
 
 
 def initial_prompt(goal: str) -> str:
