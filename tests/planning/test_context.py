@@ -66,3 +66,29 @@ async def test_the_summary_baseline_loses_the_newest_steps_to_its_cut() -> None:
     sizes, texts, result = await _run(24, "summary")
     assert result.ok, result.error
     assert f"s{len(sizes)}_3" not in texts[-1]
+
+
+@on_virtual_clock
+async def test_context_read_fetches_detail_into_the_next_prompt() -> None:
+    replans: list[str] = []
+
+    def script(req: RecordedRequest) -> Reply:
+        text = str(req.messages[-1].get("content", ""))
+        if "If the results answer the goal" in text:
+            return Text(json.dumps({"answer": "done"}))
+        if "REMAINING plan" in text:
+            replans.append(text)
+            return Text("[]\n")
+        return Text(plan_lines([
+            {"id": "big", "tool": "noop", "args": {"items": [{"title": "t" * 300}, {"title": "needle-42"}]}},
+            {"id": "look", "tool": "context.read", "args": {"step": "big", "path": "items[1]", "max_chars": 100},
+             "after": ["big"], "observe": True},
+        ]))
+
+    tools = builtin_tools()
+    async with ScriptedLLM(script) as url, OpenAIChatClient("scripted", base_url=url, api_key="k") as client, \
+            open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
+        loop = PlanningLoop(engine, client, tools, options=PlanningOptions(context="references", max_replans=3))
+        result = await loop.run("find the needle")
+    assert result.outputs["look"]["text"] == '{"title":"needle-42"}'
+    assert "needle-42" in replans[0] and "Detail you read" in replans[0]
