@@ -405,6 +405,26 @@
         current.attempts.get(step).push({ attempt: data.attempt, start: at, end: null, outcome: "running" });
         break;
       }
+      case "speculation_started": {
+        // A speculative attempt (docs/speculation.md): drawn dashed; nothing of it is a result until adopted.
+        if (!current.attempts.has(step)) current.attempts.set(step, []);
+        current.attempts.get(step).push({ attempt: "speculative", start: at, end: null, outcome: "speculative" });
+        break;
+      }
+      case "speculation_adopted": {
+        // After the adopting step_started: that attempt began when the speculative one did.
+        const attempts = current.attempts.get(step) || [];
+        const kept = attempts.filter((a) => a.outcome !== "speculative" || a.end !== null);
+        const last = kept[kept.length - 1];
+        if (last) { last.start = data.started_at; last.speculative = true; }
+        current.attempts.set(step, kept);
+        break;
+      }
+      case "speculation_discarded":
+        for (const a of current.attempts.get(step) || []) {
+          if (a.outcome === "speculative" && a.end === null) { a.end = at; a.outcome = "discarded"; }
+        }
+        break;
       case "step_succeeded":
         closeOpenAttempts(current, at, "succeeded", [step]);
         break;
@@ -816,9 +836,11 @@
         const end = a.end !== null ? a.end : running && now !== null ? now : t1;
         const bar = svg("rect", {
           x: x(a.start), y: y + 4, width: Math.max(x(end) - x(a.start), 2), height: ROW - 8, rx: 3,
-          class: `bar outcome-${a.outcome}`, "data-step": id, "data-attempt": a.attempt,
+          class: `bar outcome-${a.outcome}${a.speculative ? " speculative" : ""}`, "data-step": id,
+          "data-attempt": a.attempt,
         });
-        bar.append(svg("title", { text: `${id} attempt ${a.attempt}: ${a.outcome}, ${formatDuration(end - a.start)}` }));
+        const how = a.speculative ? " (started speculatively, adopted)" : "";
+        bar.append(svg("title", { text: `${id} attempt ${a.attempt}: ${a.outcome}${how}, ${formatDuration(end - a.start)}` }));
         root.append(bar);
       }
     });
