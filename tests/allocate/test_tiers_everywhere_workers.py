@@ -67,10 +67,10 @@ def allocations(pg: Schema, run_id: str) -> list[str]:
     return [str(data["model"]) for (data,) in rows]
 
 
-async def test_a_worker_allocates_a_queued_runs_model_auto_steps_from_its_tiers(pg_schema: Schema,
-                                                                                tmp_path: Path) -> None:
+async def test_a_worker_allocates_a_queued_runs_model_auto_steps_from_its_tiers(
+        pg_schema: Schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan, tiers = files(tmp_path, 0.0)
-    os.environ["OPENAI_API_KEY"] = os.environ.get("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_API_KEY", os.environ.get("OPENAI_API_KEY", "sk-test"))
     async with ScriptedLLM(answer) as base_url:
         queued = cli("submit", str(plan), "--journal", pg_schema.url, "--tools", TOOLS, "--model", "m-small",
                      "--tiers", str(tiers), "--run-id", "tiered")
@@ -86,10 +86,10 @@ async def test_a_worker_allocates_a_queued_runs_model_auto_steps_from_its_tiers(
     assert created(pg_schema, "tiered")["limits"]["tiers"]["large"]["model"] == "m-large"
 
 
-async def test_a_worker_taking_a_run_over_allocates_from_the_journaled_tiers(pg_schema: Schema,
-                                                                             tmp_path: Path) -> None:
+async def test_a_worker_taking_a_run_over_allocates_from_the_journaled_tiers(
+        pg_schema: Schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan, tiers = files(tmp_path, 3.0)
-    os.environ["OPENAI_API_KEY"] = os.environ.get("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_API_KEY", os.environ.get("OPENAI_API_KEY", "sk-test"))
     async with ScriptedLLM(answer) as base_url:
         queued = cli("submit", str(plan), "--journal", pg_schema.url, "--tools", TOOLS, "--model", "m-small",
                      "--tiers", str(tiers), "--run-id", "moved")

@@ -23,6 +23,12 @@ from planweave.journal.memory import MemoryJournal
 EXECUTORS: dict[str, Callable[[], Executor]] = {"in-process": InProcessExecutor, "thread": ThreadExecutor}
 
 
+@pytest.fixture
+def heartbeat_s() -> float:
+    """The heartbeat period the suite's steps declare (an executor's own suite may widen it)."""
+    return 0.1
+
+
 @pytest.fixture(params=sorted(EXECUTORS))
 def make_executor(request: pytest.FixtureRequest) -> Callable[[], Executor]:
     return EXECUTORS[request.param]
@@ -172,30 +178,31 @@ def test_cancelling_the_run_cancels_the_call_promptly(make_executor: Callable[[]
     assert took[0] < 1.0
 
 
-async def steady(beats: int) -> str:
-    """Beat ``beats`` times, 20 ms apart (longer in all than the step's heartbeat), reporting progress."""
+async def steady(beats: int, every: float = 0.02) -> str:
+    """Beat ``beats`` times, ``every`` seconds apart (longer in all than the step's heartbeat), reporting progress."""
     step = current_step()
     for _ in range(beats):
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(every)
         step.heartbeat()
     step.progress(0.5, "half way")
     step.report_usage({"model": "m", "prompt_tokens": 1, "completion_tokens": 2})
     return "done"
 
 
-async def silent() -> str:
-    """Say nothing for longer than the step's heartbeat."""
-    await asyncio.sleep(0.5)
+async def silent(seconds: float = 0.5) -> str:
+    """Say nothing for ``seconds``, longer than the step's heartbeat."""
+    await asyncio.sleep(seconds)
     return "never"
 
 
-def test_heartbeats_and_progress_reach_the_run(make_executor: Callable[[], Executor]) -> None:
+def test_heartbeats_and_progress_reach_the_run(make_executor: Callable[[], Executor], heartbeat_s: float) -> None:
+    # heartbeat_s: the step's heartbeat period, wider for executors whose reports cross processes (tests/ray)
     box = builtin_tools()
     box.add(steady, idempotent=True)
     box.add(silent, idempotent=True)
     doc = {"on_failure": "continue", "steps": [
-        {"id": "alive", "tool": "steady", "args": {"beats": 15}, "heartbeat": 0.1},
-        {"id": "hung", "tool": "silent", "heartbeat": 0.1},
+        {"id": "alive", "tool": "steady", "args": {"beats": 15, "every": heartbeat_s / 5}, "heartbeat": heartbeat_s},
+        {"id": "hung", "tool": "silent", "args": {"seconds": heartbeat_s * 5}, "heartbeat": heartbeat_s},
     ]}
     result, events = run(doc, box, make_executor())
     kinds = [(e.kind, e.step) for e in events]
@@ -204,4 +211,4 @@ def test_heartbeats_and_progress_reach_the_run(make_executor: Callable[[], Execu
     progress = next(e.data for e in events if e.kind == "step_progress")
     assert progress == {"fraction": 0.5, "message": "half way"}
     hung = [e.data for e in events if e.kind == "step_failed" and e.step == "hung"]
-    assert [h["kind"] for h in hung] == ["timeout"] and "no heartbeat for 0.1s" in hung[0]["error"]
+    assert [h["kind"] for h in hung] == ["timeout"] and f"no heartbeat for {heartbeat_s:g}s" in hung[0]["error"]

@@ -56,13 +56,13 @@ def created(pg: Schema, run_id: str) -> dict[str, Any]:
 
 
 async def test_a_worker_runs_llm_steps_on_the_queued_model_within_the_queued_budget(
-        pg_schema: Schema, tmp_path: Path) -> None:
+        pg_schema: Schema, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     plan = plan_file(tmp_path, TWO_CALLS)
     async with ScriptedLLM(spendy) as base_url:
         queued = cli("submit", str(plan), "--journal", pg_schema.url, "--tools", TOOLS, "--model", "scripted",
                      "--budget-tokens", "550", "--run-id", "spend")
         assert queued.returncode == 0, queued
-        os.environ["OPENAI_API_KEY"] = os.environ.get("OPENAI_API_KEY", "sk-test")
+        monkeypatch.setenv("OPENAI_API_KEY", os.environ.get("OPENAI_API_KEY", "sk-test"))
         worker = start_worker(pg_schema.url, "lw", tmp_path, "--base-url", base_url)
         try:
             await asyncio.to_thread(wait_until, "the run to end", lambda: ended(pg_schema, "spend"), 60)
