@@ -19,7 +19,9 @@ PLAN = {
         {"id": "fetch", "tool": "sleep", "args": {"seconds": 0.01, "result": {"n": 2, "words": ["a", "b"]}}},
         {"id": "big", "tool": "noop", "args": {"text": BIG}},
         {"id": "use", "tool": "noop", "args": {"n": "${fetch.n}", "first": "${fetch.words[0]}"}},
-        {"id": "broken", "tool": "shell", "args": {"argv": ["sh", "-c", "echo bad >&2; exit 3"]}},
+        # broken waits for the others: a failure nothing repairs stops the run, cancelling steps still running
+        {"id": "broken", "tool": "shell", "after": ["use", "big"],
+         "args": {"argv": ["sh", "-c", "echo bad >&2; exit 3"]}},
         {"id": "after_broken", "tool": "noop", "args": {"x": "${broken.stdout}"}},
     ],
 }
