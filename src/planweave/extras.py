@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "control": ("gymnasium", "numpy"),
     "rollouts": ("pyarrow", "redis"),
     "rollouts-example": ("numpy", "matplotlib"),
+    "memory": ("rank_bm25",),
 }
 """Each extra and the top-level modules whose presence shows it is installed (as pyproject.toml declares them)."""
 
