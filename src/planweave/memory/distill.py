@@ -1,0 +1,68 @@
+"""Distillation: after a goal run ends, one model call turns what the run did into candidate lessons and skills.
+
+The model sees the goal, the outcome and the finished steps (tool, arguments, a cut output) and answers JSON Lines
+(:func:`planweave.memory.model.parse_candidates`). The candidates are stored with the run's provenance; nothing is
+admitted here: :mod:`planweave.memory.verify` does that.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from planweave.engine.runtime import RunResult
+from planweave.memory.model import Candidate, MemoryEntry, parse_candidates
+from planweave.memory.store import MemoryStore
+from planweave.models import ModelClient
+from planweave.models.base import CompletionRequest, Message
+
+__all__ = ["DISTILL_SYSTEM", "Distilled", "distill", "distill_prompt"]
+
+DISTILL_SYSTEM = """You distil what an agent run learned into memory for later runs. Answer JSON Lines only, one
+entry per line, at most 5 lines:
+{"kind": "skill", "name": "<slug>", "text": "<when to use it>", "steps": [<plan steps, with "${param}" where a
+later goal puts its own value>], "params": {"<param>": <the value this run used>}, "steps_used": ["<step ids>"]}
+{"kind": "lesson", "name": "<slug>", "text": "<what worked or failed, a tool quirk>", "check": {<one plan step that
+succeeds only if the lesson holds>}, "steps_used": ["<step ids>"]}
+A skill is replayed with its params before it is kept; a lesson is kept once its check succeeds (or a person
+approves it). Write [] if nothing is worth keeping."""
+
+
+@dataclass(frozen=True)
+class Distilled:
+    """What one distillation stored (as candidates) and the reply lines it refused, with why."""
+
+    entries: tuple[MemoryEntry, ...]
+    problems: tuple[str, ...]
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def distill_prompt(goal: str, result: RunResult, *, max_chars: int = 6000) -> str:
+    """The run as the distiller sees it: goal, outcome, each step with tool, arguments and a cut output."""
+    lines = [f"Goal: {goal}", f"Outcome: {result.status}" + (f" ({result.error})" if result.error else ""), "Steps:"]
+    per = max(80, max_chars // max(1, len(result.state.records)))
+    for sid, rec in result.state.records.items():
+        step = result.state.plan.steps[sid]
+        out = json.dumps(result.outputs.get(sid), default=str)
+        args = json.dumps(step.args, default=str, separators=(",", ":"))
+        lines.append(f"- {sid} {step.tool} {args} -> {rec.status} {out[:per]}")
+    text = "\n".join(lines)
+    return text if len(text) <= max_chars else text[:max_chars] + "\n[...cut]"
+
+
+async def distill(client: ModelClient, store: MemoryStore, goal: str, result: RunResult, *,
+                  model: str | None = None, max_tokens: int = 1024) -> Distilled:
+    """Ask ``client`` (``model`` if given, else its own) for candidates from ``result`` and store them."""
+    messages = (Message("system", DISTILL_SYSTEM), Message("user", distill_prompt(goal, result)))
+    completion = await client.complete(CompletionRequest(messages, model=model, max_tokens=max_tokens))
+    candidates, problems = parse_candidates(completion.text, run_id=result.run_id)
+    stored = [await store.add(_known_steps(c, result)) for c in candidates]
+    return Distilled(tuple(stored), tuple(problems), completion.prompt_tokens, completion.completion_tokens)
+
+
+def _known_steps(candidate: Candidate, result: RunResult) -> Candidate:
+    """``candidate`` with provenance only to steps the run has (a model may name others)."""
+    known = tuple(s for s in candidate.step_ids if s in result.state.records)
+    return Candidate(candidate.kind, candidate.name, candidate.text, candidate.steps, candidate.params,
+                     candidate.check, candidate.run_id, known)
