@@ -11,9 +11,10 @@ from typing import Any
 
 from planweave import Toolbox, open_engine
 from planweave.journal.memory import MemoryJournal
+from planweave.models.budget import Budget
 from planweave.models.openai import OpenAIChatClient, reset_server_compat
 from planweave.models.predictor import ModelPredictor
-from planweave.plan.model import SpeculationSpec
+from planweave.plan.model import SpeculationSpec, Step
 from planweave.testing import ScriptedLLM, Text
 from planweave.testing.scripted_llm import RecordedRequest
 from planweave.tools.llm import llm_tool
@@ -75,3 +76,60 @@ def test_a_wrong_model_prediction_is_discarded_and_costs_only_calls() -> None:
     on, events = asyncio.run(run("safe", False))
     assert on == off
     assert [e.data["reason"] for e in events if e.kind == "speculation_discarded"] == ["mismatch: a"]
+
+
+# -- the cost of predictions: speculation's extra cost, capped, and inside the run's budget --------------------------
+FAN = {"steps": [
+    *({"id": f"a{i}", "tool": "llm", "args": {"prompt": f"colour {i}", "max_tokens": 16}} for i in range(3)),
+    *({"id": f"b{i}", "tool": "llm", "args": {"prompt": "a poem about ${a" + str(i) + ".text}", "max_tokens": 16}}
+      for i in range(3)),
+]}
+
+
+async def fan(mode: str, cap: float, budget: Budget | None = None) -> tuple[dict[str, Any], list[Any], float]:
+    reset_server_compat()
+    main = ScriptedLLM(main_model, ttft=0.3, models=(MODEL,))
+    cheap = ScriptedLLM(predictor_model(True), ttft=0.02, models=(MODEL,))
+    journal = MemoryJournal()
+    async with main as main_url, cheap as cheap_url, \
+            OpenAIChatClient(MODEL, base_url=main_url) as client, \
+            OpenAIChatClient(MODEL, base_url=cheap_url) as small, \
+            open_engine(journal, tools=Toolbox({"llm": llm_tool(client)}), concurrency=8) as engine:
+        predictor = ModelPredictor(small, budget=budget)
+        estimate = predictor.estimate_usd(Step(id="a0", tool="llm"), {"prompt": "colour 0", "max_tokens": 16})
+        policy = SpeculationSpec(mode="safe" if mode != "off" else "off", max_extra_cost_usd=cap * estimate)
+        started = await engine.start(FAN, speculation=policy, predictor=predictor)
+        result = await started.wait()
+        assert result.ok, result.error
+        return dict(result.outputs), await journal.read(started.id), estimate
+
+
+def predict_calls(events: list[Any]) -> list[Any]:
+    return [e for e in events if e.kind == "model_call" and e.data.get("purpose") == "predict"]
+
+
+async def test_predictions_are_capped_by_max_extra_cost_and_counted() -> None:
+    off, _, _ = await fan("off", 10)
+    on, events, estimate = await fan("safe", 1.5)  # room for one prediction's worst case, not two
+    assert on == off
+    (call,) = predict_calls(events)
+    assert 0 < call.data["cost_usd"] <= estimate
+    assert len([e for e in events if e.kind == "speculation_adopted"]) == 1
+    roomy, events, _ = await fan("safe", 10)  # all three fit
+    assert roomy == off
+    assert len(predict_calls(events)) == 3
+    assert len([e for e in events if e.kind == "speculation_adopted"]) == 3
+
+
+async def test_predictions_are_charged_to_the_runs_budget_and_not_made_without_room() -> None:
+    budget = Budget(usd=1.0)
+    _, events, _ = await fan("safe", 10, budget)
+    spent = sum(e.data["cost_usd"] for e in predict_calls(events))
+    assert len(predict_calls(events)) == 3 and spent > 0
+    assert abs(budget.spent_usd - spent) < 1e-9  # the llm steps here have no budget: only predictions charged it
+    empty = Budget(usd=1e-9)
+    off, _, _ = await fan("off", 10)
+    on, events, _ = await fan("safe", 10, empty)
+    assert on == off
+    assert predict_calls(events) == [] and empty.spent_usd == 0
+    assert not [e for e in events if e.kind == "speculation_started"]

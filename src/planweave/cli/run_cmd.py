@@ -43,12 +43,14 @@ from planweave.cli.follow import (
     run_loop,
     tool_output_to_stderr,
 )
+from planweave.cli.speculation_flags import PredictorModelOption, open_predictor, with_predictor
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import (
     DEFAULT_CONCURRENCY,
     Engine,
     Run,
 )
+from planweave.engine.speculative import resolve_policy
 from planweave.errors import PlanInvalid, RunNotFound
 from planweave.journal import Journal, default_journal_url
 from planweave.plan.defaults import check_seconds, with_default_timeout
@@ -138,6 +140,12 @@ class PlanModel:
             resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
         return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(
             client, budget, allocation=self.allocation, cascade=self.cascade)}))
+
+
+async def _plan_tools(plan_model: PlanModel | None, stack: AsyncExitStack, base: Toolbox,
+                      budget: Budget | None) -> Toolbox | None:
+    """A plan-file run's tools: ``base`` and ``llm`` on its model (None without --model: the engine's)."""
+    return None if plan_model is None else await plan_model.toolbox(stack, base, budget)
 
 
 def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool = False,
@@ -323,11 +331,12 @@ NoCacheOption = Annotated[bool, typer.Option(
          "for later runs; docs/caching.md).")]
 
 
-def _plan_files_speculate(speculate: str | None) -> None:
-    """``--speculate`` on a --goal run: refused (exit 2)."""
-    if speculate is not None:
-        raise UsageError("--speculate applies to plan files: the steps of a --goal run are written by its planner as "
-                         "it goes (docs/speculation.md)")
+def _plan_files_speculate(speculate: str | None, predictor_model: str | None = None) -> None:
+    """``--speculate`` or ``--predictor-model`` on a --goal run: refused (exit 2)."""
+    for flag, given in (("--speculate", speculate), ("--predictor-model", predictor_model)):
+        if given is not None:
+            raise UsageError(f"{flag} applies to plan files: the steps of a --goal run are written by its planner "
+                             "as it goes (docs/speculation.md)")
 
 
 SpeculateOption = Annotated[Literal["off", "safe", "eager"] | None, typer.Option(
@@ -428,6 +437,7 @@ def run(
     deadline_pressure: DeadlinePressureOption = None,
     no_cache: NoCacheOption = False,
     speculate: SpeculateOption = None,
+    predictor_model: PredictorModelOption = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -454,6 +464,7 @@ def run(
             spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
             session = replace(session, executor=session.executor.for_plan(spec))
             capacities = {**spec.capacities, **flags}
+            speculation = with_predictor(spec, speculate, predictor_model)
             if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
                 # engine validates at start.
                 # Check everything before the journal is opened: an invalid plan leaves no trace there.
@@ -464,11 +475,13 @@ def run(
                 base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
                 run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
                 _bind_allocation(plan_model, engine, deadline)
-                tools = (await plan_model.toolbox(stack, base, run_limits.budget()) if plan_model is not None
-                         else None)
+                budget = run_limits.budget()  # the llm steps and the predictor spend from one budget
+                tools = await _plan_tools(plan_model, stack, base, budget)
                 seam = plan_model.allocation if plan_model is not None else None
+                predictor = await open_predictor(stack, resolve_policy(spec, speculation), base_url, budget)
                 started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
-                                             on_failure=on_failure, priority=priority, speculation=speculate,
+                                             on_failure=on_failure, priority=priority, speculation=speculation,
+                                             predictor=predictor,
                                              limits=run_limits.journaled(
                                                  engine.clock.now(), plan_model.model if plan_model else None,
                                                  tiers=None if seam is None else seam.table.to_mapping(),
@@ -493,7 +506,7 @@ def run(
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
-            _plan_files_speculate(speculate)
+            _plan_files_speculate(speculate, predictor_model)
             if on_failure is not None:
                 raise UsageError("--on-failure applies to plan files: a --goal run lets the other branches run on "
                                  "while its planner repairs a failure, and fails only once the escalation ladder "

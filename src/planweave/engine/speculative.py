@@ -160,6 +160,7 @@ class Speculator:
     _learned: dict[str, StepRecord] = field(default_factory=dict)  # the succeeded records already learned from
     _keys: dict[str, tuple[StepRecord, str]] = field(default_factory=dict)  # history keys of ready/running calls
     _asked: dict[str, tuple[StepRecord, Any]] = field(default_factory=dict)  # the predictor's answers (or _NO_GUESS)
+    _predicting_usd: float = 0.0  # the worst cases of the predictor's calls in flight
     _soon: bool = False
     _closed: bool = False
 
@@ -320,8 +321,10 @@ class Speculator:
         return found
 
     def _ask(self, rec: StepRecord) -> None:
-        """Ask the predictor for ready or running step ``rec``'s output, within the extra cost speculation may add."""
-        if self.predictor is None or (self.spent_usd > 0 and self.spent_usd >= self.policy.max_extra_cost_usd):
+        """Ask the predictor for ready or running step ``rec``'s output, within the extra cost speculation may add:
+        the predictor's worst case (its ``estimate_usd``, if it has one), with what speculation spent and what is in
+        flight, must fit ``max_extra_cost_usd``, or it is not asked (once per record either way)."""
+        if self.predictor is None:
             return
         state = self.run.state
         try:
@@ -329,14 +332,23 @@ class Speculator:
         except (RefResolutionError, KeyError):
             return
         self._asked[rec.id] = (rec, _NO_GUESS)  # asked: not again for this record
-        self.run.spawn(self._predict(rec, self.predictor, args), rec.id)
+        estimate_of = getattr(self.predictor, "estimate_usd", None)
+        estimate = float(estimate_of(state.plan.steps[rec.id], args) or 0.0) if estimate_of is not None else 0.0
+        in_flight = sum(s.estimate_usd for s in self.attempts.values() if not s.done) + self._predicting_usd
+        if not within_cost(self.policy, self.spent_usd, in_flight, estimate):
+            return
+        self._predicting_usd += estimate
+        self.run.spawn(self._predict(rec, self.predictor, args, estimate), rec.id)
 
-    async def _predict(self, rec: StepRecord, predictor: Predictor, args: Mapping[str, Any]) -> None:
+    async def _predict(self, rec: StepRecord, predictor: Predictor, args: Mapping[str, Any],
+                       estimate: float = 0.0) -> None:
         step = self.run.state.plan.steps[rec.id]
         try:
             reply = await predictor.predict(step, args)
         except Exception:  # a predictor that fails only makes no prediction
             reply = None
+        finally:
+            self._predicting_usd -= estimate
         if reply is None:
             return
         if reply.usage:

@@ -219,6 +219,16 @@ SpeculationMode = Literal["off", "safe", "eager"]
 also on the outputs of speculative attempts (chains of speculation), see docs/speculation.md."""
 
 
+class PredictorSpec(_Frozen):
+    """A cheap model asked to predict a running producer's output (``speculation: {predictor: ...}``): its calls
+    count as speculation's extra cost, within ``max_extra_cost_usd`` and the run's budget (docs/speculation.md)."""
+
+    model: str = Field(min_length=1, max_length=200, description="The predictor's model name.")
+    base_url: str | None = Field(None, max_length=2000, description="Its OpenAI-compatible endpoint (default: the "
+                                 "run's --base-url, else $OPENAI_BASE_URL).")
+    max_tokens: int = Field(256, ge=1, le=100_000, description="Most tokens of one prediction.")
+
+
 class SpeculationSpec(_Frozen):
     """How far a run may speculate: a step safe to throw away starts before its inputs exist, on predicted ones."""
 
@@ -233,6 +243,8 @@ class SpeculationSpec(_Frozen):
         0.5, ge=0, le=1, allow_inf_nan=False,
         description="The least confidence a prediction needs (a chain's is the product of its links').",
     )
+    predictor: PredictorSpec | None = Field(
+        None, description="A cheap model that predicts producers' outputs (its cost is speculation's extra cost).")
 
 
 class StepDefaults(_Frozen):

@@ -1,0 +1,63 @@
+"""The speculation flags ``run`` and ``resume`` share: ``--predictor-model`` and the predictor it opens.
+
+A run's predictor (``speculation: {predictor: {model, base_url?, max_tokens?}}`` in the plan, or
+``--predictor-model NAME``) is a cheap model on an OpenAI-compatible endpoint asked for a running producer's output
+before it exists; its calls are speculation's extra cost (capped by ``max_extra_cost_usd``) and are charged to the
+run's budget (docs/speculation.md).
+"""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from planweave.cli.common import PANEL_SCHEDULING, UsageError
+from planweave.plan.model import PlanSpec, PredictorSpec, SpeculationMode, SpeculationSpec
+
+if TYPE_CHECKING:
+    from planweave.engine.speculation import Predictor
+    from planweave.models import Budget
+
+PredictorModelOption = Annotated[str | None, typer.Option(
+    "--predictor-model", rich_help_panel=PANEL_SCHEDULING, metavar="NAME",
+    help="A cheap model (OpenAI-compatible, at the plan's predictor base_url, else --base-url, else "
+         "$OPENAI_BASE_URL) asked to predict running steps' outputs so their consumers start early; its cost is "
+         "speculation's extra cost, within max_extra_cost_usd and the run's budget (docs/speculation.md).")]
+
+
+def with_predictor(spec: PlanSpec, speculate: SpeculationMode | None,
+                   predictor_model: str | None) -> SpeculationSpec | SpeculationMode | None:
+    """What a run's ``speculation`` is given ``--speculate`` and ``--predictor-model`` (UsageError: a predictor for
+    a run that does not speculate)."""
+    if predictor_model is None:
+        return speculate
+    from planweave.engine.speculative import resolve_policy
+
+    policy = resolve_policy(spec, speculate)
+    if policy.mode == "off":
+        raise UsageError("--predictor-model applies to a run that speculates: give --speculate safe or eager, or "
+                         "a plan with speculation:")
+    kept = policy.predictor
+    try:
+        predictor = PredictorSpec(model=predictor_model, base_url=kept.base_url if kept else None,
+                                  max_tokens=kept.max_tokens if kept else 256)
+    except ValueError as exc:
+        raise UsageError(f"--predictor-model: {exc}") from None
+    return policy.model_copy(update={"predictor": predictor})
+
+
+async def open_predictor(stack: AsyncExitStack, policy: SpeculationSpec, base_url: str | None,
+                         budget: Budget | None) -> Predictor | None:
+    """The predictor ``policy`` names, its client open for the life of ``stack`` (None: it names none, or does not
+    speculate)."""
+    spec = policy.predictor
+    if spec is None or policy.mode == "off":
+        return None
+    from planweave.models import resolve_model
+    from planweave.models.predictor import ModelPredictor
+
+    url = spec.base_url or base_url
+    client = await stack.enter_async_context(resolve_model(spec.model, **({"base_url": url} if url else {})))
+    return ModelPredictor(client, spec.model, max_tokens=spec.max_tokens, budget=budget)
