@@ -8,6 +8,8 @@ so a limit given to either edge means the same thing. A zero budget is a budget 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
 from planweave.allocate.model import TierTable
 from planweave.engine.limits import RunLimits
@@ -48,6 +50,7 @@ def build_planning_loop(
     ask_human: bool = False,
     budget: Budget | None = None,
     tiers: TierTable | None = None,
+    memory: Callable[[str], Awaitable[str]] | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -56,11 +59,15 @@ def build_planning_loop(
     catalog that has an ``llm`` tool of its own keeps it. Raises ValueError for ``ask_human`` without the
     ``human.input`` tool in ``tools``. With ``tiers``, the planner is a cascade over them (small first, escalated
     when its monitors fire) and the ``llm`` steps it writes may say ``model: cascade`` (docs/allocation.md).
+    With ``memory`` (a :class:`planweave.memory.MemoryRecall`), the initial plan's prompt carries the verified
+    lessons and skills it recalls for the goal (docs/memory.md).
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
     catalog = tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, spend,
                                                                                cascade=steps_cascade)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
-    return PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
+    loop = PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
                         cascade=None if tiers is None else PlannerCascade(tiers))
+    loop.recall = memory
+    return loop

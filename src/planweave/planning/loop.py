@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -134,6 +134,9 @@ class PlanningLoop:
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
         self.pressure: float | None = None  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
+        # Memory across runs (planweave.memory.MemoryRecall): the goal -> a prompt section of verified lessons and
+        # skills, asked once before the initial plan. None: no memory.
+        self.recall: Callable[[str], Awaitable[str]] | None = None
         self._triggers: list[_Trigger] = []
         self._wake = asyncio.Event()
         self._replans = 0
@@ -417,8 +420,9 @@ class PlanningLoop:
 
     # -- planning -----------------------------------------------------------------------------------------------
     async def _initial_plan(self, run: Run, goal: str) -> None:
+        recalled = "" if self.recall is None else await self.recall(goal)
         messages = [Message("system", self._system()),
-                    Message("user", prompts.initial_prompt(goal))]
+                    Message("user", prompts.initial_prompt(goal, memory=recalled))]
         version = run.plan.version
         accepted: list[str] = []
         first_started = self.engine.clock.now()

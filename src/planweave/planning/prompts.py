@@ -75,8 +75,10 @@ def planner_system(tools: Iterable[ToolSpec], *, report: bool = False) -> str:
             f"exist.\nTools:\n{tool_catalog(tools)}\n\n{FORMAT}{extra}")
 
 
-def initial_prompt(goal: str) -> str:
-    return f"Goal: {goal}\n\nWrite the plan."
+def initial_prompt(goal: str, memory: str = "") -> str:
+    """The first planning request; ``memory`` is the bounded section of verified entries recalled for the goal."""
+    recalled = f"{memory}\n\n" if memory else ""
+    return f"Goal: {goal}\n\n{recalled}Write the plan."
 
 
 def replan_prompt(goal: str, summary: str, reason: str) -> str:
