@@ -30,6 +30,10 @@ class UnknownEntry(MemoryStoreError):
     """No memory entry has the id asked for."""
 
 
+def unknown(entry_id: int, url: str) -> UnknownEntry:
+    return UnknownEntry(f"no memory entry {entry_id} in {url} (planweave memory list shows the ids)")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """An entry proposed by distillation (or by hand): not yet stored, not yet verified.

@@ -21,8 +21,8 @@ from planweave.memory.model import (
     MemoryStoreError,
     checked,
     entry_from_row,
+    unknown,
 )
-from planweave.memory.store import unknown
 
 __all__ = ["MEMORY_SCHEMA_VERSION", "PostgresMemoryStore"]
 

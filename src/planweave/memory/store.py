@@ -19,11 +19,11 @@ from planweave.memory.model import (
     EntryStatus,
     MemoryEntry,
     MemoryStoreError,
-    UnknownEntry,
     checked,
+    unknown,
 )
 
-__all__ = ["InMemoryStore", "MemoryStore", "open_memory_store", "unknown"]
+__all__ = ["InMemoryStore", "MemoryStore", "open_memory_store"]
 
 
 class MemoryStore(Protocol):
@@ -51,10 +51,6 @@ class MemoryStore(Protocol):
         ...
 
     async def close(self) -> None: ...
-
-
-def unknown(entry_id: int, url: str) -> UnknownEntry:
-    return UnknownEntry(f"no memory entry {entry_id} in {url} (planweave memory list shows the ids)")
 
 
 class InMemoryStore:
