@@ -290,6 +290,7 @@ class SpeculationAdoptedData(TypedDict):
     ``step_started`` just before names its number; the step started at ``started_at``)."""
 
     started_at: float
+    draft_step: NotRequired[str]  # speculative planning: the draft's id of the step (planning/draft.py)
 
 
 class SpeculationDiscardedData(TypedDict):

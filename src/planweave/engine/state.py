@@ -373,7 +373,7 @@ class RunState:
         log = rec.attempt_log
         if isinstance(log, list) and log and log[-1][2] is None:
             log[-1] = (log[-1][0], started, None, log[-1][3])
-        entry = self._speculating.pop(rec.id, None)
+        entry = self._speculating.pop(str(data.get("draft_step", rec.id)), None)  # a draft's id may differ
         if entry is not None:
             entry["outcome"] = "adopted"
         return NOTHING_READY

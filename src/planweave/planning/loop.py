@@ -48,6 +48,7 @@ from planweave.plan.model import PlanSpec
 from planweave.plan.refs import rename_refs
 from planweave.planning import prompts
 from planweave.planning.context import ContextLimits, ReferenceBook, bounded_context
+from planweave.planning.draft import DraftOptions, DraftPlanner, DraftSession, draft_options
 from planweave.planning.lines import LineParser
 from planweave.tools import Toolbox
 from planweave.tools.context import context_read_tool
@@ -84,6 +85,9 @@ class PlanningOptions:
     # summary_chars: the state summary of before, kept as the baseline of `planweave bench context`).
     context: Literal["references", "summary"] = "summary"
     context_limits: ContextLimits = field(default_factory=ContextLimits)
+    # Speculative planning (planning/draft.py): a small fast model drafts the initial plan ahead of the planner,
+    # whose lines verify it; agreeing safe draft steps start early. None: the planner plans alone.
+    draft: ModelClient | DraftOptions | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,10 @@ class PlanningLoop:
         self._report_journaled = ""
         if options.context == "references" and "context.read" not in tools and isinstance(tools, Toolbox):
             self.tools = tools.merged({"context.read": context_read_tool(lambda rid: self.engine.get(rid).outputs)})
+        drafting = draft_options(options.draft)
+        self._draft = None if drafting is None else DraftPlanner(drafting, self.tools, engine.clock)
+        if self._draft is not None:  # a verified draft attempt answers its step's call (planning/draft.py)
+            self.tools = self._draft.wrap()
 
     # -- the whole loop -------------------------------------------------------------------------------------------
     async def run(self, goal: str, *, run_id: str | None = None) -> RunResult:
@@ -426,6 +434,15 @@ class PlanningLoop:
         version = run.plan.version
         accepted: list[str] = []
         first_started = self.engine.clock.now()
+        draft: DraftSession | None = None if self._draft is None else self._draft.begin(run, messages)
+        try:
+            await self._initial_lines(run, messages, version, accepted, first_started, draft)
+        finally:
+            if draft is not None:
+                draft.main_done()
+
+    async def _initial_lines(self, run: Run, messages: list[Message], version: int, accepted: list[str],
+                             first_started: float, draft: DraftSession | None) -> None:
         for attempt in range(self.options.max_repairs + 1):
             errors: list[str] = []
             started = self.engine.clock.now()
@@ -441,6 +458,11 @@ class PlanningLoop:
                                                model_started_at=_started))
                 except PlanInvalid as exc:
                     _errors.extend(f"line {number}: {p}" for p in exc.problems)
+                    if draft is not None:
+                        draft.main_rejected()
+                    return
+                if draft is not None:
+                    draft.main_step(obj)
 
             def admit(steps: tuple[dict[str, Any], ...], number: int,
                       _held: list[tuple[dict[str, Any], int]] = held) -> None:

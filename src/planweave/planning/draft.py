@@ -1,0 +1,502 @@
+"""Speculative planning: a small fast draft model writes the plan ahead of the main planner, which verifies it.
+
+While the main planner streams its initial plan, a draft model (any OpenAI-compatible model, usually a small fast
+one: ``PlanningOptions(draft=client)``, ``planweave run --goal --draft-model NAME``) is asked the same prompt. Its
+step lines are compared with the main planner's, position by position, by step *fingerprint* (tool, argument
+template and dependencies, independent of step ids: :attr:`planweave.plan.graph.Plan.fingerprints`) and by every
+other field of the step: the longest agreeing prefix is accepted, as in speculative decoding but over plan steps.
+
+Draft steps that are safe to throw away (the engine's rule, :func:`planweave.engine.speculation.unsafe_reason`:
+idempotent, no ``writes:``, no approval, not ``human.input``, tool not ``speculate=False``) start at once as
+speculative attempts, before the main planner has written them. Nothing else changes:
+
+* the plan that runs is the main planner's alone (draft lines are never added to it);
+* a draft attempt's output is held in memory; it becomes an output only when the main planner wrote the same step
+  *and* that step, run by the engine on its real inputs, is called with the same arguments: the step's tool then
+  returns the draft attempt's output instead of calling again (:class:`DraftPlanner.wrap`); otherwise the attempt is
+  cancelled and thrown away and the tool runs as it would have;
+* a draft attempt is journaled as ``speculation_started`` (``mode: draft``) and ends as ``speculation_adopted``
+  (``draft_step``: the draft's id) or ``speculation_discarded`` with the reason; the draft model's call is a
+  ``model_call`` of purpose ``draft``. A run killed mid-draft resumes from the main planner's steps only (a
+  speculative attempt in flight is folded as interrupted, as any speculative attempt).
+
+Draft attempts run in the planner's process (the tool's ``invoke`` on the event loop), whatever the engine's
+executor: an adoption happens only for a step executed in-process, elsewhere the step simply runs again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from planweave.engine.context import StepContext, current_step_var, set_current_step
+from planweave.engine.events import Event
+from planweave.engine.speculation import canonical, same_args, unsafe_reason
+from planweave.errors import PlanInvalid
+from planweave.models import Completion, CompletionRequest, Delta, Message, ModelClient
+from planweave.models.budget import StreamMeter
+from planweave.models.pricing import PriceTable, approx_prompt_tokens
+from planweave.plan.catalog import ToolCatalog
+from planweave.plan.graph import Plan, parse_step, validate_plan
+from planweave.plan.model import PlanSpec, Step
+from planweave.plan.refs import RefResolutionError, render
+from planweave.planning.lines import LineParser
+from planweave.tools import Tool, Toolbox
+
+if TYPE_CHECKING:
+    from planweave.clock import Clock
+    from planweave.engine.runtime import Run
+
+# Fields of a step that do not change what its call returns, or are compared otherwise (fingerprint: tool, args,
+# dependencies; ``resources``: the loop's model claim).
+_NOT_SHAPE = {"id", "tool", "args", "after", "description", "resources"}
+
+
+@dataclass(frozen=True)
+class DraftOptions:
+    """How a draft model drafts: ``client`` (its model is the client's) and at most ``max_parallel`` draft
+    attempts in flight."""
+
+    client: ModelClient
+    max_parallel: int = 4
+    max_tokens: int = 2048
+
+
+def draft_options(draft: ModelClient | DraftOptions | None) -> DraftOptions | None:
+    """``PlanningOptions.draft`` as options (a bare client takes the defaults)."""
+    if draft is None or isinstance(draft, DraftOptions):
+        return draft
+    return DraftOptions(draft)
+
+
+def agreeing_prefix(main: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[str, Any]]) -> int:
+    """How many leading steps of ``draft`` agree with ``main``: same fingerprint (tool, argument template,
+    dependencies, ids aside) and every other field equal, position by position (pure)."""
+    main_prints, draft_prints = _fingerprints(main), _fingerprints(draft)
+    n = 0
+    for m, d in zip(main_prints, draft_prints, strict=False):
+        if m is None or d is None or m != d:
+            break
+        n += 1
+    return n
+
+
+def _fingerprints(objs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str] | None]:
+    """Per position, the step's (fingerprint, shape) in the plan of ``objs``, None from the first step that does
+    not parse or validate (e.g. refers to a step that is not there)."""
+    out: list[tuple[str, str] | None] = []
+    steps: list[Step] = []
+    for obj in objs:
+        try:
+            steps.append(parse_step(dict(obj)))
+        except PlanInvalid:
+            break
+    while steps:
+        try:
+            plan = validate_plan(PlanSpec(steps=tuple(steps)), None, None, source="draft")
+            break
+        except PlanInvalid:
+            steps.pop()
+    else:
+        return [None] * len(objs)
+    for step in steps:
+        shape = canonical(step.model_dump(mode="json", exclude=_NOT_SHAPE, exclude_defaults=True))
+        out.append((plan.fingerprints[step.id], shape))
+    return out + [None] * (len(objs) - len(out))
+
+
+@dataclass(eq=False)
+class DraftAttempt:
+    """A draft step started before the main planner wrote it: its rendered arguments and, once done, its output."""
+
+    position: int
+    step: str  # the draft's id
+    tool: str
+    args: Mapping[str, Any]
+    started_at: float
+    task: asyncio.Task[None] | None = None
+    done: bool = False
+    output: Any = None
+    error: BaseException | None = None
+    cost_usd: float = 0.0
+    main: str | None = None  # the main planner's step it was verified against
+    over: bool = False  # adopted or discarded
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class _Sink:
+    """The draft attempt's StepSink: its model usage is journaled (flagged speculative), nobody is asked."""
+
+    def __init__(self, session: DraftSession, attempt: DraftAttempt) -> None:
+        self.session, self.attempt = session, attempt
+
+    def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None:
+        self.attempt.cost_usd += float(usage.get("cost_usd", 0.0) or 0.0)
+        self.session.run.step_usage(step_id, {**usage, "speculative": True, "draft": True})
+
+    def step_heartbeat(self, step_id: str) -> None:
+        return None
+
+    def step_progress(self, step_id: str, fraction: float | None, message: str) -> None:
+        return None
+
+    async def step_input(self, step_id: str, prompt: str, schema: Mapping[str, Any] | None) -> Any:
+        raise RuntimeError("a draft attempt asks nobody")  # never reached: human.input is never drafted
+
+
+class DraftSession:
+    """One initial plan's draft: the draft model's stream, its attempts, and their verification against the main
+    planner's lines (the loop calls :meth:`main_step`, :meth:`main_rejected` and :meth:`main_done`)."""
+
+    def __init__(self, planner: DraftPlanner, run: Run, messages: Sequence[Message]) -> None:
+        self.planner, self.run = planner, run
+        self.main: list[dict[str, Any]] = []
+        self.drafted: list[dict[str, Any]] = []
+        self.attempts: dict[int, DraftAttempt] = {}
+        self.verified = 0  # positions agreed so far
+        self.diverged = False
+        self._plan: Plan | None = None  # the draft prefix as a plan (templates, deps), None until it validates
+        self._soon = False
+        self._ended = False
+        self._stream: asyncio.Task[None] | None = run.spawn(self._draft(messages), "draft")
+        run.subscribe(self._on_event)
+
+    # -- what the loop tells it -------------------------------------------------------------------------------------
+    def main_step(self, obj: Mapping[str, Any]) -> None:
+        """The main planner's next step line was admitted to the plan."""
+        self.main.append(dict(obj))
+        self._verify()
+
+    def main_rejected(self) -> None:
+        """A main line was refused (a repair follows): positions no longer line up, so drafting stops."""
+        self._diverge("the main planner's line was rejected")
+
+    def main_done(self) -> None:
+        """The main planner finished its plan: draft steps beyond it will never be verified."""
+        self._verify()
+        self._stop_stream()
+        for pos, att in list(self.attempts.items()):
+            if att.main is None:
+                self._discard(att, f"beyond the main plan ({len(self.main)} steps)" if pos >= len(self.main)
+                              else "not verified")
+        self.diverged = True
+
+    def adopt(self, step_id: str) -> DraftAttempt | None:
+        """The verified draft attempt of main step ``step_id`` (not yet decided), if any."""
+        for att in self.attempts.values():
+            if att.main == step_id and not att.over:
+                return att
+        return None
+
+    # -- verification ---------------------------------------------------------------------------------------------
+    def _verify(self) -> None:
+        if self.diverged:
+            return
+        upto = min(len(self.main), len(self.drafted))
+        if upto <= self.verified:
+            return
+        agree = agreeing_prefix(self.main[:upto], self.drafted[:upto])
+        for pos in range(self.verified, agree):
+            att = self.attempts.get(pos)
+            if att is not None:
+                att.main = str(self.main[pos]["id"])
+                if not self.planner.safe(self.run.plan.steps.get(att.main)):
+                    self._discard(att, "the main planner's step is not safe to speculate")
+        self.verified = agree
+        if agree < upto:
+            self._diverge(f"the main planner disagrees at line {agree + 1}")
+        else:
+            self._schedule()
+
+    def _diverge(self, reason: str) -> None:
+        self.diverged = True
+        self._stop_stream()
+        for att in list(self.attempts.values()):
+            if att.main is None:
+                self._discard(att, reason)
+
+    # -- the draft model's stream --------------------------------------------------------------------------------
+    async def _draft(self, messages: Sequence[Message]) -> None:
+        client = self.planner.options.client
+        request = CompletionRequest(messages=tuple(messages), max_tokens=self.planner.options.max_tokens)
+        clock = self.planner.clock
+        started = clock.now()
+        meter = StreamMeter(approx_prompt_tokens(m.content for m in messages))
+        parser = LineParser()
+        completion: Completion | None = None
+        cut: str | None = None
+        try:
+            chunks: AsyncIterator[Any] = client.stream(request)
+            async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
+                async for chunk in stream:
+                    meter.feed(chunk)
+                    if isinstance(chunk, Delta):
+                        self._lines(parser.feed(chunk.text))
+                    elif isinstance(chunk, Completion):
+                        completion = chunk
+            self._lines(parser.close())
+        except asyncio.CancelledError:
+            cut = "cancelled"
+            raise
+        except Exception as exc:  # a draft model that fails only drafts nothing
+            cut = type(exc).__name__
+        finally:
+            self._stream = None
+            self._journal_call(client, started, completion, meter, cut)
+
+    def _journal_call(self, client: ModelClient, started: float, completion: Completion | None, meter: StreamMeter,
+                      cut: str | None) -> None:
+        if (completion is None and not meter.received) or self.run.finished:
+            return
+        if completion is not None:
+            prompt, out, cost, model = (completion.prompt_tokens, completion.completion_tokens,
+                                        completion.cost_usd or 0.0, completion.model)
+        else:
+            usage = meter.spent()
+            prompt, out, model = usage.prompt_tokens, usage.completion_tokens, client.model
+            prices = getattr(client, "prices", None)
+            cost = (prices.cost(model, prompt, out) or 0.0) if isinstance(prices, PriceTable) else 0.0
+        data: dict[str, Any] = {"purpose": "draft", "model": model, "prompt_tokens": prompt,
+                                "completion_tokens": out, "cost_usd": cost, "started_at": started,
+                                "finished_at": self.planner.clock.now(), "speculative": True}
+        if cut is not None:
+            data["cut"] = cut
+        self.run.record("model_call", data)
+
+    def _lines(self, lines: Sequence[Any]) -> None:
+        for line in lines:
+            if self.diverged:
+                return
+            if line.error:
+                self._diverge(f"the draft's line {line.number} is broken")
+                return
+            for obj in line.steps:
+                self.drafted.append(dict(obj))
+        self._plan = _draft_plan(self.drafted)
+        self._verify()
+        self._schedule()
+
+    def _stop_stream(self) -> None:
+        if self._stream is not None and self._stream is not asyncio.current_task():
+            self._stream.cancel()
+
+    # -- draft attempts -------------------------------------------------------------------------------------------
+    def _schedule(self) -> None:
+        if not self._soon and not self._ended:
+            self._soon = True
+            asyncio.get_running_loop().call_soon(self._start)
+
+    def _start(self) -> None:
+        self._soon = False
+        plan = self._plan
+        if self.diverged or self._ended or plan is None or self.run.finished:
+            return
+        in_flight = sum(1 for a in self.attempts.values() if not a.done and not a.over)
+        ids = list(plan.order)
+        position = {sid: i for i, sid in enumerate(s.id for s in plan.spec.steps)}
+        for sid in ids:
+            pos = position[sid]
+            if in_flight >= self.planner.options.max_parallel:
+                return
+            if pos in self.attempts or (pos < self.verified and self._main_started(pos)):
+                continue
+            step = plan.steps[sid]
+            if not self.planner.safe(step):
+                continue
+            args = self._args(plan, sid, position)
+            if args is None:
+                continue
+            att = DraftAttempt(pos, sid, step.tool, args, self.planner.clock.now())
+            task = self.run.spawn(self._attempt(att, step), sid)
+            if task is None:
+                return
+            att.task = task
+            self.attempts[pos] = att
+            in_flight += 1
+            if pos < self.verified:
+                att.main = str(self.main[pos]["id"])
+            self.run.emit_speculation("speculation_started", sid, {
+                "basis": {}, "confidence": 1.0, "mode": "draft", "line": pos + 1})
+
+    def _main_started(self, pos: int) -> bool:
+        """Whether main step ``pos`` (verified) already started or finished as a plain step: too late to draft."""
+        rec = self.run.state.records.get(str(self.main[pos]["id"]))
+        return rec is None or rec.status != "pending"
+
+    def _args(self, plan: Plan, sid: str, position: Mapping[str, int]) -> Mapping[str, Any] | None:
+        """The draft step's arguments rendered on its dependencies' outputs (a finished draft attempt's, or the run's
+        output of the verified main step), or None while one of them has none yet."""
+        values: dict[str, Any] = {}
+        for dep in plan.deps[sid]:
+            pos = position[dep]
+            att = self.attempts.get(pos)
+            if att is not None and att.done and att.error is None and not (att.over and att.main is None):
+                values[dep] = att.output
+                continue
+            main = str(self.main[pos]["id"]) if pos < self.verified else None
+            rec = self.run.state.records.get(main) if main is not None else None
+            if main is None or rec is None or rec.status != "succeeded" or main not in self.run.outputs:
+                return None
+            values[dep] = self.run.outputs[main]
+        if not plan.refs[sid]:
+            template = plan.templates[sid]
+            return template if isinstance(template, Mapping) else None
+        try:
+            args = render(plan.templates[sid], values)
+        except (RefResolutionError, TypeError):
+            return None
+        return args if isinstance(args, Mapping) else None
+
+    async def _attempt(self, att: DraftAttempt, step: Step) -> None:
+        tool = self.planner.inner[step.tool]
+        ctx = StepContext(self.run.id, att.step, 1, self.planner.clock, _Sink(self, att), None, None,
+                          step.resources, self.run.priority)
+        token = set_current_step(ctx)
+        try:
+            async with asyncio.timeout(step.timeout):
+                att.output = await tool.invoke(att.args)
+        except asyncio.CancelledError:
+            raise
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # a failed draft attempt is thrown away
+            att.error = exc
+        finally:
+            current_step_var.reset(token)
+            att.done = True
+            att.finished.set()
+        if att.error is not None and att.main is None:
+            self._discard(att, f"failed: {type(att.error).__name__}")
+        self._schedule()
+
+    def _discard(self, att: DraftAttempt, reason: str) -> None:
+        if att.over:
+            return
+        att.over = True
+        if att.task is not None and not att.done:
+            att.task.cancel()
+        if not self.run.finished:
+            self.run.emit_speculation("speculation_discarded", att.step, {
+                "reason": f"draft: {reason}", "started_at": att.started_at, "cost_usd": round(att.cost_usd, 8)})
+
+    async def take(self, att: DraftAttempt, step_id: str, args: Mapping[str, Any]) -> tuple[bool, Any]:
+        """Main step ``step_id`` is called with ``args``: (True, the draft attempt's output) when it ran on these
+        arguments and succeeded (adopted, journaled), else (False, None) after throwing it away."""
+        if not same_args(att.args, args):
+            self._discard(att, "mismatch: the real arguments differ")
+            return False, None
+        att.over = True  # decided: no discard may cancel it any more
+        if not att.done:
+            try:
+                await att.finished.wait()
+            except asyncio.CancelledError:  # the real step was cancelled (timeout, cancel): so is the attempt
+                if att.task is not None:
+                    att.task.cancel()
+                raise
+        if att.error is not None:
+            att.over = False
+            self._discard(att, f"failed: {type(att.error).__name__}")
+            return False, None
+        self.run.emit_speculation("speculation_adopted", step_id, {"started_at": att.started_at,
+                                                                   "draft_step": att.step})
+        return True, att.output
+
+    def _on_event(self, event: Event) -> None:
+        kind = event.kind
+        if kind in ("run_finished", "run_cancelled"):
+            self._end()
+        elif event.step is not None and kind in ("step_succeeded", "step_failed", "step_skipped",
+                                                 "step_cancelled"):
+            for att in self.attempts.values():  # the main step ended without taking its draft attempt
+                if att.main == event.step and not att.over:
+                    asyncio.get_running_loop().call_soon(self._discard, att, f"the step {kind[5:]} without it")
+            self._schedule()
+
+    def _end(self) -> None:
+        """The run is over: cancel what still runs, silently (a resume folds it as interrupted)."""
+        self._ended = True
+        self._stop_stream()
+        for att in self.attempts.values():
+            if att.task is not None and not att.done:
+                att.over = True
+                att.task.cancel()
+
+
+def _draft_plan(objs: Sequence[Mapping[str, Any]]) -> Plan | None:
+    """The longest valid prefix of the draft's steps as a plan (without tool checks), or None."""
+    steps: list[Step] = []
+    for obj in objs:
+        try:
+            steps.append(parse_step(dict(obj)))
+        except PlanInvalid:
+            break
+    while steps:
+        try:
+            return validate_plan(PlanSpec(steps=tuple(steps)), None, None, source="draft")
+        except PlanInvalid:
+            steps.pop()
+    return None
+
+
+class DraftPlanner:
+    """A planning loop's draft planning: wraps its tools so a verified draft attempt can stand in for a call, and
+    starts a :class:`DraftSession` per initial plan."""
+
+    def __init__(self, options: DraftOptions, tools: ToolCatalog, clock: Clock) -> None:
+        self.options = options
+        self.inner = tools
+        self.clock = clock
+        self.sessions: dict[str, DraftSession] = {}  # run id -> its initial plan's draft
+
+    def safe(self, step: Step | None) -> bool:
+        """Whether ``step`` may run before the main planner wrote it (the engine's speculation rule)."""
+        if step is None:
+            return False
+        tool = self.inner.get(step.tool)
+        if tool is None:
+            return False
+        idempotent = step.idempotent if step.idempotent is not None else bool(getattr(tool, "idempotent", False))
+        return unsafe_reason(step, idempotent=idempotent,
+                             tool_speculates=bool(getattr(tool, "speculate", True))) is None
+
+    def begin(self, run: Run, messages: Sequence[Message]) -> DraftSession:
+        session = DraftSession(self, run, messages)
+        self.sessions[run.id] = session
+        return session
+
+    def wrap(self) -> ToolCatalog:
+        """The catalog the run uses: each :class:`Tool` answers a call its verified draft attempt already made."""
+        if not isinstance(self.inner, Mapping):
+            return self.inner
+        wrapped: dict[str, Tool] = {}
+        for name, tool in self.inner.items():
+            if isinstance(tool, Tool):
+                wrapped[name] = _AdoptingTool(**{f.name: getattr(tool, f.name) for f in fields(Tool)},
+                                              planner=self, inner=tool)
+            else:
+                return self.inner
+        return Toolbox(wrapped)
+
+    async def call(self, tool: Tool, args: Mapping[str, Any]) -> Any:
+        ctx = current_step_var.get(None)
+        session = self.sessions.get(ctx.run_id) if ctx is not None else None
+        if ctx is not None and session is not None:
+            att = session.adopt(ctx.step_id)
+            if att is not None:
+                ok, output = await session.take(att, ctx.step_id, args)
+                if ok:
+                    return output
+        return await tool.invoke(args)
+
+
+@dataclass(frozen=True)
+class _AdoptingTool(Tool):
+    """A tool whose call returns the output of the step's verified draft attempt when it made the same call."""
+
+    planner: DraftPlanner | None = None
+    inner: Tool | None = None
+
+    async def invoke(self, args: Mapping[str, Any]) -> Any:
+        assert self.planner is not None and self.inner is not None
+        return await self.planner.call(self.inner, args)
