@@ -220,3 +220,16 @@ def bench_rollouts(ctx: typer.Context) -> None:
     from planweave.bench.rollouts import main as rollouts_main
 
     raise typer.Exit(rollouts_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "context",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_context(ctx: typer.Context) -> None:
+    """Planner prompt tokens per re-plan at 100, 1,000 and 5,000 finished steps: the context by reference vs the
+    state summary, on the scripted server; options go to planweave.bench.context (--help)."""
+    from planweave.bench.context import main as context_main
+
+    raise typer.Exit(context_main(list(ctx.args)))
