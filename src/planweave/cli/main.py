@@ -61,6 +61,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "planweave.cli.forecast_cmd": ("estimates", "forecast"),
     "planweave.cli.rollouts_cmd": ("rollouts",),
     "planweave.cli.control_cmd": ("control",),
+    "planweave.cli.memory_cmd": ("memory",),
 }
 
 
