@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 from planweave.engine.events import CacheHitData
 from planweave.engine.state import StepRecord
 from planweave.journal.base import Journal, encode_blob, find_cached
-from planweave.plan.cache import CachePolicy, step_policy, tool_policy, tool_version
+from planweave.plan.cache import FOREVER, CachePolicy, step_policy, tool_policy, tool_version
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan
 
@@ -79,6 +79,15 @@ class StepCache:
         try:
             return CacheEntry(cache_key(tool.name, tool_version(tool), args), policy)
         except (TypeError, ValueError):  # arguments JSON cannot hold exactly: the tool refuses them, uncached
+            return None
+
+    def history_entry(self, tool: ToolSpec, args: Mapping[str, Any]) -> CacheEntry | None:
+        """The key an idempotent attempt of a speculating run indexes its output under although its step is not
+        cacheable: a later run's speculator may take it as a *prediction* (verified when the producer finishes,
+        never reused as its output; docs/speculation.md)."""
+        try:
+            return CacheEntry(cache_key(tool.name, tool_version(tool), args), FOREVER)
+        except (TypeError, ValueError):
             return None
 
     async def lookup(self, entry: CacheEntry) -> CacheHit | None:

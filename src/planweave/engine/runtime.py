@@ -25,7 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 from planweave.clock import Clock, RealClock
 from planweave.engine import attempt as _attempt
 from planweave.engine.attempt import FALLBACK, Retry, Watchdogs
-from planweave.engine.cache import StepCache
+from planweave.engine.cache import CacheEntry, StepCache
 from planweave.engine.collector import DEFAULT_FREEZE_EVERY, CollectorPolicy
 from planweave.engine.context import StepContext
 from planweave.engine.dispatch import Dispatcher
@@ -46,7 +46,7 @@ from planweave.errors import (
     did_you_mean,
 )
 from planweave.journal.base import Journal, scrub
-from planweave.plan.catalog import ToolCatalog
+from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
 
@@ -175,7 +175,7 @@ class Run:
         self._spec: Speculator | None = None  # speculative attempts (None: speculation off, nothing to pay)
         if speculation is not None and speculation.mode != "off":
             self._spec = Speculator(self, speculation, host.dispatch, tools, host.clock, host.max_output_bytes,
-                                    predictor)
+                                    predictor, journal=host.journal)
             self._give_back = self._release_and_speculate
         self._cache = StepCache(self._journal, self._now, lookup=host.cache, redact=host.redact)
         self._caching = StepCache.declared_in(tools)  # else only a step saying cache: may be cached
@@ -422,8 +422,7 @@ class Run:
             if rec.status == "cancelled":
                 return  # as above: the outcome came too late, the step is over
             self.outputs[sid] = output
-            self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref} if cached is None
-                       else self._cache.succeeded(cached, attempt, ref, output))
+            self._emit("step_succeeded", sid, self._succeeded(sid, tool, args, cached, attempt, ref, output))
         finally:
             # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a replacement
             # step (a new plan version: a new record) took it. Not `is asyncio.current_task()`, a Python function in
@@ -464,12 +463,39 @@ class Run:
             return await self._executor.execute(call)
         return await _attempt.guarded(self._executor, call, step, self._watchdogs)
 
-    def adopt_finished(self, rec: StepRecord, started_at: float, output: Any) -> None:
-        """Ready step ``rec`` takes the output of its finished speculative attempt (started at ``started_at``)."""
+    def _succeeded(self, sid: str, tool: ToolSpec, args: Mapping[str, Any], cached: CacheEntry | None,
+                   attempt: int, ref: str, output: Any) -> dict[str, Any]:
+        """The ``step_succeeded`` data of an attempt that ran: with its cache key when it is cacheable, or (a
+        speculating run) when it is an idempotent producer (a history prediction for later runs)."""
+        if cached is None and self._spec is not None:
+            cached = self._history_entry(sid, tool, args)
+        if cached is None:
+            return {"attempt": attempt, "output": ref}
+        return self._cache.succeeded(cached, attempt, ref, output)
+
+    def _history_entry(self, sid: str, tool: ToolSpec, args: Mapping[str, Any]) -> CacheEntry | None:
+        """A speculating run indexes an idempotent step's output that has consumers, cacheable or not: a later run
+        of the journal may predict from it (docs/speculation.md, "History")."""
+        if sid not in self.state.idempotent or not self.state.plan.dependents.get(sid):
+            return None
+        return self._cache.history_entry(tool, args)
+
+    def _adopted_entry(self, rec: StepRecord, step: Step, args: Mapping[str, Any]) -> CacheEntry | None:
+        """An adopted speculative attempt's output is indexed as the step's own attempt's would be."""
+        tool = self._tools.get(step.tool)
+        if tool is None:
+            return None
+        cached = self._cache.entry(self.state.plan, rec, tool, args) if self._caching or step.cache else None
+        return cached if cached is not None else self._history_entry(rec.id, tool, args)
+
+    def adopt_finished(self, rec: StepRecord, started_at: float, output: Any,
+                       args: Mapping[str, Any] | None = None) -> None:
+        """Ready step ``rec`` takes the output of its finished speculative attempt (started at ``started_at``, on
+        ``args``, the real arguments)."""
         attempt = rec.attempts + 1
         self._emit("step_started", rec.id, {"attempt": attempt})
         self._emit("speculation_adopted", rec.id, {"started_at": started_at})
-        self.settle_adopted(rec, attempt, None, output, None, slot=False)
+        self.settle_adopted(rec, attempt, None, output, None, slot=False, args=args)
 
     def adopt_running(self, rec: StepRecord, started_at: float, task: asyncio.Task[None]) -> int:
         """Ready step ``rec``'s running speculative attempt ``task`` becomes its attempt; return the number."""
@@ -480,7 +506,8 @@ class Run:
         return attempt
 
     def settle_adopted(self, rec: StepRecord, attempt: int, claims: Claim | None, output: Any,
-                       error: BaseException | None, *, slot: bool = True) -> None:
+                       error: BaseException | None, *, slot: bool = True,
+                       args: Mapping[str, Any] | None = None) -> None:
         """An adopted attempt ended with ``output`` or ``error``: journal it as :meth:`_execute` does an attempt's
         outcome, and give back its slot (``slot``: it held one of the dispatcher's)."""
         sid = rec.id
@@ -501,7 +528,9 @@ class Run:
         else:
             if rec.status != "cancelled":
                 self.outputs[sid] = output
-                self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref})
+                cached = None if args is None else self._adopted_entry(rec, step, args)
+                self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref} if cached is None
+                           else self._cache.succeeded(cached, attempt, ref, output))
         finally:
             if rec.attempts == attempt and self.state.records.get(sid) is rec:
                 self._tasks.pop(sid, None)

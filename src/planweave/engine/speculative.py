@@ -11,11 +11,13 @@ which takes it back (preempts the attempt) the moment a real step waits for it.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from planweave.engine import attempt as _attempt
+from planweave.engine.cache import cache_key
 from planweave.engine.context import StepContext
 from planweave.engine.dispatch import Dispatcher
 from planweave.engine.events import EventKind
@@ -36,7 +38,8 @@ from planweave.engine.speculation import (
 )
 from planweave.engine.state import RunState, StepRecord
 from planweave.errors import ToolError
-from planweave.journal.base import canonical_output
+from planweave.journal.base import Journal, canonical_output, find_cached
+from planweave.plan.cache import tool_version
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.model import Claim, PlanSpec, SpeculationMode, SpeculationSpec
 from planweave.plan.refs import RefResolutionError
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from planweave.clock import Clock
 
 _NO_GUESS = object()  # asked the predictor, no answer (yet)
+_PENDING = object()  # asked the journal, no answer yet
 
 
 def resolve_policy(spec: PlanSpec, override: SpeculationSpec | SpeculationMode | None) -> SpeculationSpec:
@@ -81,8 +85,10 @@ class SpeculativeRun(Protocol):
         """Execute ``call`` as the run executes its steps' calls (timeout, heartbeat)."""
         ...
 
-    def adopt_finished(self, rec: StepRecord, started_at: float, output: Any) -> None:
-        """Make a finished speculative attempt's ``output`` the output of step ``rec`` (which is ready)."""
+    def adopt_finished(self, rec: StepRecord, started_at: float, output: Any,
+                       args: Mapping[str, Any] | None = None) -> None:
+        """Make a finished speculative attempt's ``output`` (on ``args``, the real ones) the output of step ``rec``
+        (which is ready)."""
         ...
 
     def adopt_running(self, rec: StepRecord, started_at: float, task: asyncio.Task[None]) -> int:
@@ -90,8 +96,10 @@ class SpeculativeRun(Protocol):
         ...
 
     def settle_adopted(self, rec: StepRecord, attempt: int, claims: Claim | None, output: Any,
-                             error: BaseException | None) -> None:
-        """The adopted attempt ended with ``output`` or ``error``: journal it as any attempt's outcome."""
+                       error: BaseException | None, *, slot: bool = True,
+                       args: Mapping[str, Any] | None = None) -> None:
+        """The adopted attempt (on ``args``) ended with ``output`` or ``error``: journal it as any attempt's outcome
+        (indexed in the result cache as one)."""
         ...
 
     def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None: ...
@@ -153,6 +161,7 @@ class Speculator:
     clock: Clock
     max_output_bytes: int | None = None
     predictor: Predictor | None = None
+    journal: Journal | None = None  # history across runs: outputs indexed under their cache keys (find_cached)
     attempts: dict[str, SpeculativeAttempt] = field(default_factory=dict)  # undecided, by step
     history: dict[str, Any] = field(default_factory=dict)  # history_key -> output of a finished attempt
     calibration: Calibration = field(default_factory=Calibration)
@@ -160,6 +169,7 @@ class Speculator:
     _learned: dict[str, StepRecord] = field(default_factory=dict)  # the succeeded records already learned from
     _keys: dict[str, tuple[StepRecord, str]] = field(default_factory=dict)  # history keys of ready/running calls
     _asked: dict[str, tuple[StepRecord, Any]] = field(default_factory=dict)  # the predictor's answers (or _NO_GUESS)
+    _recalled: dict[str, tuple[StepRecord, Any]] = field(default_factory=dict)  # the journal's (or _NO_GUESS)
     _predicting_usd: float = 0.0  # the worst cases of the predictor's calls in flight
     _soon: bool = False
     _closed: bool = False
@@ -196,6 +206,10 @@ class Speculator:
         asked = self._asked.get(sid)
         if asked is not None and asked[1] is not _NO_GUESS and asked[0] is state.records.get(sid):
             self.calibration.observe("model", asked[1], output)
+        recalled = self._recalled.get(sid)
+        if recalled is not None and recalled[1] is not _NO_GUESS and recalled[1] is not _PENDING \
+                and recalled[0] is state.records.get(sid):
+            self.calibration.observe("history", recalled[1], output)
         if args is not None and sid in state.idempotent:
             key = history_key(step.tool, args)
             if key in self.history:
@@ -220,7 +234,7 @@ class Speculator:
             return False
         if spec.done:
             spec.over = True
-            self.run.adopt_finished(rec, spec.started_at, spec.output)
+            self.run.adopt_finished(rec, spec.started_at, spec.output, spec.args)
             return True
         assert spec.task is not None
         self.dispatch.promote(spec)
@@ -311,7 +325,11 @@ class Speculator:
                     continue
             if step.predict is not None and sid not in found:
                 found[sid] = Prediction(step.predict, plan_confidence, "plan")
-            elif self.predictor is not None and sid not in found and plan.dependents[sid] and rec.status in (
+                continue
+            if self.journal is not None and rec.status in ("ready", "running") and sid in state.idempotent \
+                    and plan.dependents[sid] and not self._journal_had_none(rec, found, history_confidence):
+                continue  # the journal is free, so asked first: the predictor only once it has nothing
+            if self.predictor is not None and sid not in found and plan.dependents[sid] and rec.status in (
                     "ready", "running"):
                 asked = self._asked.get(sid)
                 if asked is None or asked[0] is not rec:
@@ -356,6 +374,45 @@ class Speculator:
             self.run.step_usage(rec.id, {**reply.usage, "purpose": "predict", "speculative": True})
         if reply.guessed and self._asked.get(rec.id, (None,))[0] is rec:
             self._asked[rec.id] = (rec, reply.value)
+            self.schedule()
+
+    def _journal_had_none(self, rec: StepRecord, found: dict[str, Prediction], confidence: float) -> bool:
+        """Whether the journal answered that it holds no earlier output of ``rec``'s call; False while it is asked
+        (asked now if it was not), or when it held one (then in ``found``, a history prediction)."""
+        recalled = self._recalled.get(rec.id)
+        if recalled is None or recalled[0] is not rec:
+            self._recall(rec)
+            recalled = self._recalled[rec.id]
+        if recalled[1] is _NO_GUESS:
+            return True
+        if recalled[1] is not _PENDING:
+            found[rec.id] = Prediction(recalled[1], confidence, "history")
+        return False
+
+    def _recall(self, rec: StepRecord) -> None:
+        """Ask the journal for an earlier output of ready or running step ``rec``'s call (same tool, version and
+        arguments, any run of the journal): a history prediction, verified when the step really finishes."""
+        state = self.run.state
+        step = state.plan.steps[rec.id]
+        tool = self.tools.get(step.tool)
+        try:
+            _tool, args = _attempt.prepare(state.plan, rec, self.run.outputs, self.tools)
+            key = None if tool is None else cache_key(tool.name, tool_version(tool), args)
+        except (RefResolutionError, KeyError, TypeError, ValueError):
+            key = None
+        if key is None or self.journal is None:
+            self._recalled[rec.id] = (rec, _NO_GUESS)
+            return
+        self._recalled[rec.id] = (rec, _PENDING)
+        self.run.spawn(self._recalling(rec, self.journal, key), rec.id)
+
+    async def _recalling(self, rec: StepRecord, journal: Journal, key: str) -> None:
+        try:
+            found = await find_cached(journal, key, -math.inf)
+        except Exception:  # a journal that cannot answer only makes no prediction
+            found = None
+        if self._recalled.get(rec.id, (None,))[0] is rec:
+            self._recalled[rec.id] = (rec, _NO_GUESS if found is None else found.value)
             self.schedule()
 
     def _key(self, rec: StepRecord) -> str | None:
@@ -447,7 +504,7 @@ class Speculator:
         except (Exception, SystemExit, KeyboardInterrupt) as exc:
             error = exc
         if spec.adopted:
-            run.settle_adopted(spec.rec, spec.adopted, spec.claim, output, error)
+            run.settle_adopted(spec.rec, spec.adopted, spec.claim, output, error, args=spec.args)
             return
         spec.done = True
         self.dispatch.give_back_spare(spec)
