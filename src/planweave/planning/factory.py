@@ -16,7 +16,8 @@ from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine
 from planweave.models import Budget, ModelClient
 from planweave.planning.loop import PlanningLoop, PlanningOptions
-from planweave.tools import Toolbox
+from planweave.planning.subplans import DEFAULT_MAX_DEPTH, SUBPLAN_TOOL, SubplanSeam, plan_tool
+from planweave.tools import Tool, Toolbox
 from planweave.tools.llm import llm_tool
 
 __all__ = ["DEFAULT_PLAN_MAX_TOKENS", "build_planning_loop", "planning_options"]
@@ -51,6 +52,9 @@ def build_planning_loop(
     budget: Budget | None = None,
     tiers: TierTable | None = None,
     memory: Callable[[str], Awaitable[str]] | None = None,
+    subplans: bool = True,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    subplan_depth: int = 0,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -59,6 +63,8 @@ def build_planning_loop(
     catalog that has an ``llm`` tool of its own keeps it. Raises ValueError for ``ask_human`` without the
     ``human.input`` tool in ``tools``. With ``tiers``, the planner is a cascade over them (small first, escalated
     when its monitors fire) and the ``llm`` steps it writes may say ``model: cascade`` (docs/allocation.md).
+    With ``subplans`` (the default), a step ``tool: plan`` runs its ``goal`` as a child run at depth
+    ``subplan_depth + 1``, at most ``max_depth`` (docs/subplans.md).
     With ``memory`` (a :class:`planweave.memory.MemoryRecall`), the initial plan's prompt carries the verified
     lessons and skills it recalls for the goal (docs/memory.md).
     """
@@ -66,8 +72,25 @@ def build_planning_loop(
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
     catalog = tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(client, spend,
                                                                                cascade=steps_cascade)}))
+    if subplans and SUBPLAN_TOOL not in catalog:  # steps saying tool: plan run as child runs (planning/subplans.py)
+        catalog = catalog.merged(Toolbox({SUBPLAN_TOOL: _subplan_tool(
+            engine, client, tools, limits, spend, plan_max_tokens, max_depth, subplan_depth)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
     loop = PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
                         cascade=None if tiers is None else PlannerCascade(tiers))
     loop.recall = memory
     return loop
+
+
+def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: RunLimits, spend: Budget | None,
+                  plan_max_tokens: int | None, max_depth: int, depth: int) -> Tool:
+    """The ``plan`` tool of a goal run at ``depth``: each child is built here too, one level deeper, on the same
+    client, with the tools it is given and its slice of ``spend``."""
+
+    def build(child_tools: Toolbox, child_limits: RunLimits, child_budget: Budget | None,
+              child_depth: int) -> PlanningLoop:
+        return build_planning_loop(engine, client, child_tools, child_limits, plan_max_tokens=plan_max_tokens,
+                                   budget=child_budget, max_depth=max_depth, subplan_depth=child_depth)
+
+    deadline_at = None if limits.deadline is None else engine.clock.now() + limits.deadline
+    return plan_tool(SubplanSeam(engine, build, tools, spend, deadline_at, depth, max_depth, limits.max_replans))

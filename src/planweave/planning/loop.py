@@ -138,6 +138,8 @@ class PlanningLoop:
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
         self.pressure: float | None = None  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
+        # A sub-plan's link to its parent (run, step, depth: planning/subplans.py), journaled in run_created.
+        self.parent: Mapping[str, Any] | None = None
         # Memory across runs (planweave.memory.MemoryRecall): the goal -> a prompt section of verified lessons and
         # skills, asked once before the initial plan. None: no memory.
         self.recall: Callable[[str], Awaitable[str]] | None = None
@@ -173,7 +175,7 @@ class PlanningLoop:
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=None if self.limits is None else self.limits.journaled(
                                           self.engine.clock.now(), self.client.model, pressure=self.pressure,
-                                          **self._cascade_limits()))
+                                          parent=self.parent, **self._cascade_limits()))
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run

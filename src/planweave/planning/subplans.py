@@ -1,0 +1,296 @@
+"""Sub-plans: a step ``{"tool": "plan", "args": {"goal": ..., "tools": [...], "budget": {...}, "deadline": S}}``
+is planned and run as a *child run* of the goal run that holds it.
+
+The child is a goal run of its own (its own plan versions, context, planner and joiner) with the id
+``<parent run>.<step>`` (``<parent run>.<step>-2``, ... for later attempts after one ended), journaled in the same
+journal with its parent named in ``run_created`` (``options.limits.parent``: run, step, depth). What it may spend is
+a *slice* of the parent's budget, reserved from the parent's :class:`~planweave.models.Budget` before the child
+starts and settled with what the child really spent when it ends (so the parent's calls and its other children
+never count on money a child may still spend); its deadline is the earlier of ``args.deadline`` and the time the
+parent has left; its tools are the ones named (default: all the parent's). The step's output is
+``{"answer": ..., "summary": ..., "run": child_id}``; a child that does not succeed fails the step, for the parent's
+ladder to repair like any failed step.
+
+The ``plan`` tool is idempotent: run again (a retry after an interruption, a resumed parent) it resumes the child
+that has not ended instead of starting another, so the child's finished steps are not run again, and a child that
+succeeded gives its answer without running anything. Cancelling the parent (or the ``plan`` step alone) cancels the
+child; an interruption (the engine closing) leaves both resumable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from planweave.engine.context import current_step
+from planweave.engine.events import Event
+from planweave.engine.limits import JournaledLimits, RunLimits
+from planweave.engine.runtime import Engine, Run
+from planweave.engine.state import RunState
+from planweave.errors import RunError, ToolError
+from planweave.models import Budget, BudgetExceeded, Reservation
+from planweave.tools import Toolbox
+from planweave.tools.registry import Tool
+
+if TYPE_CHECKING:
+    from planweave.planning.loop import PlanningLoop
+
+__all__ = ["DEFAULT_MAX_DEPTH", "SUBPLAN_TOOL", "BudgetSlice", "SubplanSeam", "child_run_id", "parent_of",
+           "plan_tool", "slice_budget"]
+
+SUBPLAN_TOOL = "plan"
+DEFAULT_MAX_DEPTH = 3  # a root goal run is at depth 0; its children at 1, theirs at 2, ...
+SUMMARY_CHARS = 200
+
+#: Builds a child's planning loop: (tools it may call, its limits, its budget, its depth) -> loop.
+LoopBuilder = Callable[[Toolbox, RunLimits, "Budget | None", int], "PlanningLoop"]
+
+
+@dataclass(frozen=True)
+class BudgetSlice:
+    """What one child run may spend: dollars, tokens, or both (None: unlimited in that unit)."""
+
+    usd: float | None = None
+    tokens: int | None = None
+
+
+def slice_budget(asked: BudgetSlice | None, remaining_usd: float | None, remaining_tokens: int | None,
+                 open_children: int) -> BudgetSlice:
+    """The slice a child gets: what it ``asked`` for in each unit, else a fair share of what the parent has left
+    (``remaining / (open_children + 1)``: one share for each sub-plan not finished, this one included, and one for
+    the parent's own calls). Pure; a slice asked for beyond what is left is refused by the reservation, not here."""
+    shares = max(1, open_children) + 1
+    usd = asked.usd if asked is not None and asked.usd is not None else (
+        None if remaining_usd is None else max(0.0, remaining_usd) / shares)
+    tokens = asked.tokens if asked is not None and asked.tokens is not None else (
+        None if remaining_tokens is None else max(0, remaining_tokens) // shares)
+    return BudgetSlice(usd, tokens)
+
+
+def child_run_id(parent: str, step: str, attempt: int = 1) -> str:
+    """The id of the ``attempt``-th child run of step ``step`` of run ``parent``."""
+    return f"{parent}.{step}" if attempt <= 1 else f"{parent}.{step}-{attempt}"
+
+
+def parent_of(events: list[Event] | tuple[Event, ...]) -> Mapping[str, Any] | None:
+    """The parent link (``run``, ``step``, ``depth``) a child run journaled in ``run_created``, or None for a root."""
+    for event in events:
+        if event.kind == "run_created":
+            limits = (event.data.get("options") or {}).get("limits") or {}
+            parent = limits.get("parent") if isinstance(limits, Mapping) else None
+            return parent if isinstance(parent, Mapping) else None
+    return None
+
+
+@dataclass(frozen=True)
+class SubplanSeam:
+    """What the ``plan`` tool of one goal run needs: how to build a child's loop, the tools a child may be given,
+    the budget slices are reserved from, the parent's absolute deadline, and the depth limit."""
+
+    engine: Engine
+    build: LoopBuilder
+    tools: Toolbox
+    budget: Budget | None
+    deadline_at: float | None  # the parent's end on the engine's clock (None: no deadline)
+    depth: int = 0  # the depth of the runs this tool is called from (a root goal run: 0)
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_replans: int | None = None
+
+
+def _fail(message: str, kind: str = "subplan") -> ToolError:
+    return ToolError(message, kind=kind, retryable=False)
+
+
+def _asked_slice(budget: Mapping[str, Any] | None) -> BudgetSlice | None:
+    if budget is None:
+        return None
+    unknown = sorted(set(budget) - {"usd", "tokens"})
+    if unknown:
+        raise _fail(f"plan: budget has unknown key(s) {unknown}: give 'usd' and/or 'tokens'", "invalid_args")
+    usd, tokens = budget.get("usd"), budget.get("tokens")
+    if usd is not None and (not isinstance(usd, int | float) or isinstance(usd, bool) or not math.isfinite(usd)
+                            or usd < 0):
+        raise _fail(f"plan: budget.usd must be a number >= 0, got {usd!r}", "invalid_args")
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+        raise _fail(f"plan: budget.tokens must be an integer >= 0, got {tokens!r}", "invalid_args")
+    return BudgetSlice(None if usd is None else float(usd), tokens)
+
+
+def _summary(child_id: str, state: RunState, answer: str | None) -> str:
+    done = sum(1 for r in state.records.values() if r.status == "succeeded")
+    text = (answer or "").strip().replace("\n", " ")
+    cut = text if len(text) <= SUMMARY_CHARS else text[: SUMMARY_CHARS - 1] + "…"
+    return f"sub-plan {child_id} {state.status}: {done}/{len(state.records)} steps" + (f"; {cut}" if cut else "")
+
+
+def plan_tool(seam: SubplanSeam) -> Tool:
+    """The ``plan`` tool of a goal run: runs ``args.goal`` as a child run (see the module docstring)."""
+    engine = seam.engine
+
+    async def plan(goal: str, tools: list[str] | None = None, budget: dict[str, Any] | None = None,
+                   deadline: float | None = None) -> dict[str, Any]:
+        """Plan and run a sub-goal as a child run with its own plan and context: goal; tools (names, default all);
+        budget {usd?, tokens?} (default a fair share of what is left); deadline in seconds. Returns answer, summary,
+        run."""
+        ctx = current_step()
+        depth = seam.depth + 1
+        if depth > seam.max_depth:
+            raise _fail(f"plan: sub-plan depth limit ({seam.max_depth}) reached: run '{ctx.run_id}' is at depth "
+                        f"{seam.depth}, so step '{ctx.step_id}' cannot start a child at depth {depth}",
+                        "depth_limit")
+        if not goal.strip():
+            raise _fail("plan: goal is empty", "invalid_args")
+        if deadline is not None and not (math.isfinite(deadline) and deadline > 0):
+            raise _fail(f"plan: deadline must be a number of seconds > 0, got {deadline!r}", "invalid_args")
+        asked = _asked_slice(budget)
+        child_tools = _subset(seam.tools, tools)
+        parent = engine.get(ctx.run_id)
+        child_id, existing = await _child_to_run(engine, ctx.run_id, ctx.step_id, goal)
+        if existing is not None and existing.status == "succeeded":  # finished before an interruption: reuse it
+            return {"answer": existing.answer, "summary": _summary(child_id, existing, existing.answer),
+                    "run": child_id}
+        now = engine.clock.now()
+        left = None if seam.deadline_at is None else max(0.0, seam.deadline_at - now)
+        if existing is not None:  # resumed: the limits it was started with, what it spent already charged
+            recorded = JournaledLimits.from_events(await engine.journal.read(child_id))
+            limits, child_budget = recorded.limits, recorded.budget()
+            remaining = recorded.remaining_s(now)
+            share = BudgetSlice(limits.budget_usd, limits.budget_tokens)
+            child_deadline = remaining if left is None else (left if remaining is None else min(left, remaining))
+        else:
+            open_children = sum(1 for sid, rec in parent.state.records.items()
+                                if parent.plan.steps[sid].tool == SUBPLAN_TOOL
+                                and rec.status in ("pending", "ready", "running"))
+            share = slice_budget(asked, None if seam.budget is None else seam.budget.remaining_usd,
+                                 None if seam.budget is None else seam.budget.remaining_tokens, open_children)
+            child_deadline = deadline if left is None else (left if deadline is None else min(deadline, left))
+            limits = RunLimits(share.usd, share.tokens, child_deadline, seam.max_replans)
+            child_budget = limits.budget()
+        reservation = _reserve(seam.budget, share, child_id)
+        loop = seam.build(child_tools, RunLimits(limits.budget_usd, limits.budget_tokens, child_deadline,
+                                                 limits.max_replans), child_budget, depth)
+        loop.parent = {"run": ctx.run_id, "step": ctx.step_id, "depth": depth}
+        spent = _Spend(child_budget)
+        try:
+            child = await (loop.resume(child_id) if existing is not None else loop.start(goal, run_id=child_id,
+                                                                                       priority=parent.priority))
+        except BaseException:
+            _settle(seam.budget, reservation, spent)
+            raise
+        stop = _propagate_cancel(parent, ctx.step_id, child)
+        try:
+            result = await child.wait()
+        except BaseException:
+            if not stop.cancelled and not child.finished:
+                engine.interrupt(child_id)  # the parent was interrupted, not cancelled: the child stays resumable
+            raise
+        finally:
+            stop.active = False
+            _settle(seam.budget, reservation, spent)
+            if spent.usd or spent.tokens:  # the parent's journal counts its children's spend (and a resume too)
+                ctx.report_usage({"purpose": "subplan", "model": loop.client.model, "prompt_tokens": 0,
+                                  "completion_tokens": spent.tokens, "cost_usd": spent.usd,
+                                  "usage_source": "subplan", "run": child_id})
+        if result.status != "succeeded":
+            raise _fail(f"sub-plan run '{child_id}' {result.status}: {result.error or 'no answer'}")
+        answer = result.state.answer
+        return {"answer": answer, "summary": _summary(child_id, result.state, answer), "run": child_id}
+
+    return Tool.from_function(plan, name=SUBPLAN_TOOL, idempotent=True, speculate=False)
+
+
+class _Spend:
+    """What a child has spent, read from its budget when settled (its budget may be None: nothing counted)."""
+
+    def __init__(self, budget: Budget | None) -> None:
+        self._budget = budget
+
+    @property
+    def usd(self) -> float:
+        return 0.0 if self._budget is None else self._budget.spent_usd
+
+    @property
+    def tokens(self) -> int:
+        return 0 if self._budget is None else self._budget.spent_tokens
+
+
+def _reserve(budget: Budget | None, share: BudgetSlice, child_id: str) -> Reservation | None:
+    if budget is None:
+        return None
+    try:
+        return budget.reserve(share.usd or 0.0, share.tokens or 0)
+    except BudgetExceeded as exc:
+        raise _fail(f"plan: the budget slice of sub-plan '{child_id}' does not fit in the parent's budget: {exc}",
+                    "budget") from None
+
+
+def _settle(budget: Budget | None, reservation: Reservation | None, spent: _Spend) -> None:
+    if budget is not None and reservation is not None:
+        budget.settle(reservation, spent.usd, spent.tokens)
+
+
+def _subset(tools: Toolbox, names: list[str] | None) -> Toolbox:
+    """The tools a child may call: the ones ``names`` names (default: all the parent's). ``llm`` (on the child's
+    own budget) and ``plan`` (within the depth limit) are the child's whatever it is given."""
+    if names is None:
+        return Toolbox({n: t for n, t in tools.items() if n != SUBPLAN_TOOL})
+    unknown = [n for n in names if n not in tools and n not in ("llm", SUBPLAN_TOOL, "context.read")]
+    if unknown:
+        raise _fail(f"plan: unknown tool(s) {unknown} for the sub-plan: the parent has "
+                    f"{sorted(n for n in tools if n != SUBPLAN_TOOL)}", "invalid_args")
+    return Toolbox({n: tools[n] for n in names if n in tools and n != SUBPLAN_TOOL})
+
+
+async def _child_to_run(engine: Engine, parent: str, step: str, goal: str) -> tuple[str, RunState | None]:
+    """The child run this call is about: the latest one of the step that has not ended (to resume) or that
+    succeeded on the same goal (to reuse), with its journaled state; else the id of a new one (and None)."""
+    attempt = 1
+    last: tuple[str, RunState] | None = None
+    while True:
+        cid = child_run_id(parent, step, attempt)
+        events = await engine.journal.read(cid)
+        if not events:
+            break
+        if engine.seal is not None:
+            events = engine.seal.unseal(events)
+        last = (cid, RunState.from_events(cid, events))
+        attempt += 1
+    if last is not None:
+        cid, state = last
+        if state.plan.spec.goal == goal and (state.status == "succeeded" or (
+                state.status == "running" and state.failed_by is None)):
+            try:
+                engine.get(cid)
+            except RunError:
+                return cid, state
+            raise _fail(f"plan: sub-plan run '{cid}' is already running in this engine")
+    return child_run_id(parent, step, attempt), None
+
+
+@dataclass
+class _CancelLink:
+    active: bool = True
+    cancelled: bool = False
+
+
+def _propagate_cancel(parent: Run, sid: str, child: Run) -> _CancelLink:
+    """Cancel ``child`` when ``parent`` is cancelled or its step ``sid`` is (journaled before the step's task is
+    cancelled, so the child is cancelled, not left interrupted)."""
+    link = _CancelLink()
+
+    def listen(event: Event) -> None:
+        if not link.active or child.finished:
+            return
+        if (event.kind == "run_cancelled" and event.step is None) or (
+                event.kind == "step_cancelled" and event.step == sid):
+            link.cancelled = True
+            reason = str(event.data.get("reason") or "cancelled")
+            if event.step is None and event.data.get("status") == "failed":
+                child.fail(f"parent run '{parent.id}' ended: {reason}")
+            else:
+                child.cancel(f"parent run '{parent.id}' cancelled: {reason}")
+
+    parent.subscribe(listen)
+    return link
