@@ -152,13 +152,15 @@ def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool =
                 cascade: bool = False) -> PlanModel | None:
     """``plan_model`` with an allocator and a cascade on the tier table in ``path`` if given (bad file, a --goal
     run, or no --model: exit 2); ``cascade``: its ``model: auto`` steps are cascaded rather than allocated."""
-    from planweave.allocate import AllocationError, AllocationSeam, load_tiers
-    from planweave.allocate.cascade_seam import CascadeSeam
-
     if path is None:
         if cascade:
             raise UsageError("--cascade needs the tiers to cascade over: give --tiers FILE too")
         return plan_model
+    # Imported only with --tiers: planweave.allocate (and the models package it imports) cost a run without
+    # tiers ~20 ms of start-up (docs/benchmarks.md, start-up).
+    from planweave.allocate import AllocationError, AllocationSeam, load_tiers
+    from planweave.allocate.cascade_seam import CascadeSeam
+
     if goal:
         raise UsageError("--tiers applies to plan files (their llm steps saying model: auto are allocated), or "
                          "with --cascade to a --goal run (its planner cascades over the tiers)")
