@@ -11,11 +11,12 @@ event through the run. The allocator stays pure; the engine's core knows nothing
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from planweave.allocate.allocator import Allocator, Policy
+from planweave.allocate.history import Fitted, fitted_table
 from planweave.allocate.model import (
     MAX_SAMPLES,
     SELECTS,
@@ -31,6 +32,7 @@ from planweave.allocate.model import (
 from planweave.engine.context import StepContext
 from planweave.engine.events import EventKind
 from planweave.engine.state import RunState
+from planweave.forecast.estimates import Estimates
 from planweave.plan.graph import Plan
 from planweave.plan.model import Step
 
@@ -101,14 +103,20 @@ class AllocationSeam:
 
     ``deadline_at`` is the clock time the runs must finish by (None: no deadline); ``policy`` the allocator's policy
     (``monte_carlo``, or a baseline); ``tool`` the name of the ``llm`` tool whose steps are allocated;
-    ``step_table`` a step's own tier profiles where they differ from ``table`` (declared, or from estimates).
+    ``step_table`` a step's own tier profiles where they differ from ``table`` (declared, or from estimates);
+    ``history`` the estimates of past runs (``forecast.history.read_estimates`` on the journal): read once, before
+    the first decision, and combined with ``table`` as the prior (``allocate/history.py``), the allocator decides on
+    the fitted profiles.
     """
 
     def __init__(self, table: TierTable, runs: Callable[[str], AllocatedRun] | None = None, *,
                  allocator: Allocator | None = None,
                  deadline_at: float | None = None, policy: Policy = "monte_carlo", tool: str = "llm",
-                 step_table: Callable[[Step], TierTable | None] | None = None) -> None:
+                 step_table: Callable[[Step], TierTable | None] | None = None,
+                 history: Callable[[], Awaitable[Estimates]] | None = None) -> None:
         self.table = table
+        self.history = history
+        self.fitted: Fitted | None = None  # the table fitted from history (None: not read yet, or no history)
         self.step_table = step_table
         self.allocator = allocator if allocator is not None else Allocator(table)
         self._runs = runs
@@ -164,6 +172,9 @@ class AllocationSeam:
         # One decision at a time: each sees the choices made before it (steps ready together are decided in the
         # order they started, as if the decisions took no time), so runs replay.
         async with self._deciding:
+            if self.history is not None and self.fitted is None:
+                self.fitted = fitted_table(self.table, await self.history())
+                self.allocator.table = self.fitted.table
             run = self._runs(ctx.run_id)
             if ctx.run_id in self._hurried:
                 auto = self._fastest(run, ctx, auto, fits)
@@ -179,6 +190,10 @@ class AllocationSeam:
             "policy": decision.policy, "attempt": ctx.attempt, **decision.estimate.to_json(), "sims": decision.sims,
             "overhead_s": round(decision.overhead_s, 6), "compared": [c.to_json() for c in decision.compared],
         }
+        if self.fitted is not None and any(self.fitted.calls.values()):
+            data["history"] = {name: {"calls": n, "p_success": round(self.fitted.table[name].p_success, 4),
+                                      "duration_s": round(self.fitted.table[name].duration_s, 3)}
+                               for name, n in self.fitted.calls.items() if n}
         if decision.reason:
             data["reason"] = decision.reason
         elif ctx.run_id in self._hurried:

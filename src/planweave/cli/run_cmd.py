@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from planweave.allocate import AllocationSeam
     from planweave.allocate.cascade_seam import CascadeSeam
     from planweave.allocate.model import TierTable
+    from planweave.forecast.estimates import Estimates
     from planweave.models import Budget
     from planweave.planning import PlanningLoop
 
@@ -193,10 +194,21 @@ def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: flo
     if plan_model is None or plan_model.allocation is None:
         return
     plan_model.allocation.bind(engine.get)
+    plan_model.allocation.history = _history(engine)
     if plan_model.cascade is not None:
         plan_model.cascade.bind(engine)
     if deadline is not None:
         plan_model.allocation.deadline_at = engine.clock.now() + deadline
+
+
+def _history(engine: Engine) -> Callable[[], Awaitable[Estimates]]:
+    """The estimates of the journal's past runs, read when an allocator first decides (its tiers' prior)."""
+    async def read() -> Estimates:
+        from planweave.forecast.history import read_estimates
+
+        return await read_estimates(engine.journal)
+
+    return read
 
 
 def _pressure_flag(value: float | None, deadline: float | None) -> float | None:
@@ -299,7 +311,7 @@ class ResumeLimits:
                 return None
         except AllocationError as exc:
             raise UsageError(f"--tiers: {exc}" if self.tiers is not None else str(exc)) from None
-        seam = AllocationSeam(table, deadline_at=recorded.deadline_at)
+        seam = AllocationSeam(table, deadline_at=recorded.deadline_at, history=_history(engine))
         seam.bind(engine.get)
         return seam
 

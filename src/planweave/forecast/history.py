@@ -24,6 +24,11 @@ def run_observations(state: RunState) -> list[Observation]:
 
     An attempt's tokens and cost are its step's model calls, shared evenly over the step's attempts. A step whose
     fallback was used ran its fallback's tool on its last attempt (the fallback is tried once).
+
+    Per model: a call timed on its own (the planner's: ``started_at``, ``finished_at``) counts as a success of its
+    duration; a step's call without its own times (an ``llm`` step's) counts with the outcome and duration of the
+    attempt it was made in (a call journaled while the attempt ran), so a model whose answers fail their step
+    reads as failing (the allocator's tier profiles from history, ``allocate/history.py``).
     """
     plan = state.plan
     prints = plan.fingerprints
@@ -39,6 +44,11 @@ def run_observations(state: RunState) -> list[Observation]:
         started, finished = call.get("started_at"), call.get("finished_at")
         if call.get("model") and isinstance(started, int | float) and isinstance(finished, int | float):
             out.append(Observation("model", str(call["model"]), max(0.0, finished - started), True, tin, tout, cost))
+        elif call.get("model") and isinstance(sid, str):
+            found = _attempt_of(state, sid, call.get("at"))
+            if found is not None:
+                duration, ok = found
+                out.append(Observation("model", str(call["model"]), duration, ok, tin, tout, cost))
     for sid, rec in state.records.items():
         attempts = [e for e in rec.attempt_log if e[2] is not None and e[3] in ("succeeded", "failed")]
         if not attempts:
@@ -56,6 +66,17 @@ def run_observations(state: RunState) -> list[Observation]:
                 out.append(Observation("step", prints[sid], duration, ok, tin // n, tout // n, cost / n,
                                        label=f"{sid} ({tool})"))
     return out
+
+
+def _attempt_of(state: RunState, step_id: str, at: object) -> tuple[float, bool] | None:
+    """The duration and outcome of step ``step_id``'s finished attempt that was running at time ``at``."""
+    rec = state.records.get(step_id)
+    if rec is None or not isinstance(at, int | float):
+        return None
+    for _, started, finished, outcome in rec.attempt_log:
+        if finished is not None and outcome in ("succeeded", "failed") and started <= at <= finished:
+            return max(0.0, finished - started), outcome == "succeeded"
+    return None
 
 
 def _by_run(events: Iterable[Event]) -> dict[str, list[Event]]:
