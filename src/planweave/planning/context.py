@@ -17,13 +17,13 @@ The size of this text does not grow with the number of finished steps: every par
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from planweave.engine.state import RunState
 
-__all__ = ["ContextLimits", "OutputRef", "ReferenceBook", "bounded_context", "summarize_output"]
+__all__ = ["ContextLimits", "OutputRef", "RedactedOutputs", "ReferenceBook", "bounded_context", "summarize_output"]
 
 #: The tool whose outputs are detail the planner asked for: shown whole (bounded), not as a reference.
 READ_TOOL = "context.read"
@@ -72,6 +72,32 @@ def summarize_output(value: Any, limit: int) -> tuple[str, int]:
     return summary, len(text)
 
 
+class RedactedOutputs(Mapping[str, Any]):
+    """A run's outputs with the engine's secrets hidden, each output redacted when it is read (lazily: a context
+    reads a few outputs, not all of them).
+
+    A context cuts outputs to a few characters (the state summary's per-output share, a reference's summary); cut
+    first and redacted after, a secret that straddles the cut is no longer whole and its first characters reach the
+    model: the contexts read outputs through this view, so what they cut is redacted already.
+    """
+
+    def __init__(self, outputs: Mapping[str, Any], redact: Callable[[Any], Any]) -> None:
+        self._outputs = outputs
+        self._redact = redact
+
+    def __getitem__(self, key: str) -> Any:
+        return self._redact(self._outputs[key])
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._outputs
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._outputs)
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+
 class ReferenceBook:
     """The references of a run's finished outputs, in the order they finished, each summarised once (cached)."""
 
@@ -115,8 +141,11 @@ def _step_line(state: RunState, sid: str) -> str:
     return _canonical(step.model_dump(exclude_defaults=True))
 
 
-def bounded_context(state: RunState, outputs: Mapping[str, Any], book: ReferenceBook, report: str) -> str:
-    """The run as the planner is told it: report, frontier, references, recent reads; every part bounded."""
+def bounded_context(state: RunState, outputs: Mapping[str, Any], book: ReferenceBook, report: str, *,
+                    redact: Callable[[Any], Any] | None = None) -> str:
+    """The run as the planner is told it: report, frontier, references, recent reads; every part bounded. With
+    ``redact`` (the engine's), errors are redacted before they are cut (give ``outputs`` as :class:`RedactedOutputs`
+    for the same with outputs)."""
     limits = book.limits
     book.sync(state, outputs)
     failed, running, waiting = [], [], []
@@ -124,7 +153,8 @@ def bounded_context(state: RunState, outputs: Mapping[str, Any], book: Reference
         if rec.status in ("failed", "skipped", "cancelled", "unknown"):
             if rec.status == "cancelled" and rec.error is None:
                 continue
-            failed.append(f"- {sid} ({state.plan.steps[sid].tool}) {rec.status}: {str(rec.error)[:300]}")
+            error = str(rec.error if redact is None else redact(str(rec.error)))
+            failed.append(f"- {sid} ({state.plan.steps[sid].tool}) {rec.status}: {error[:300]}")
         elif rec.status == "running":
             running.append(f"- {sid} ({state.plan.steps[sid].tool}) running")
         elif rec.status != "succeeded":

@@ -47,7 +47,7 @@ from planweave.plan.graph import parse_step
 from planweave.plan.model import PlanSpec
 from planweave.plan.refs import rename_refs
 from planweave.planning import prompts
-from planweave.planning.context import ContextLimits, ReferenceBook, bounded_context
+from planweave.planning.context import ContextLimits, RedactedOutputs, ReferenceBook, bounded_context
 from planweave.planning.draft import DraftOptions, DraftPlanner, DraftSession, draft_options
 from planweave.planning.lines import LineParser
 from planweave.tools import Toolbox
@@ -277,11 +277,13 @@ class PlanningLoop:
     def _summary(self, run: Run) -> str:
         """The run's state as the model is told it, with the engine's secrets hidden: the live run holds them as
         written (outputs, plan steps, errors)."""
-        if self.options.context == "references":
-            summary = bounded_context(run.state, run.outputs, self._book, self.report)
-        else:
-            summary = prompts.state_summary(run.state, run.outputs, budget_chars=self.options.summary_chars)
         hide = self.engine.redact
+        # Outputs redacted before a context cuts them short: a secret cut in two is not redacted whole after.
+        outputs = run.outputs if hide is None else RedactedOutputs(run.outputs, hide)
+        if self.options.context == "references":
+            summary = bounded_context(run.state, outputs, self._book, self.report, redact=hide)
+        else:
+            summary = prompts.state_summary(run.state, outputs, budget_chars=self.options.summary_chars)
         return summary if hide is None else str(hide(summary))
 
     def _system(self) -> str:
