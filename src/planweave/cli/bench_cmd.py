@@ -233,3 +233,17 @@ def bench_context(ctx: typer.Context) -> None:
     from planweave.bench.context import main as context_main
 
     raise typer.Exit(context_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "memory",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_memory(ctx: typer.Context) -> None:
+    """Memory across runs on a seeded family of related goals (scripted planner told by its prompt whether a
+    recalled skill applies): steps and tokens per goal with memory on vs off, and retrieval precision@k on a
+    labelled set; options go to planweave.bench.memory (--help)."""
+    from planweave.bench.memory import main as memory_main
+
+    raise typer.Exit(memory_main(list(ctx.args)))
