@@ -43,7 +43,12 @@ from planweave.cli.follow import (
     run_loop,
     tool_output_to_stderr,
 )
-from planweave.cli.speculation_flags import PredictorModelOption, open_predictor, with_predictor
+from planweave.cli.speculation_flags import (
+    PredictorModelOption,
+    open_predictor,
+    resumed_speculation,
+    with_predictor,
+)
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import (
     DEFAULT_CONCURRENCY,
@@ -64,6 +69,7 @@ if TYPE_CHECKING:
     from planweave.allocate.model import TierTable
     from planweave.forecast.estimates import Estimates
     from planweave.models import Budget
+    from planweave.plan.model import SpeculationMode
     from planweave.planning import PlanningLoop
 
 
@@ -260,14 +266,18 @@ class ResumeLimits:
     budget_tokens: int | None
     deadline: float | None  # a new deadline, counted from the resume
     tiers: Path | None = None  # a tier table replacing the journaled one
+    speculate: SpeculationMode | None = None  # --speculate: the journaled speculation's mode replaced
+    predictor_model: str | None = None  # --predictor-model
 
     async def resume(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox, run_id: str,
                      retry_unknown: bool) -> Run:
         """Resume ``run_id`` within the limits it was started with (the ones given here replace them): its ``llm``
         steps on the model it journaled, within what is left of its budget, and its deadline at the time it was
         set for; raises UsageError naming a flag that does not apply to the run."""
-        recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
+        events = await engine.journal.read(run_id)
+        recorded = JournaledLimits.from_events(events).with_overrides(
             RunLimits(self.budget_usd, self.budget_tokens, self.deadline), engine.clock.now())
+        budget = recorded.budget()  # the llm steps and the predictor spend from one budget
         tools = None
         seam: AllocationSeam | None = None
         if recorded.model is None:
@@ -282,8 +292,11 @@ class ResumeLimits:
                 steps = CascadeSeam(seam.table, auto=recorded.cascade, hurried=seam.hurried)
                 steps.bind(engine)
             tools = await PlanModel(recorded.model, self.base_url, None, None, seam, steps).toolbox(
-                stack, base, recorded.budget())
-        run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
+                stack, base, budget)
+        policy = resumed_speculation(events, self.speculate, self.predictor_model)
+        predictor = None if policy is None else await open_predictor(stack, policy, self.base_url, budget)
+        run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown, speculation=policy,
+                                  predictor=predictor)
         recorded.apply_deadline(engine, run)
         created = run.state.created_at
         if created is not None and (recorded.deadline_at is not None or recorded.limits.budget_usd is not None):
@@ -345,10 +358,10 @@ NoCacheOption = Annotated[bool, typer.Option(
          "for later runs; docs/caching.md).")]
 
 
-def _plan_files_speculate(speculate: str | None, predictor_model: str | None = None) -> None:
-    """``--speculate`` or ``--predictor-model`` on a --goal run: refused (exit 2)."""
+def _plan_files_speculate(speculate: str | None, predictor_model: str | None = None, *, goal: bool = True) -> None:
+    """``--speculate`` or ``--predictor-model`` on a --goal run (``goal``): refused (exit 2)."""
     for flag, given in (("--speculate", speculate), ("--predictor-model", predictor_model)):
-        if given is not None:
+        if goal and given is not None:
             raise UsageError(f"{flag} applies to plan files: the steps of a --goal run are written by its planner "
                              "as it goes (docs/speculation.md)")
 
@@ -590,6 +603,8 @@ def resume(
         "A tier table for the run's model: auto steps, in place of the one it journaled (default: that one)."))
     ] = None,
     no_cache: NoCacheOption = False,
+    speculate: SpeculateOption = None,
+    predictor_model: PredictorModelOption = None,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
 
@@ -626,7 +641,8 @@ def resume(
             raise UsageError("--max-replans applies to a --goal run resumed with its planner: give --model NAME too")
         if tiers is not None and model is not None:
             raise UsageError("--tiers applies to plan files: a --goal run's llm steps are not allocated")
-        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers)
+        _plan_files_speculate(speculate, predictor_model, goal=model is not None)
+        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers, speculate, predictor_model)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             if model is not None:

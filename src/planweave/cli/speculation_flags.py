@@ -8,6 +8,7 @@ run's budget (docs/speculation.md).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Annotated
 
@@ -17,6 +18,7 @@ from planweave.cli.common import PANEL_SCHEDULING, UsageError
 from planweave.plan.model import PlanSpec, PredictorSpec, SpeculationMode, SpeculationSpec
 
 if TYPE_CHECKING:
+    from planweave.engine.events import Event
     from planweave.engine.speculation import Predictor
     from planweave.models import Budget
 
@@ -35,7 +37,28 @@ def with_predictor(spec: PlanSpec, speculate: SpeculationMode | None,
         return speculate
     from planweave.engine.speculative import resolve_policy
 
-    policy = resolve_policy(spec, speculate)
+    return _predicting(resolve_policy(spec, speculate), predictor_model)
+
+
+def resumed_speculation(events: Sequence[Event], speculate: SpeculationMode | None,
+                        predictor_model: str | None) -> SpeculationSpec | None:
+    """What a resumed run speculates: the policy journaled when it started (``options.speculation``), its mode
+    replaced by ``--speculate`` (the journaled limits kept) and its predictor's model by ``--predictor-model``;
+    None: it never speculated and no flag asks it to."""
+    from planweave.engine.speculation import POLICIES
+
+    journaled = next((SpeculationSpec.model_validate(raw) for e in events if e.kind == "run_created"
+                      and (raw := (e.data.get("options") or {}).get("speculation"))), None)
+    policy = journaled
+    if speculate is not None:
+        policy = POLICIES[speculate] if journaled is None else journaled.model_copy(update={"mode": speculate})
+    if predictor_model is None:
+        return policy
+    return _predicting(policy or POLICIES["off"], predictor_model)
+
+
+def _predicting(policy: SpeculationSpec, predictor_model: str) -> SpeculationSpec:
+    """``policy`` with its predictor's model ``predictor_model`` (its base_url and max_tokens kept)."""
     if policy.mode == "off":
         raise UsageError("--predictor-model applies to a run that speculates: give --speculate safe or eager, or "
                          "a plan with speculation:")
