@@ -187,14 +187,29 @@ def _command(
                                                       help="speculation.max_extra_cost_usd.")] = 0.01,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object (rows with results_differ).")
                            ] = False,
+    planning: Annotated[bool, typer.Option(
+        "--planning", help="Speculative planning instead: the plain streaming planner vs a fast draft model "
+                           "verified by it (planweave.bench.draft_planning; --seeds, --steps apply).")] = False,
+    tool_scale: Annotated[float, typer.Option("--tool-scale", min=0.01,
+                                              help="--planning: the tool steps' durations (0.2-1.5 s) times this.")
+                          ] = 1.0,
 ) -> tuple[dict[str, Any], bool]:
     """Speculation off, safe and eager on seeded llm DAGs whose predictions are right with p in {0, 0.3, 0.6, 0.9}."""
+    if planning:
+        from planweave.bench.draft_planning import run_planning_bench
+
+        return {"planning": run_planning_bench(seeds=seeds, steps=steps, tool_scale=tool_scale)}, json_output
     return run_bench(seeds, steps, concurrency, ttft, tps, max_parallel, max_extra_cost_usd), json_output
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the table (or JSON); exit status 2 for bad options, 1 if a result differed."""
     result, as_json = parse_command_line(_command, argv, "planweave bench speculate")
+    if "planning" in result:
+        from planweave.bench.draft_planning import render_planning_table
+
+        print(json.dumps(result, indent=2) if as_json else render_planning_table(result["planning"]))
+        return 1 if any(r["results_differ"] for r in result["planning"]["rows"]) else 0
     print(json.dumps(result, indent=2) if as_json else render_table(result))
     return 1 if any(r["results_differ"] for r in result["rows"]) else 0
 

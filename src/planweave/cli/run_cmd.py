@@ -86,6 +86,7 @@ class AgentFlags:
     plan_max_tokens: int
     ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
     tiers: TierTable | None = None  # --tiers with --cascade: the planner (and model: cascade steps) cascade on them
+    draft_model: str | None = None  # --draft-model: drafts the initial plan ahead of the planner (planning/draft.py)
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
                             budget: Budget | None = None) -> PlanningLoop:
@@ -96,9 +97,11 @@ class AgentFlags:
 
         options: dict[str, Any] = {"base_url": self.base_url} if self.base_url else {}
         client = await stack.enter_async_context(resolve_model(self.model, **options))
+        draft = None if self.draft_model is None else \
+            await stack.enter_async_context(resolve_model(self.draft_model, **options))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
         return build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
-                                   ask_human=self.ask_human, budget=budget, tiers=self.tiers)
+                                   ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft)
 
     def limits(self) -> RunLimits:
         """The run's limits as the server gets them from a request (a zero budget is a budget)."""
@@ -215,6 +218,12 @@ def _history(engine: Engine) -> Callable[[], Awaitable[Estimates]]:
         return await read_estimates(engine.journal)
 
     return read
+
+
+def _goal_only_draft(draft_model: str | None, goal: str | None) -> None:
+    """``--draft-model`` without ``--goal``: refused (exit 2)."""
+    if draft_model is not None and goal is None:
+        raise UsageError("--draft-model applies to --goal runs: a plan file has no planner to draft for")
 
 
 def _pressure_flag(value: float | None, deadline: float | None) -> float | None:
@@ -465,11 +474,16 @@ def run(
     no_cache: NoCacheOption = False,
     speculate: SpeculateOption = None,
     predictor_model: PredictorModelOption = None,
+    draft_model: Annotated[str | None, typer.Option("--draft-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
+        help="For --goal: a small fast model (same --base-url) drafts the plan while the planner writes it; the "
+             "planner's lines verify the draft and agreeing safe steps start early (docs/speculation.md).")
+    ] = None,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
         if (file is None) == (goal is None):
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
+        _goal_only_draft(draft_model, goal)
         if model_limits is not None:
             use_model_limits(model_limits)
         flags = parse_capacities(capacity or ())
@@ -543,7 +557,7 @@ def run(
 
             agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
                                5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human,
-                               tiers=goal_tiers)
+                               tiers=goal_tiers, draft_model=draft_model)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)

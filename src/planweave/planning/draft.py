@@ -249,8 +249,8 @@ class DraftSession:
 
     def _journal_call(self, client: ModelClient, started: float, completion: Completion | None, meter: StreamMeter,
                       cut: str | None) -> None:
-        if (completion is None and not meter.received) or self.run.finished:
-            return
+        if self.run.finished:
+            return  # nothing may be journaled after the run's end (its stream is cut by the run ending)
         if completion is not None:
             prompt, out, cost, model = (completion.prompt_tokens, completion.completion_tokens,
                                         completion.cost_usd or 0.0, completion.model)

@@ -8,6 +8,7 @@ so a limit given to either edge means the same thing. A zero budget is a budget 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 
 from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
@@ -55,6 +56,7 @@ def build_planning_loop(
     subplans: bool = True,
     max_depth: int = DEFAULT_MAX_DEPTH,
     subplan_depth: int = 0,
+    draft: ModelClient | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -67,6 +69,7 @@ def build_planning_loop(
     ``subplan_depth + 1``, at most ``max_depth`` (docs/subplans.md).
     With ``memory`` (a :class:`planweave.memory.MemoryRecall`), the initial plan's prompt carries the verified
     lessons and skills it recalls for the goal (docs/memory.md).
+    With ``draft``, a fast model drafts the initial plan ahead of the planner, verified by it (planning/draft.py).
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
@@ -76,6 +79,8 @@ def build_planning_loop(
         catalog = catalog.merged(Toolbox({SUBPLAN_TOOL: _subplan_tool(
             engine, client, tools, limits, spend, plan_max_tokens, max_depth, subplan_depth)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
+    if draft is not None:
+        options = dataclasses.replace(options, draft=draft)
     loop = PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
                         cascade=None if tiers is None else PlannerCascade(tiers))
     loop.recall = memory
