@@ -21,5 +21,8 @@ def test_the_admission_benchmark_runs_both_modes_and_prints_json(capsys: pytest.
 
 
 def test_an_unknown_mode_exits_2_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--modes", "fixed,fastest"]) == 2
-    assert "unknown mode 'fastest': choose from fixed, knee, adaptive" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:
+        main(["--modes", "fixed,fastest"])
+    assert exited.value.code == 2
+    err = " ".join(capsys.readouterr().err.replace("│", " ").split())
+    assert "--modes: unknown mode 'fastest': choose from fixed, knee, adaptive" in err

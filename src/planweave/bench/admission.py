@@ -18,16 +18,18 @@ window; and the ratios of ``adaptive`` to ``fixed``. Speed is printed, never ass
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
 import statistics
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, cast
+
+import typer
+
+from planweave.bench.cli import parse_command_line
 
 __all__ = ["ModeResult", "main", "measure_mode"]
 
@@ -161,34 +163,49 @@ def table(results: Sequence[ModeResult], *, fixed: int, knee: int) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="planweave bench admission", description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=int, default=500, help="runs (4 model calls each; default 500)")
-    p.add_argument("--rate", type=float, default=16.0, help="runs arriving per second (default 16)")
-    p.add_argument("--knee", type=int, default=24, help="calls in flight before the server slows (default 24)")
-    p.add_argument("--hard-limit", type=int, default=48, help="calls in flight past which it answers 429 (48)")
-    p.add_argument("--fixed", type=int, default=96, help="the fixed semaphore of mode (a), and (b)'s ceiling (96)")
-    p.add_argument("--ttft", type=float, default=0.3, help="the server's base time to first token (0.3 s)")
-    p.add_argument("--tps", type=float, default=100.0, help="the server's base tokens per second (100)")
-    p.add_argument("--modes", default="fixed,adaptive", help="comma-separated, of fixed,knee,adaptive "
-                   "(default fixed,adaptive)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p
+@dataclass(frozen=True)
+class _Options:
+    runs: int
+    rate: float
+    knee: int
+    hard_limit: int
+    fixed: int
+    ttft: float
+    tps: float
+    modes: tuple[Mode, ...]
+    json: bool
+
+
+def _options(
+    runs: Annotated[int, typer.Option(min=1, help="runs (4 model calls each)")] = 500,
+    rate: Annotated[float, typer.Option(help="runs arriving per second (above 0)")] = 16.0,
+    knee: Annotated[int, typer.Option(min=1, help="calls in flight before the server slows")] = 24,
+    hard_limit: Annotated[int, typer.Option(
+        min=1, help="calls in flight past which it answers 429 (at least --knee)")] = 48,
+    fixed: Annotated[int, typer.Option(min=1, help="the fixed semaphore of mode (a), and (b)'s ceiling")] = 96,
+    ttft: Annotated[float, typer.Option(min=0.0, help="the server's base time to first token (s)")] = 0.3,
+    tps: Annotated[float, typer.Option(help="the server's base tokens per second (above 0)")] = 100.0,
+    modes: Annotated[str, typer.Option(help="comma-separated, of fixed,knee,adaptive")] = "fixed,adaptive",
+    json_output: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> _Options:
+    """Many runs sharing one congested model endpoint, with and without admission control."""
+    chosen = [m.strip() for m in modes.split(",") if m.strip()]
+    bad = [m for m in chosen if m not in MODES]
+    if bad or not chosen:
+        raise typer.BadParameter(f"unknown mode {bad[0] if bad else '(none)'!r}: choose from {', '.join(MODES)}",
+                                 param_hint="--modes")
+    for flag, value in (("--rate", rate), ("--tps", tps)):
+        if not value > 0:
+            raise typer.BadParameter(f"{value:g} is not above 0", param_hint=flag)
+    if hard_limit < knee:
+        raise typer.BadParameter(f"{hard_limit} is below --knee {knee}", param_hint="--hard-limit")
+    return _Options(runs, rate, knee, hard_limit, fixed, ttft, tps, tuple(cast("list[Mode]", chosen)), json_output)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the modes and print the table (or JSON); exit status 2 for bad options."""
-    args = _parser().parse_args(argv)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        print(f"planweave bench admission: unknown mode {bad[0] if bad else '(none)'!r}: choose from "
-              f"{', '.join(MODES)}", file=sys.stderr)
-        return 2
-    if args.runs < 1 or args.rate <= 0 or args.knee < 1 or args.hard_limit < args.knee or args.fixed < 1:
-        print("planweave bench admission: --runs, --knee, --fixed at least 1, --rate above 0, --hard-limit at least "
-              "--knee", file=sys.stderr)
-        return 2
+    """Run the modes and print the table (or JSON); a bad option exits 2 naming it (SystemExit)."""
+    args = parse_command_line(_options, argv, "planweave bench admission")
+    modes = args.modes
     results = []
     started = time.perf_counter()
     for mode in modes:
@@ -196,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             mode, runs=args.runs, rate=args.rate, knee=args.knee, hard_limit=args.hard_limit, fixed=args.fixed,
             ttft=args.ttft, tps=args.tps)))
     if args.json:
-        print(json.dumps({"options": vars(args), "modes": [asdict(r) for r in results],
+        print(json.dumps({"options": asdict(args), "modes": [asdict(r) for r in results],
                           "seconds": time.perf_counter() - started}, indent=2))
     else:
         print(f"{args.runs} runs (4 llm steps each) at {args.rate:g} runs/s over one endpoint: knee {args.knee}, "

@@ -16,7 +16,6 @@ Speed is printed, never asserted.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -31,7 +30,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
+
+from planweave.bench.cli import parse_command_line
 
 __all__ = ["ListingResult", "ScaleResult", "fill_journal", "main", "measure_listing", "measure_runs"]
 
@@ -429,30 +432,38 @@ def _table(head: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> 
 
 
 # -- command line -------------------------------------------------------------------------------------------------
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="planweave bench scale",
-        description="Many runs on one machine: N concurrent small runs in one engine beside plain asyncio tasks "
-                    "(default), or (--listing) listing runs of a journal filled with N runs.")
-    parser.add_argument("--runs", type=int, default=10_000, help="runs (default 10000)")
-    parser.add_argument("--steps", type=int, default=None,
-                        help="steps per run (default 5; with --listing 10)")
-    parser.add_argument("--sleep", type=float, default=0.5, help="seconds each step sleeps (default 0.5)")
-    parser.add_argument("--journal", default=None,
-                        help="journal URL (default memory://; with --listing a fresh SQLite file in a temporary "
-                             "directory). With --listing a postgresql:// URL gets a fresh schema, dropped after.")
-    parser.add_argument("--listing", action="store_true", help="measure listing a big journal instead")
-    parser.add_argument("--no-cli", action="store_true", help="with --listing: do not time the CLI as a process")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    return parser
+@dataclass(frozen=True)
+class _Options:
+    runs: int
+    steps: int | None
+    sleep: float
+    journal: str | None
+    listing: bool
+    no_cli: bool
+    json: bool
+
+
+def _options(
+    runs: Annotated[int, typer.Option(min=1, help="runs")] = 10_000,
+    steps: Annotated[int | None, typer.Option(min=1, help="steps per run (default 5; with --listing 10)",
+                                              show_default=False)] = None,
+    sleep: Annotated[float, typer.Option(min=0.0, help="seconds each step sleeps")] = 0.5,
+    journal: Annotated[str | None, typer.Option(
+        help="journal URL (default memory://; with --listing a fresh SQLite file in a temporary directory). With "
+             "--listing a postgresql:// URL gets a fresh schema, dropped after.", show_default=False)] = None,
+    listing: Annotated[bool, typer.Option("--listing", help="measure listing a big journal instead")] = False,
+    no_cli: Annotated[bool, typer.Option("--no-cli", help="with --listing: do not time the CLI as a process")
+                      ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> _Options:
+    """Many runs on one machine: N concurrent small runs in one engine beside plain asyncio tasks (default), or
+    (--listing) listing runs of a journal filled with N runs."""
+    return _Options(runs, steps, sleep, journal, listing, no_cli, json_output)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print its table (or JSON); exit status 2 for bad options."""
-    args = _parser().parse_args(argv)
-    if args.runs < 1 or (args.steps is not None and args.steps < 1) or args.sleep < 0:
-        print("planweave bench scale: --runs and --steps must be at least 1 and --sleep at least 0", file=sys.stderr)
-        return 2
+    """Run the benchmark and print its table (or JSON); a bad option exits 2 naming it (SystemExit)."""
+    args = parse_command_line(_options, argv, "planweave bench scale")
     if args.listing:
         return _main_listing(args)
     steps = args.steps or 5
@@ -461,11 +472,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _main_listing(args: argparse.Namespace) -> int:
+def _main_listing(args: _Options) -> int:
     steps = args.steps or 10
     url = args.journal
     tmp = None
     schema = None
+    server = url  # a PostgreSQL server's URL without the schema: where the schema is dropped from
     if url is None:
         tmp = tempfile.mkdtemp(prefix="planweave-scale-")
         url = f"sqlite:///{tmp}/runs.db"
@@ -477,8 +489,8 @@ def _main_listing(args: argparse.Namespace) -> int:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        if schema is not None:
-            _drop_schema(args.journal, schema)
+        if schema is not None and server is not None:
+            _drop_schema(server, schema)
     print(json.dumps(asdict(result), indent=2) if args.json else listing_table(result))
     return 0
 

@@ -14,7 +14,6 @@ Runs/s are shown with their ratio to the baseline (same machine, same run); the 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -28,11 +27,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import psycopg
+import typer
 from psycopg import sql
 
+from planweave.bench.cli import parse_command_line
 from planweave.engine.runtime import Engine
 from planweave.journal.leases import LeaseStore, QueuedRun
 from planweave.journal.postgres import PostgresJournal
@@ -227,32 +228,48 @@ def table(result: WorkersResult) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="planweave bench workers", description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default=os.environ.get("PLANWEAVE_TEST_PG", "postgresql://127.0.0.1:5432/test"),
-                        help="PostgreSQL server (fresh schemas are created and dropped)")
-    parser.add_argument("--runs", type=int, default=200)
-    parser.add_argument("--steps", type=int, default=4, help="steps per run (a fan-out/fan-in DAG), at least 3")
-    parser.add_argument("--sleep", type=float, default=0.02, help="seconds per step, about")
-    parser.add_argument("--workers", default="1,3", help="worker counts to measure, comma-separated")
-    parser.add_argument("--lease", type=float, default=2.0, help="the workers' lease in seconds")
-    parser.add_argument("--max-runs", type=int, default=64, help="runs each worker holds at once")
-    parser.add_argument("--json", action="store_true")
-    return parser
+@dataclass(frozen=True)
+class _Options:
+    pg: str
+    runs: int
+    steps: int
+    sleep: float
+    workers: tuple[int, ...]
+    lease: float
+    max_runs: int
+    json: bool
+
+
+def _options(
+    pg: Annotated[str | None, typer.Option(
+        help="PostgreSQL server (fresh schemas are created and dropped; default $PLANWEAVE_TEST_PG or "
+             "postgresql://127.0.0.1:5432/test)", show_default=False)] = None,
+    runs: Annotated[int, typer.Option(min=1, help="runs to submit")] = 200,
+    steps: Annotated[int, typer.Option(min=3, help="steps per run (a fan-out/fan-in DAG)")] = 4,
+    sleep: Annotated[float, typer.Option(min=0.0, help="seconds per step, about")] = 0.02,
+    workers: Annotated[str, typer.Option(help="worker counts to measure, comma-separated")] = "1,3",
+    lease: Annotated[float, typer.Option(help="the workers' lease in seconds (above 0)")] = 2.0,
+    max_runs: Annotated[int, typer.Option(min=1, help="runs each worker holds at once")] = 64,
+    json_output: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> _Options:
+    """Runs through worker processes on one PostgreSQL journal vs one engine process."""
+    try:
+        counts = tuple(int(c) for c in workers.split(",") if c.strip())
+    except ValueError:
+        counts = ()
+    if not counts or min(counts) < 1:
+        raise typer.BadParameter(f"expected a list of counts of at least 1 like 1,3, got {workers!r}",
+                                 param_hint="--workers")
+    if not lease > 0:
+        raise typer.BadParameter(f"{lease:g} is not above 0", param_hint="--lease")
+    url = pg if pg is not None else os.environ.get("PLANWEAVE_TEST_PG", "postgresql://127.0.0.1:5432/test")
+    return _Options(url, runs, steps, sleep, counts, lease, max_runs, json_output)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark and print its table (or JSON); exit status 2 for bad options."""
-    args = _parser().parse_args(argv)
-    try:
-        counts = [int(c) for c in args.workers.split(",") if c.strip()]
-    except ValueError:
-        counts = []
-    bad = args.runs < 1 or args.steps < 3 or args.sleep < 0 or args.lease <= 0 or args.max_runs < 1
-    if bad or not counts or min(counts) < 1:
-        print("planweave bench workers: --runs >= 1, --steps >= 3, --sleep >= 0, --lease > 0, --max-runs >= 1 and "
-              "--workers a list of counts >= 1 (e.g. 1,3)", file=sys.stderr)
-        return 2
+    """Run the benchmark and print its table (or JSON); a bad option exits 2 naming it (SystemExit)."""
+    args = parse_command_line(_options, argv, "planweave bench workers")
+    counts = list(args.workers)
     result = measure(args.pg, args.runs, args.steps, args.sleep, counts, args.lease, args.max_runs)
     print(json.dumps(asdict(result), indent=2) if args.json else table(result))
     return 0
