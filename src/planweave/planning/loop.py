@@ -51,7 +51,7 @@ from planweave.planning.context import ContextLimits, RedactedOutputs, Reference
 from planweave.planning.draft import DraftOptions, DraftPlanner, DraftSession, draft_options
 from planweave.planning.lines import LineParser
 from planweave.tools import Toolbox
-from planweave.tools.context import context_read_tool
+from planweave.tools.context import context_read_tool, referencing_llm_tool
 
 _NO_PRICES = PriceTable({})  # a client without a price table: calls cost nothing in dollars
 NO_STEP_LINE = ("the reply has no step line: write each step as a JSON object on its own line, or [] if no step "
@@ -156,6 +156,11 @@ class PlanningLoop:
         self._report_journaled = ""
         if options.context == "references" and "context.read" not in tools and isinstance(tools, Toolbox):
             self.tools = tools.merged({"context.read": context_read_tool(lambda rid: self.engine.get(rid).outputs)})
+        if options.context == "references" and isinstance(self.tools, Toolbox) and "llm" in self.tools:
+            # `llm` steps see the outputs they refer to by reference too, and may read their detail.
+            given, wrapped = self.tools, referencing_llm_tool(self.tools["llm"], self.engine.get, self._describe)
+            self.tools = Toolbox({n: wrapped if n == "llm" else t for n, t in given.items()})
+            self.tools.on_close(given.aclose)  # what the given toolbox holds open is closed with this one
         drafting = draft_options(options.draft)
         self._draft = None if drafting is None else DraftPlanner(drafting, self.tools, engine.clock)
         if self._draft is not None:  # a verified draft attempt answers its step's call (planning/draft.py)
@@ -285,6 +290,14 @@ class PlanningLoop:
         else:
             summary = prompts.state_summary(run.state, outputs, budget_chars=self.options.summary_chars)
         return summary if hide is None else str(hide(summary))
+
+    def _describe(self, run_id: str, sid: str) -> str:
+        """Step ``sid``'s reference (id, tool, size, summary) for an ``llm`` step's prompt: the one the planner is
+        shown, cached per output, summarised from the redacted output."""
+        run = self.engine.get(run_id)
+        hide = self.engine.redact
+        outputs = run.outputs if hide is None else RedactedOutputs(run.outputs, hide)
+        return self._book.note(sid, run.plan.steps[sid].tool, outputs.get(sid)).line().removeprefix("- ")
 
     def _system(self) -> str:
         return prompts.planner_system(self.tools.values(), report=self.options.context == "references")
