@@ -33,6 +33,7 @@ from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanweaveError, RunNotFound
 from planweave.journal import default_journal_url, open_journal
 from planweave.journal.summary import RunSummary
+from planweave.runtree import child_ids, parent_link, run_tree
 from planweave.runview import list_overviews, parse_since, run_overview, run_report, stored_outputs
 
 
@@ -166,14 +167,74 @@ async def read_runs(url: str) -> list[JournaledRun]:
 
 
 async def list_runs(url: str, statuses: list[str] | None, since: float | None, limit: int | None,
-                    cursor: int | None) -> tuple[list[dict[str, Any]], int | None]:
-    """A page of the ``runs`` list from the journal's run summaries, newest first, and the next page's cursor."""
+                    cursor: int | None, *, roots_only: bool = False) -> tuple[list[dict[str, Any]], int | None]:
+    """A page of the ``runs`` list from the journal's run summaries, newest first, and the next page's cursor
+    (``roots_only``: without the sub-plans' child runs; a page cut by ``limit`` may then show fewer)."""
     if journal_file_missing(url):
         return [], None
     async with open_journal(url) as journal:
         found = await list_overviews(journal, _shown_status, statuses=statuses, since=since, limit=limit,
                                      cursor=cursor)
-    return found.rows, found.next
+        rows = found.rows
+        if roots_only:
+            children = await child_ids(journal, [str(r["run_id"]) for r in rows])
+            rows = [r for r in rows if r["run_id"] not in children]
+    return rows, found.next
+
+
+def _tree_status(state: RunState, events: Sequence[Event]) -> str:
+    """A child run's status as ``show`` lists it: ``interrupted`` for a running one whose process is gone."""
+    owner: Mapping[str, Any] = {}
+    for event in events:
+        if event.kind in ("run_created", "run_resumed"):
+            owner = event.data.get("owner", {})
+    return "interrupted" if state.status == "running" and not process_alive(owner) else state.status
+
+
+async def read_tree(url: str, run_id: str) -> tuple[Mapping[str, Any] | None, list[dict[str, Any]]]:
+    """The parent link of run ``run_id`` (None for a root) and its sub-plans' child runs, nested
+    (:func:`planweave.runtree.run_tree`)."""
+    async with open_journal(url) as journal:
+        parent = parent_link(await journal.read(run_id, kind="run_created"))
+        return parent, await run_tree(journal, run_id, status_of=_tree_status)
+
+
+def _with_tree(report: dict[str, Any], parent: Mapping[str, Any] | None,
+               children: list[dict[str, Any]]) -> dict[str, Any]:
+    """``show --json``'s report with the run's ``parent`` link (a child run) and its ``subplans`` (if any)."""
+    if parent is not None:
+        report["parent"] = dict(parent)
+    if children:
+        report["subplans"] = children
+    return report
+
+
+def _print_parent(console: Console, parent: Mapping[str, Any] | None) -> None:
+    if parent is not None:
+        console.print(Text(f"sub-plan of run '{parent.get('run')}', step '{parent.get('step')}' (depth "
+                           f"{parent.get('depth')})", style="dim"))
+
+
+def _print_subplans(console: Console, children: Sequence[Mapping[str, Any]]) -> None:
+    if children:
+        console.print()
+        console.print(Text("sub-plans", style="bold"))
+        for line in _tree_lines(children):
+            console.print(line)
+
+
+def _tree_lines(children: Sequence[Mapping[str, Any]], indent: int = 1) -> list[Text]:
+    """The ``sub-plans`` section of ``show``: one line per child run, indented by depth, status and answer."""
+    lines = []
+    for child in children:
+        line = Text("  " * indent + f"{child['run']}  ")
+        line.append_text(views.status_text(str(child["status"])))
+        what = child.get("answer") or child.get("error")
+        if what:
+            line.append(f"  {what}", style="" if child.get("answer") else "red")
+        lines.append(line)
+        lines.extend(_tree_lines(child.get("children") or (), indent + 1))
+    return lines
 
 
 def _shown_status(summary: RunSummary) -> str:
@@ -196,6 +257,8 @@ def runs(
     = None,
     cursor: Annotated[int | None, typer.Option("--cursor", min=0, help=(
         "Continue a list cut by --limit (the cursor it printed on stderr)."))] = None,
+    all_runs: Annotated[bool, typer.Option("--all", help=(
+        "Also the child runs of sub-plans (tool: plan); default: root runs only."))] = False,
 ) -> None:
     """List the runs in the journal, newest first: status, start, duration and steps by state.
 
@@ -206,7 +269,7 @@ def runs(
         statuses = None if status is None else [s.strip() for item in status for s in item.split(",") if s.strip()]
         try:
             started = None if since is None else parse_since(since, time.time())
-            rows, following = asyncio.run(list_runs(url, statuses, started, limit, cursor))
+            rows, following = asyncio.run(list_runs(url, statuses, started, limit, cursor, roots_only=not all_runs))
         except ValueError as exc:
             raise UsageError(f"--{'since' if 'since' in str(exc) else 'status'}: {exc}") from None
     if following is not None:
@@ -285,8 +348,9 @@ def show(
         else:
             Console(highlight=False).print(views.step_panel(detail, found.state.created_at))
         return
+    parent, children = asyncio.run(read_tree(url, run_id))
     if json_output:
-        print_json(found.report())
+        print_json(_with_tree(found.report(), parent, children))
         return
     state = found.state
     _hide_secrets(state)
@@ -306,6 +370,7 @@ def show(
     if state.answer:  # a run that did not succeed has no answer: its joiner's text is only partial
         label, style = ("answer: ", "bold green") if state.status == "succeeded" else ("partial answer: ", "yellow")
         console.print(Text(label, style=style) + Text(state.answer))
+    _print_parent(console, parent)
     if state.model_calls:
         console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
                            f"${state.cost_usd:.4f}", style="dim"))
@@ -322,6 +387,7 @@ def show(
     if len(state.versions) > 1 or state.model_calls:
         console.print()
         console.print(views.versions_table(state))
+    _print_subplans(console, children)
     if state.escalations:
         console.print()
         console.print(Text("escalations", style="bold"))

@@ -257,6 +257,9 @@ class AllocationData(TypedDict):
     overhead_s: NotRequired[float]  # wall seconds the decision took
     compared: NotRequired[Sequence[Mapping[str, Any]]]  # every candidate: tier, samples, p_all, cost_usd, fits
     reason: NotRequired[str]
+    history: NotRequired[Mapping[str, Mapping[str, Any]]]  # per tier fitted from past runs: calls, p_success, ...
+    step: NotRequired[str]  # "planner": the planner's own call (allocate/planner_alloc.py; the event has no step)
+    purpose: NotRequired[str]  # the planner's call: plan, replan, repair or join
 
 
 class ForecastData(TypedDict):

@@ -31,6 +31,7 @@ from planweave.engine.runtime import Engine, Run
 from planweave.engine.state import RunState
 from planweave.errors import RunError, ToolError
 from planweave.models import Budget, BudgetExceeded, Reservation
+from planweave.runtree import parent_link
 from planweave.tools import Toolbox
 from planweave.tools.registry import Tool
 
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_DEPTH", "SUBPLAN_TOOL", "BudgetSlice", "SubplanSeam", "child_run_id", "parent_of",
            "plan_tool", "slice_budget"]
+
+parent_of = parent_link  # the parent link a child journaled (planweave.runtree)
 
 SUBPLAN_TOOL = "plan"
 DEFAULT_MAX_DEPTH = 3  # a root goal run is at depth 0; its children at 1, theirs at 2, ...
@@ -72,16 +75,6 @@ def slice_budget(asked: BudgetSlice | None, remaining_usd: float | None, remaini
 def child_run_id(parent: str, step: str, attempt: int = 1) -> str:
     """The id of the ``attempt``-th child run of step ``step`` of run ``parent``."""
     return f"{parent}.{step}" if attempt <= 1 else f"{parent}.{step}-{attempt}"
-
-
-def parent_of(events: list[Event] | tuple[Event, ...]) -> Mapping[str, Any] | None:
-    """The parent link (``run``, ``step``, ``depth``) a child run journaled in ``run_created``, or None for a root."""
-    for event in events:
-        if event.kind == "run_created":
-            limits = (event.data.get("options") or {}).get("limits") or {}
-            parent = limits.get("parent") if isinstance(limits, Mapping) else None
-            return parent if isinstance(parent, Mapping) else None
-    return None
 
 
 @dataclass(frozen=True)
