@@ -22,6 +22,7 @@ from planweave.cli.common import (
     parse_capacities,
     use_model_limits,
 )
+from planweave.cli.run_cmd import NoCacheOption
 from planweave.extras import require
 
 
@@ -59,6 +60,7 @@ def serve(
     max_replans: Annotated[int | None, typer.Option(
         "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
     model_limits: ModelLimitsOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token.
 
@@ -76,7 +78,7 @@ def serve(
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
-                                  base_url=base_url, caps=caps, queue=queue))
+                                  base_url=base_url, caps=caps, queue=queue, cache=not no_cache))
 
 
 def register(app: typer.Typer) -> None:

@@ -39,6 +39,7 @@ from planweave.cli.common import (
     use_model_limits,
 )
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
+from planweave.cli.run_cmd import NoCacheOption
 from planweave.extras import require
 from planweave.journal import default_journal_url
 
@@ -228,6 +229,7 @@ def worker(
         "--base-url", metavar="URL", help="OpenAI-compatible endpoint of the models queued runs' llm steps call "
                                           "(default $OPENAI_BASE_URL).")] = None,
     model_limits: ModelLimitsOption = None,
+    no_cache: NoCacheOption = False,
 ) -> None:
     """Run the runs queued in a PostgreSQL journal, under leases, until SIGTERM/SIGINT (then hand them back)."""
     with clean_errors(json_output):
@@ -243,7 +245,8 @@ def worker(
         flags = ExecutorFlags(executor, ray_address, tuple(tools or ()))
         if model_limits is not None:
             use_model_limits(model_limits)
-        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), base_url))
+        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), base_url,
+                                  cache=not no_cache))
     if json_output:
         print_json({"status": "stopped", "worker": options.name, **tally})
     else:
@@ -251,7 +254,7 @@ def worker(
 
 
 async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[str, ...], concurrency: int,
-                executor: Executor, base_url: str | None) -> dict[str, Any]:
+                executor: Executor, base_url: str | None, *, cache: bool = True) -> dict[str, Any]:
     from planweave.engine.runtime import Engine
     from planweave.workers import Worker
 
@@ -263,7 +266,7 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
         box = await open_mcp(stack, mcp, toolbox)
         journal, store = await stack.enter_async_context(_queue(url))
         engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency,
-                                                            executor=executor))
+                                                            executor=executor, cache=cache))
         runner = Worker(engine, journal, store, options, tools=box, log=log,
                         run_tools=_ModelTools(stack, box, base_url).tools)
         # Installed until the loop closes (which removes them), not just while serving: a second SIGTERM arriving

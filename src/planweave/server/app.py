@@ -853,8 +853,11 @@ async def serve(
     base_url: str | None = None,
     caps: LimitCaps | None = None,
     queue: bool = False,
+    cache: bool = True,
 ) -> None:
     """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
+
+    ``cache=False`` (``--no-cache``): no step of this server's runs reuses a cached output (docs/caching.md).
 
     ``queue`` (a PostgreSQL journal): POST /runs queues plans for ``planweave worker`` processes instead of running
     them here, and this server resumes nothing at startup (the workers take interrupted runs over).
@@ -876,7 +879,7 @@ async def serve(
         async with contextlib.AsyncExitStack() as stack:
             engine = await stack.enter_async_context(
                 open_engine(url, tools=tools, concurrency=concurrency or DEFAULT_CONCURRENCY, capacities=capacities,
-                            redact=SecretRedactor()))  # secrets stay out of outputs, errors and plans
+                            redact=SecretRedactor(), cache=cache))  # secrets stay out of outputs, errors and plans
             if provider is not None:
                 from planweave.server.telemetry import instrument
 
