@@ -29,13 +29,14 @@ GOAL = "run the seeded workload"
 ANSWER = json.dumps({"answer": "done"})
 
 
-def workload(seed: int, steps: int, tool_scale: float = 1.0) -> list[dict[str, Any]]:
-    """A seeded plan of ``work`` steps: each after the first reads one or two earlier steps' outputs (a third start
-    afresh), with a seeded duration of 0.2 to 1.5 s times ``tool_scale``."""
+def workload(seed: int, steps: int, tool_scale: float = 1.0, independent: float = 1 / 3) -> list[dict[str, Any]]:
+    """A seeded plan of ``work`` steps: each after the first reads one or two earlier steps' outputs, or (with
+    probability ``independent``) starts afresh, with a seeded duration of 0.2 to 1.5 s times ``tool_scale``."""
     rng = random.Random(seed)
     plan: list[dict[str, Any]] = []
     for i in range(steps):
-        parents = [] if i == 0 or rng.random() < 1 / 3 else sorted(rng.sample(range(i), k=min(i, rng.choice((1, 2)))))
+        fresh = i == 0 or rng.random() < independent
+        parents = [] if fresh else sorted(rng.sample(range(i), k=min(i, rng.choice((1, 2)))))
         args: dict[str, Any] = {"task": f"{seed}.{i}", "seconds": round(rng.uniform(0.2, 1.5) * tool_scale, 2)}
         if parents:
             args["inputs"] = [f"${{s{p}.value}}" for p in parents]
@@ -109,26 +110,28 @@ async def _one(plan: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[str, A
 
 
 async def _bench(seeds: Sequence[int], steps: int, agreements: Sequence[float],
-                 settings: Mapping[str, float], tool_scale: float) -> list[dict[str, Any]]:
+                 settings: Mapping[str, float], tool_scale: float, independent: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for p in agreements:
         plain_rows: list[dict[str, Any]] = []
         draft_rows: list[dict[str, Any]] = []
         for seed in seeds:
-            plan = workload(seed, steps, tool_scale)
+            plan = workload(seed, steps, tool_scale, independent)
             draft, agree = draft_of(plan, p, random.Random(f"{seed}/{p}"))
             plain = await _one(plan, None, settings)
             drafted = await _one(plan, draft, settings)
             differ = sum(1 for sid, out in plain["outputs"].items() if drafted["outputs"].get(sid) != out)
             differ += int(plain["plan"] != drafted["plan"]) + int(plain["answer"] != drafted["answer"])
-            plain_rows.append({**plain, "agree": 0, "differ": 0})
+            plain_rows.append({**plain, "agree": 0, "differ": 0, "saved": 0.0})
             draft_rows.append({**drafted, "agree": agree, "differ": differ,
-                               "wasted_calls": drafted["tool_calls"] - plain["tool_calls"]})
+                               "wasted_calls": drafted["tool_calls"] - plain["tool_calls"],
+                               "saved": plain["end_to_end_s"] - drafted["end_to_end_s"]})
         for variant, found in (("plain", plain_rows), ("draft", draft_rows)):
             rows.append({
                 "p": p, "variant": variant, "seeds": len(found), "steps": steps,
                 "first_call_s": round(statistics.median(f["first_call_s"] for f in found), 3),
                 "end_to_end_s": round(statistics.median(f["end_to_end_s"] for f in found), 3),
+                "saved_s": round(statistics.fmean(f["saved"] for f in found), 3),
                 "agreeing_prefix": sum(f["agree"] for f in found) / len(found),
                 "adopted": sum(f["adopted"] for f in found) / len(found),
                 "discarded": sum(f["discarded"] for f in found) / len(found),
@@ -142,13 +145,15 @@ async def _bench(seeds: Sequence[int], steps: int, agreements: Sequence[float],
 
 def run_planning_bench(seeds: int = 5, steps: int = 8, main_ttft: float = 1.0, main_tps: float = 30.0,
                        draft_ttft: float = 0.1, draft_tps: float = 300.0,
-                       agreements: Sequence[float] = AGREEMENTS, tool_scale: float = 1.0) -> dict[str, Any]:
+                       agreements: Sequence[float] = AGREEMENTS, tool_scale: float = 1.0,
+                       independent: float = 1 / 3) -> dict[str, Any]:
     """Every (p, variant) row as one JSON-ready dict (see the module doc)."""
     from planweave import run_virtual
 
     settings = {"main_ttft": main_ttft, "main_tps": main_tps, "draft_ttft": draft_ttft, "draft_tps": draft_tps}
-    rows = run_virtual(_bench(range(1, seeds + 1), steps, agreements, settings, tool_scale))
-    return {"settings": {"seeds": seeds, "steps": steps, **settings, "tool_scale": tool_scale, "clock": "virtual"},
+    rows = run_virtual(_bench(range(1, seeds + 1), steps, agreements, settings, tool_scale, independent))
+    return {"settings": {"seeds": seeds, "steps": steps, **settings, "tool_scale": tool_scale,
+                         "independent": round(independent, 3), "clock": "virtual"},
             "rows": rows}
 
 
@@ -156,14 +161,16 @@ def render_planning_table(result: Mapping[str, Any]) -> str:
     s = result["settings"]
     low, high = 0.2 * s["tool_scale"], 1.5 * s["tool_scale"]
     lines = [f"speculative planning: {s['seeds']} seeded plans of {s['steps']} idempotent tool steps "
-             f"({low:g}-{high:g} s); "
+             f"({low:g}-{high:g} s, each independent with probability {s['independent']:g}); "
              f"main planner ttft {s['main_ttft']:g} s at {s['main_tps']:g} tokens/s, draft ttft {s['draft_ttft']:g} s "
              f"at {s['draft_tps']:g} tokens/s, virtual clock; medians of seconds from the planner's request, "
-             "per-seed means of the rest", "",
-             f"{'p':>4} {'variant':<7} {'first call s':>12} {'end to end s':>12} {'prefix':>6} {'adopted':>7} "
+             "per-seed means of the rest (saved: end to end, plain minus draft)", "",
+             f"{'p':>4} {'variant':<7} {'first call s':>12} {'end to end s':>12} {'saved s':>7} {'prefix':>6} "
+             f"{'adopted':>7} "
              f"{'discarded':>9} {'extra calls':>11} {'extra tokens':>12} {'wasted tools':>12} {'results differ':>14}"]
     for r in result["rows"]:
         lines.append(f"{r['p']:>4} {r['variant']:<7} {r['first_call_s']:>12.3f} {r['end_to_end_s']:>12.3f} "
+                     f"{r['saved_s']:>7.3f} "
                      f"{r['agreeing_prefix']:>6.1f} {r['adopted']:>7.1f} {r['discarded']:>9.1f} "
                      f"{r['extra_model_calls']:>11.1f} {r['extra_tokens']:>12.0f} {r['wasted_tool_calls']:>12.1f} "
                      f"{r['results_differ']:>14}")

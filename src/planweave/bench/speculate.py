@@ -193,12 +193,16 @@ def _command(
     tool_scale: Annotated[float, typer.Option("--tool-scale", min=0.01,
                                               help="--planning: the tool steps' durations (0.2-1.5 s) times this.")
                           ] = 1.0,
+    independent: Annotated[float, typer.Option("--independent", min=0, max=1,
+                                               help="--planning: how often a step reads no earlier step's output.")
+                           ] = 1 / 3,
 ) -> tuple[dict[str, Any], bool]:
     """Speculation off, safe and eager on seeded llm DAGs whose predictions are right with p in {0, 0.3, 0.6, 0.9}."""
     if planning:
         from planweave.bench.draft_planning import run_planning_bench
 
-        return {"planning": run_planning_bench(seeds=seeds, steps=steps, tool_scale=tool_scale)}, json_output
+        return {"planning": run_planning_bench(seeds=seeds, steps=steps, tool_scale=tool_scale,
+                                                  independent=independent)}, json_output
     return run_bench(seeds, steps, concurrency, ttft, tps, max_parallel, max_extra_cost_usd), json_output
 
 
