@@ -16,3 +16,11 @@ async def forecast(city: str) -> dict[str, Any]:
 
 toolbox = Toolbox()
 toolbox.add(forecast, idempotent=True)
+
+
+async def work(what: str, ms: int = 100) -> dict[str, Any]:
+    """Do a piece of the task (``what``); ``ms`` is ignored here."""
+    return {"done": what}
+
+
+toolbox.add(work, idempotent=True)

@@ -33,7 +33,7 @@ import typer
 
 from planweave.bench.cli import parse_command_line
 
-__all__ = ["main", "precision_at_k", "run_bench"]
+__all__ = ["main", "precision_at_k", "run_bench", "scripted_planner"]
 
 SKILL = "city-report"
 CITIES = ("oslo", "lima", "cairo", "hanoi", "quito", "perth", "dakar", "riga", "sofia", "accra", "bern", "doha",
@@ -75,7 +75,9 @@ def _distilled(city: str) -> str:
     return "\n".join(json.dumps(line) for line in lines)
 
 
-def _script(req: Any) -> Any:
+def scripted_planner(req: Any) -> Any:
+    """The scripted model of the benchmark: planner (long plan, or the short one when the prompt carries the skill),
+    joiner and distiller."""
     from planweave.testing.scripted_llm import Text, plan_lines
 
     text = " ".join(str(m.get("content", "")) for m in req.messages)
@@ -122,7 +124,7 @@ async def _family(goals: list[str], memory: bool) -> list[GoalRow]:
 
     tools.add(work, idempotent=True)
     store = InMemoryStore()
-    server = ScriptedLLM(_script)
+    server = ScriptedLLM(scripted_planner)
     rows: list[GoalRow] = []
 
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \

@@ -36,6 +36,7 @@ from planweave.cli.common import (
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.cli.follow import (
     Limits,
+    Outcome,
     Session,
     console_for,
     follow_run,
@@ -391,6 +392,54 @@ AskHumanOption = Annotated[
 ]
 
 
+def _memory_flags(memory: bool, memory_model: str | None, goal: str | None, url: str) -> None:
+    """``--memory`` and ``--memory-model`` checked: a --goal run on a durable journal (exit 2 otherwise)."""
+    if memory_model is not None and not memory:
+        raise UsageError("--memory-model applies with --memory: it names the model that distils the run")
+    if memory and goal is None:
+        raise UsageError("--memory applies to --goal runs: a plan file has no planner to recall memory for")
+    if memory and url.startswith(("memory://", "null://")):
+        raise UsageError(f"--memory keeps lessons and skills in the journal's database: {url} keeps nothing "
+                         "after the run (use sqlite:///path.db or postgresql://...)")
+
+
+async def _open_recall(stack: AsyncExitStack, url: str, memory: bool) -> Callable[[str], Awaitable[str]] | None:
+    """With ``--memory``, the planner's memory: verified entries of the journal's memory store recalled for the
+    goal (None without)."""
+    if not memory:
+        return None
+    from planweave.memory import MemoryRecall, open_memory_store
+
+    return MemoryRecall(await stack.enter_async_context(open_memory_store(url)))
+
+
+def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, model: str, base_url: str | None,
+                 tools: Toolbox, virtual: bool) -> None:
+    """After a --memory run ended: distil it into candidates and verify them; what happened goes to stderr (the
+    run's own exit status and --json object stay as they are; a failure here is a warning)."""
+    if not (memory and goal is not None and outcome.run_id is not None and outcome.state is not None
+            and outcome.status != "interrupted"):
+        return
+    from planweave.errors import PlanweaveError
+    from planweave.memory.session import learn
+
+    outputs = outcome.report.get("outputs") or {}
+    try:
+        learned = run_loop(learn(url, model, base_url, goal, outcome.run_id, outcome.status, outcome.error,
+                                 outcome.state, outputs, tools), virtual)
+    except PlanweaveError as exc:
+        typer.echo(f"memory: nothing learned from run {outcome.run_id}: {exc}", err=True)
+        return
+    for entry in learned.entries:
+        typer.echo(f"memory {entry.id}: {entry.kind} '{entry.name}' v{entry.version} {entry.status}"
+                   + (f" ({entry.note})" if entry.note else " (a lesson without a check: planweave memory admit "
+                      f"{entry.id})"), err=True)
+    for problem in learned.problems:
+        typer.echo(f"memory: a distilled line was refused: {problem}", err=True)
+    if not learned.entries:
+        typer.echo(f"memory: nothing learned from run {outcome.run_id}", err=True)
+
+
 def _step_timeout_flag(value: float | None) -> float | None:
     """``--step-timeout`` checked: finite seconds above 0 (UsageError otherwise)."""
     try:
@@ -474,6 +523,14 @@ def run(
     no_cache: NoCacheOption = False,
     speculate: SpeculateOption = None,
     predictor_model: PredictorModelOption = None,
+    memory: Annotated[bool, typer.Option("--memory", rich_help_panel=PANEL_MODEL, help=(
+        "For --goal: put the verified lessons and skills relevant to the goal into the planner's prompt; after "
+        "the run, distil new ones (one model call) and verify them (a skill replayed, a lesson's check run) "
+        "before they are admitted. Kept in the journal's database (planweave memory list; docs/memory.md)."))
+    ] = False,
+    memory_model: Annotated[str | None, typer.Option(
+        "--memory-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
+        help="With --memory: the model that distils the run (same --base-url; default: --model).")] = None,
     draft_model: Annotated[str | None, typer.Option("--draft-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
         help="For --goal: a small fast model (same --base-url) drafts the plan while the planner writes it; the "
              "planner's lines verify the draft and agreeing safe steps start early (docs/speculation.md).")
@@ -483,6 +540,7 @@ def run(
     with clean_errors(json_output):
         if (file is None) == (goal is None):
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
+        _memory_flags(memory, memory_model, goal, journal or default_journal_url())
         _goal_only_draft(draft_model, goal)
         if model_limits is not None:
             use_model_limits(model_limits)
@@ -562,6 +620,7 @@ def run(
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
                 loop.pressure = pressure  # journaled: a resume watches it again
+                loop.recall = await _open_recall(stack, session.journal_url, memory)
                 started = await loop.start(goal_text, run_id=run_id, priority=priority)
                 if pressure is not None:  # the forecast it acts on (a goal run has none otherwise)
                     from planweave.forecast.live import LiveOptions, start_live_forecast
@@ -579,6 +638,8 @@ def run(
         with tool_output_to_stderr(json_output):
             outcome = run_loop(follow_run(session, fixed_limits, begin, console_for(json_output)), virtual_clock)
     report_outcome(outcome, session)
+    _learn_after(memory, outcome, session.journal_url, goal, memory_model or model or DEFAULT_GOAL_MODEL,
+                 base_url, toolbox, virtual_clock)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -8,15 +8,18 @@ admitted here: :mod:`planweave.memory.verify` does that.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from planweave.engine.runtime import RunResult
+from planweave.engine.state import RunState
 from planweave.memory.model import Candidate, MemoryEntry, parse_candidates
 from planweave.memory.store import MemoryStore
 from planweave.models import ModelClient
 from planweave.models.base import CompletionRequest, Message
 
-__all__ = ["DISTILL_SYSTEM", "Distilled", "distill", "distill_prompt"]
+__all__ = ["DISTILL_SYSTEM", "Distilled", "FinishedRun", "distill", "distill_prompt"]
 
 DISTILL_SYSTEM = """You distil what an agent run learned into memory for later runs. Answer JSON Lines only, one
 entry per line, at most 5 lines:
@@ -38,7 +41,22 @@ class Distilled:
     completion_tokens: int
 
 
-def distill_prompt(goal: str, result: RunResult, *, max_chars: int = 6000) -> str:
+@dataclass(frozen=True)
+class FinishedRun:
+    """What distillation reads of a run that ended: its id, status, error, state (steps) and outputs."""
+
+    run_id: str
+    status: str
+    error: str | None
+    state: RunState
+    outputs: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, result: RunResult) -> FinishedRun:
+        return cls(result.run_id, result.status, result.error, result.state, result.outputs)
+
+
+def distill_prompt(goal: str, result: RunResult | FinishedRun, *, max_chars: int = 6000) -> str:
     """The run as the distiller sees it: goal, outcome, each step with tool, arguments and a cut output."""
     lines = [f"Goal: {goal}", f"Outcome: {result.status}" + (f" ({result.error})" if result.error else ""), "Steps:"]
     per = max(80, max_chars // max(1, len(result.state.records)))
@@ -51,7 +69,7 @@ def distill_prompt(goal: str, result: RunResult, *, max_chars: int = 6000) -> st
     return text if len(text) <= max_chars else text[:max_chars] + "\n[...cut]"
 
 
-async def distill(client: ModelClient, store: MemoryStore, goal: str, result: RunResult, *,
+async def distill(client: ModelClient, store: MemoryStore, goal: str, result: RunResult | FinishedRun, *,
                   model: str | None = None, max_tokens: int = 1024) -> Distilled:
     """Ask ``client`` (``model`` if given, else its own) for candidates from ``result`` and store them."""
     messages = (Message("system", DISTILL_SYSTEM), Message("user", distill_prompt(goal, result)))
@@ -61,7 +79,7 @@ async def distill(client: ModelClient, store: MemoryStore, goal: str, result: Ru
     return Distilled(tuple(stored), tuple(problems), completion.prompt_tokens, completion.completion_tokens)
 
 
-def _known_steps(candidate: Candidate, result: RunResult) -> Candidate:
+def _known_steps(candidate: Candidate, result: RunResult | FinishedRun) -> Candidate:
     """``candidate`` with provenance only to steps the run has (a model may name others)."""
     known = tuple(s for s in candidate.step_ids if s in result.state.records)
     return Candidate(candidate.kind, candidate.name, candidate.text, candidate.steps, candidate.params,
