@@ -4,10 +4,7 @@ answers fail their schema; the fit itself, pure."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,7 @@ from planweave.allocate import TierProfile, TierTable
 from planweave.allocate.history import PRIOR_WEIGHT, fitted_profile, fitted_table
 from planweave.forecast.estimates import Observation, build_estimates
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
+from tests.allocate.test_run_tiers_cli import planweave
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 # Declared: both tiers as reliable, small cheaper; with no deadline, a fresh journal gives the step small.
@@ -33,15 +31,6 @@ def by_quality(request: RecordedRequest) -> Reply:
     if request.body["model"] == "m-large":
         return Text('{"answer": "ok"}', prompt_tokens=20, completion_tokens=5)
     return Text('{"wrong": 1}', prompt_tokens=20, completion_tokens=5)
-
-
-async def planweave(*args: str, cwd: Path) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "planweave.cli.main", *args, cwd=cwd, env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_a_tier_that_failed_in_the_journals_runs_is_not_chosen_again(tmp_path: Path) -> None:

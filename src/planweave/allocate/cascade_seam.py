@@ -34,6 +34,7 @@ from planweave.allocate.monitors import (
 from planweave.allocate.samples import Verifier, output_key
 from planweave.engine.context import StepContext, current_step
 from planweave.engine.events import Event, EventKind
+from planweave.engine.state import RunState
 from planweave.errors import RunError, ToolError
 from planweave.plan.graph import Plan
 
@@ -466,6 +467,16 @@ class PlannedRun(Protocol):
     def record(self, kind: EventKind, data: Mapping[str, Any], step: str | None = None) -> None: ...
 
 
+class PlannerRun(PlannedRun, Protocol):
+    """What the planner's allocation reads of a run too (``allocate/planner_alloc.py``): its plan and state."""
+
+    @property
+    def plan(self) -> Plan: ...
+
+    @property
+    def state(self) -> RunState: ...
+
+
 class PlannerCascade:
     """The model tier of a goal run's planner (planning/loop.py): the cheapest of ``tiers`` first; escalated for
     the next model call when its monitors fire (stuck: ``failures`` rejected plans or repairs in a row; milestone:
@@ -486,6 +497,11 @@ class PlannerCascade:
             found = self._runs[run_id] = (Cascade(self.tiers, streak=self.streak), MonitorSet([
                 StuckMonitor(failures=self.failures, repeats=None), MilestoneMonitor()]))
         return found
+
+    async def choose(self, run: PlannerRun, purpose: str) -> None:
+        """Before each planner call (``purpose``: plan, replan, repair, join): a cascade's tier moves on the
+        monitors' fires alone; :class:`~planweave.allocate.planner_alloc.PlannerAllocation` decides here."""
+        return None
 
     def model(self, run_id: str) -> str:
         """The model the planner of run ``run_id`` calls next."""

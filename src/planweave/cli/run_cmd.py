@@ -88,6 +88,7 @@ class AgentFlags:
     ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
     tiers: TierTable | None = None  # --tiers with --cascade: the planner (and model: cascade steps) cascade on them
     draft_model: str | None = None  # --draft-model: drafts the initial plan ahead of the planner (planning/draft.py)
+    planner_auto: bool = False  # --model auto --tiers FILE: the planner's tier chosen before each call (Monte Carlo)
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
                             budget: Budget | None = None) -> PlanningLoop:
@@ -97,12 +98,21 @@ class AgentFlags:
         from planweave.planning import build_planning_loop
 
         options: dict[str, Any] = {"base_url": self.base_url} if self.base_url else {}
-        client = await stack.enter_async_context(resolve_model(self.model, **options))
+        model = self.model
+        if self.planner_auto and self.tiers is not None:  # the client's own model: the cheapest tier's
+            model = min(self.tiers.tiers.values(), key=lambda t: (t.cost_usd, t.name)).model
+        client = await stack.enter_async_context(resolve_model(model, **options))
         draft = None if self.draft_model is None else \
             await stack.enter_async_context(resolve_model(self.draft_model, **options))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-        return build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
+        loop = build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
                                    ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft)
+        if self.planner_auto and self.tiers is not None:
+            from planweave.allocate.planner_alloc import PlannerAllocation
+
+            loop.cascade = PlannerAllocation(self.tiers, budget=loop.budget, deadline_s=self.deadline,
+                                             history=_history(engine), now=engine.clock.now)
+        return loop
 
     def limits(self) -> RunLimits:
         """The run's limits as the server gets them from a request (a zero budget is a budget)."""
@@ -185,10 +195,13 @@ def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool =
     return replace(plan_model, allocation=seam, cascade=CascadeSeam(table, auto=cascade, hurried=seam.hurried))
 
 
-def _goal_tiers(path: Path | None, cascade: bool) -> TierTable | None:
-    """The tiers a --goal run's planner cascades over (--tiers FILE --cascade; None without --tiers; exit 2 for a
-    bad file, or --tiers without --cascade)."""
-    if path is None or not cascade:
+def _goal_tiers(path: Path | None, cascade: bool, auto: bool = False) -> TierTable | None:
+    """The tiers a --goal run's planner cascades over (--tiers FILE --cascade) or is allocated over (``auto``:
+    --model auto --tiers FILE); None without --tiers; exit 2 for a bad file, or --tiers without either."""
+    if auto and (path is None or cascade):
+        raise UsageError("--model auto has the allocator choose the planner's tier before each call: give "
+                         "--tiers FILE, without --cascade (which cascades the planner instead)")
+    if path is None or not (cascade or auto):
         _with_tiers(None, path, goal=True, cascade=cascade)
         return None
     from planweave.allocate import AllocationError, load_tiers
@@ -601,7 +614,7 @@ def run(
             begin = begin_file
         else:
             assert goal is not None
-            goal_tiers = _goal_tiers(tiers, cascade)
+            goal_tiers = _goal_tiers(tiers, cascade, auto=model == "auto")
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
@@ -615,7 +628,7 @@ def run(
 
             agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
                                5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human,
-                               tiers=goal_tiers, draft_model=draft_model)
+                               tiers=goal_tiers, draft_model=draft_model, planner_auto=model == "auto")
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)

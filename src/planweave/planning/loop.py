@@ -753,6 +753,8 @@ class PlanningLoop:
         """Call the model within the budget: wait for room, the reply lowered down to ``floor_tokens`` when nothing
         in flight can free more; the reservation is settled the moment the call ends, a cut stream charged (and
         journaled) for what it had cost."""
+        if self.cascade is not None:  # an allocated planner decides its tier for this call here
+            await self.cascade.choose(run, purpose)
         model = self.cascade.model(run.id) if self.cascade is not None else self.client.model
         request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema,
                                     model=None if self.cascade is None else model)

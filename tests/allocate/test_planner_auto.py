@@ -1,0 +1,102 @@
+"""planweave run --goal G --model auto --tiers FILE: the planner's tier chosen by the Monte Carlo allocator before
+each of its calls, in a real process against the scripted server; journaled as allocation events of step
+"planner" that show lists; --model auto without --tiers (or with --cascade) exits 2 naming it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planweave.cli.main import app
+from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
+from tests.allocate.test_run_tiers_cli import planweave
+
+# As likely as each other to write a good plan, small cheaper: small first; large takes over once small's plan is
+# rejected (this run's own outcome, with the declared 95% as the prior: 1.9/3 = 63%)
+TIERS = {
+    "small": {"model": "m-small", "p_success": 0.95, "duration_s": 1, "cost_usd": 0.0001},
+    "large": {"model": "m-large", "p_success": 0.95, "duration_s": 2, "cost_usd": 0.001},
+}
+
+
+def write(tmp_path: Path, tiers: dict[str, object]) -> Path:
+    path = tmp_path / "tiers.yaml"
+    path.write_text(yaml.safe_dump(tiers), encoding="utf-8")
+    return path
+
+
+def script_for(seen: list[tuple[str, str]]) -> object:
+    def script(request: RecordedRequest) -> Reply:
+        text = " ".join(str(m.get("content", "")) for m in request.messages)
+        model = str(request.body["model"])
+        joining = "If the results answer the goal" in text
+        seen.append(("join" if joining else "plan", model))
+        if joining:
+            return Text(json.dumps({"answer": "done"}))
+        if model == "m-small":  # the small planner names a tool that does not exist
+            return Text(json.dumps({"id": "a", "tool": "no_such_tool", "args": {}}) + "\n")
+        return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
+
+    return script
+
+
+async def test_the_planners_tier_is_allocated_before_each_call_and_shown(tmp_path: Path) -> None:
+    tiers = write(tmp_path, TIERS)
+    seen: list[tuple[str, str]] = []
+    journal = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with ScriptedLLM(script_for(seen)) as base_url:  # type: ignore[arg-type]
+        code, out, err = await planweave("run", "--goal", "do it", "--model", "auto", "--base-url", base_url,
+                                         "--tiers", str(tiers), "--journal", journal, "--json", cwd=tmp_path)
+        assert code == 0, err
+        run_id = json.loads(out)["run_id"]
+        code, shown, err = await planweave("show", run_id, "--journal", journal, "--json", cwd=tmp_path)
+        assert code == 0, err
+        code, table, err = await planweave("show", run_id, "--journal", journal, cwd=tmp_path)
+        assert code == 0, err
+    assert seen == [("plan", "m-small"), ("plan", "m-large"), ("join", "m-large")]
+    decisions = json.loads(shown)["allocations"]
+    assert [(d["step"], d["tier"], d["model"]) for d in decisions] == [
+        ("planner", "small", "m-small"), ("planner", "large", "m-large"), ("planner", "large", "m-large")]
+    assert decisions[-1]["purpose"] == "join"
+    first, second = ({c["tier"]: c for c in d["compared"]} for d in decisions[:2])
+    assert first["small"]["p_all"] == first["large"]["p_all"]  # a tie: the cheaper
+    assert second["large"]["p_all"] > second["small"]["p_all"]  # small's rejected plan counts against it
+    assert "planner" in table and "large x1" in table
+
+
+@pytest.mark.parametrize(("deadline", "model"), [([], "m-large"), (["--deadline", "20"], "m-small")])
+async def test_a_deadline_the_strong_planner_cannot_meet_keeps_the_fast_one(
+        tmp_path: Path, deadline: list[str], model: str) -> None:
+    # large answers surely but in 30 declared seconds: without a deadline, the surer; with 20 s, small (90%, 1 s)
+    tiers = write(tmp_path, {"small": {**TIERS["small"], "p_success": 0.9},
+                             "large": {**TIERS["large"], "p_success": 0.99, "duration_s": 30}})
+    seen: list[tuple[str, str]] = []
+
+    def script(request: RecordedRequest) -> Reply:
+        text = " ".join(str(m.get("content", "")) for m in request.messages)
+        seen.append(("join" if "If the results answer the goal" in text else "plan", str(request.body["model"])))
+        if seen[-1][0] == "join":
+            return Text(json.dumps({"answer": "done"}))
+        return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
+
+    journal = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with ScriptedLLM(script) as base_url:
+        code, _, err = await planweave("run", "--goal", "do it", "--model", "auto", "--base-url", base_url,
+                                       "--tiers", str(tiers), *deadline, "--journal", journal, "--json",
+                                       cwd=tmp_path)
+    assert code == 0, err
+    assert seen == [("plan", model), ("join", model)]
+
+
+@pytest.mark.parametrize("extra", [[], ["--cascade"]])
+def test_model_auto_for_a_goal_needs_tiers_and_no_cascade(tmp_path: Path, extra: list[str]) -> None:
+    tiers = write(tmp_path, TIERS)
+    flags = ["--tiers", str(tiers), *extra] if extra else []
+    result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
+        app, ["run", "--goal", "x", "--model", "auto", *flags, "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
+    assert result.exit_code == 2, result.output
+    assert "--model auto has the allocator choose the planner's tier" in " ".join(result.output.split())
