@@ -149,3 +149,15 @@ async def test_the_planner_prompt_carries_recalled_admitted_entries_and_counts_t
     assert "city-weather-v0" not in seen[0]
     assert "Memory from earlier runs" not in seen[1]
     assert (await store.get(admitted.id)).uses == 1 and (await store.get(rejected.id)).uses == 0
+
+
+def test_retrieval_without_the_memory_extra_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    from planweave import extras
+    from planweave.extras import MissingExtra
+    from planweave.memory.model import MemoryEntry
+
+    real = extras.installed
+    monkeypatch.setattr(extras, "installed", lambda module: module != "rank_bm25" and real(module))
+    entry = MemoryEntry(1, "lesson", "l", "weather words", 1, "admitted", 0, 0.0)
+    with pytest.raises(MissingExtra, match=r"needs the 'memory' extra: pip install 'planweave\[memory\]'"):
+        rank("weather", [entry], 3)

@@ -32,7 +32,9 @@ async def test_a_goal_run_with_memory_learns_a_verified_skill_the_next_run_reuse
     assert "Memory from earlier runs" not in str(plans[0].messages[-1]["content"])
     assert "skill 'city-report' v1" in str(plans[1].messages[-1]["content"])
     code, out, _ = await planweave("memory", "list", "--journal", url, "--json", cwd=tmp_path, env=env)
-    listed = {e["name"]: e for e in json.loads(out)}
+    entries = json.loads(out)
+    assert sorted(e["name"] for e in entries) == ["city-report", "weather-sources"]  # run 2 restated them: no v2
+    listed = {e["name"]: e for e in entries}
     assert listed["city-report"]["uses"] == 1 and listed["city-report"]["status"] == "admitted"
     assert listed["city-report"]["provenance"]["step_ids"] == ["fetch", "report"]
 

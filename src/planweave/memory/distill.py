@@ -75,8 +75,21 @@ async def distill(client: ModelClient, store: MemoryStore, goal: str, result: Ru
     messages = (Message("system", DISTILL_SYSTEM), Message("user", distill_prompt(goal, result)))
     completion = await client.complete(CompletionRequest(messages, model=model, max_tokens=max_tokens))
     candidates, problems = parse_candidates(completion.text, run_id=result.run_id)
-    stored = [await store.add(_known_steps(c, result)) for c in candidates]
+    admitted = await store.entries(status="admitted")
+    stored = []
+    for candidate in candidates:
+        if any(_same(candidate, entry) for entry in admitted):  # already known: no new version of the same thing
+            problems.append(f"{candidate.kind} '{candidate.name}' is already admitted as it is: not stored again")
+            continue
+        stored.append(await store.add(_known_steps(candidate, result)))
     return Distilled(tuple(stored), tuple(problems), completion.prompt_tokens, completion.completion_tokens)
+
+
+def _same(candidate: Candidate, entry: MemoryEntry) -> bool:
+    """Whether ``candidate`` restates ``entry`` (kind, name, text, steps and check; the parameters may differ)."""
+    return (candidate.kind, candidate.name, candidate.text, candidate.check) == (
+        entry.kind, entry.name, entry.text, entry.check) and [dict(s) for s in candidate.steps] == [
+        dict(s) for s in entry.steps]
 
 
 def _known_steps(candidate: Candidate, result: RunResult | FinishedRun) -> Candidate:
