@@ -8,13 +8,14 @@ import pytest
 from typer.testing import CliRunner
 
 from planweave.allocate import TierTable
-from planweave.bench.allocate import SETTINGS, main, plan_of, reference, run_bench, workflow
+from planweave.bench.allocate import SETTINGS, calibration, main, plan_of, reference, run_bench, workflow
 from planweave.cli.main import app
 
 
 def test_the_bench_prints_a_cell_per_shape_setting_and_policy_as_json() -> None:
     result = CliRunner().invoke(app, ["bench", "allocate", "--runs", "2", "--shapes", "codeflow,proofflow",
-                                      "--policies", "cheapest,monte_carlo", "--sims", "20", "--json"])
+                                      "--policies", "cheapest,monte_carlo", "--sims", "20", "--calibration-runs", "0",
+                                      "--json"])
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     cells = out["cells"]
@@ -56,3 +57,24 @@ def test_the_same_seed_replays_the_same_runs() -> None:
         return [(c["completed"], c["mean_cost_usd"]) for c in out["cells"]]
 
     assert once() == once()
+
+
+def test_the_calibration_counts_the_tables_runs_and_runs_more_to_reach_its_count() -> None:
+    out = run_bench(runs=1, shapes=["codeflow"], policies=["monte_carlo"], sims=20, settings=[("tight", 1.0, 1.0)],
+                    calibration_runs=3)
+    cal = out["calibration_runs"]
+    assert (cal["runs"], cal["from_table"], cal["extra_runs"]) == (3, 1, 2)
+    assert sum(b["runs"] for b in cal["bins"]) == 3 and 0 <= cal["brier"] <= 1
+    assert "calibration_runs" not in run_bench(runs=1, shapes=["codeflow"], policies=["monte_carlo"], sims=20,
+                                               settings=[("tight", 1.0, 1.0)])
+
+
+def test_calibration_is_the_brier_score_and_bins_within_two_standard_errors() -> None:
+    calibrated = calibration([(0.9, True)] * 9 + [(0.9, False)], bins=10)
+    assert calibrated["brier"] == pytest.approx((9 * 0.01 + 0.81) / 10)
+    (only,) = calibrated["bins"]
+    assert (only["p_lo"], only["runs"], only["predicted"], only["observed"], only["within_2se"]) == (
+        0.9, 10, 0.9, 0.9, True)
+    wrong = calibration([(0.9, False)] * 10, bins=10)
+    assert wrong["brier"] == pytest.approx(0.81) and wrong["bins"][0]["within_2se"] is False
+    assert calibration([(0.3, True), (0.5, False)], bins=10)["brier_base"] == 0.25

@@ -16,6 +16,11 @@ tier, always the strongest, greedy per step (the cheapest choice whose own succe
 the Monte Carlo allocator; the allocator's own wall time per decision; and how well the P(all) it predicts at a
 run's first decision matches what happens (Brier score, predicted vs observed per fifth of [0, 1]). Runs are
 paired: run ``i`` of every policy is the same workflow, under the same budget and deadline.
+
+The calibration of the Monte Carlo allocator's forecast is also measured over ``calibration_runs`` runs (default
+:data:`CALIBRATION_RUNS`): its runs in the table count, and more are run (further seeds, shapes and settings in
+turn) until there are that many; per tenth of [0, 1] it reports predicted vs observed frequency and whether they
+agree within two standard errors of the observed frequency (``sqrt(p (1 - p) / n)`` at the predicted ``p``).
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ BASE_TIERS = TierTable({
 })
 PRICES = PriceTable({t.model: Price(input=0.0, output=t.cost_usd / t.tokens * 1e6) for t in BASE_TIERS.tiers.values()})
 RETRIES = 2
+CALIBRATION_RUNS = 1000
+"""Runs of the Monte Carlo allocator behind its calibration (predicted P(all) vs observed frequency, Brier)."""
 SETTINGS: tuple[tuple[str, float, float], ...] = (
     ("loose", 4.0, 4.0), ("moderate", 2.0, 2.0), ("tight", 1.0, 1.0), ("tight budget", 0.6, 4.0),
     ("tight deadline", 4.0, 0.6),
@@ -238,8 +245,10 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 
 def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy], sims: int,
-              settings: Sequence[tuple[str, float, float]] = SETTINGS, seed: int = 0) -> dict[str, Any]:
-    """Run every policy on ``runs`` workflows of each shape under every setting; return the cells and overheads."""
+              settings: Sequence[tuple[str, float, float]] = SETTINGS, seed: int = 0,
+              calibration_runs: int = 0) -> dict[str, Any]:
+    """Run every policy on ``runs`` workflows of each shape under every setting; return the cells and overheads,
+    and (``calibration_runs`` > 0) the Monte Carlo allocator's calibration over that many runs."""
     cells: list[Cell] = []
     overheads: dict[str, list[float]] = {p: [] for p in policies}
     forecasts: dict[str, list[tuple[float, bool]]] = {p: [] for p in policies}
@@ -261,8 +270,13 @@ def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy],
                 cells.append(Cell(shape, name, bx, dx, policy, runs, done, done / runs, statistics.fmean(costs),
                                   len(cell_overheads), 1000 * _quantile(cell_overheads, 0.5),
                                   1000 * _quantile(cell_overheads, 0.9)))
+    table_s = time.perf_counter() - started
+    calibrated = _calibration_runs(calibration_runs, forecasts.get("monte_carlo", []), shapes, settings, sims,
+                                   seed + runs) if calibration_runs > 0 else None
     return {
         "runs": runs, "sims": sims, "seed": seed, "wall_s": round(time.perf_counter() - started, 2),
+        "table_wall_s": round(table_s, 2),
+        **({"calibration_runs": calibrated} if calibrated is not None else {}),
         "cells": [asdict(c) for c in cells],
         "overhead_ms": {p: {"decisions": len(v), "p50": round(1000 * _quantile(v, 0.5), 3),
                             "p90": round(1000 * _quantile(v, 0.9), 3),
@@ -272,22 +286,48 @@ def run_bench(*, runs: int, shapes: Sequence[Shape], policies: Sequence[Policy],
     }
 
 
-def calibration(pairs: Sequence[tuple[float, bool]]) -> dict[str, Any]:
+def _calibration_runs(total: int, have: Sequence[tuple[float, bool]], shapes: Sequence[Shape],
+                      settings: Sequence[tuple[str, float, float]], sims: int, seed: int) -> dict[str, Any]:
+    """The Monte Carlo allocator's calibration over ``total`` runs: ``have`` (the table's), then runs of further
+    seeds from ``seed``, each seed over every shape and setting in turn, until there are ``total``."""
+    started = time.perf_counter()
+    pairs = list(have[:total])
+    extra = k = 0
+    combos = [(shape, bx, dx) for shape in shapes for _, bx, dx in settings]
+    while len(pairs) < total:
+        shape, bx, dx = combos[k % len(combos)]
+        ok, _, _, first = run_virtual(_one_run(shape, seed + k // len(combos), bx, dx, "monte_carlo", sims))
+        k += 1
+        extra += 1
+        if first is not None:
+            pairs.append((first, ok))
+    return {"from_table": min(len(have), total), "extra_runs": extra,
+            "wall_s": round(time.perf_counter() - started, 2), **calibration(pairs, bins=10)}
+
+
+def calibration(pairs: Sequence[tuple[float, bool]], bins: int = 5) -> dict[str, Any]:
     """The allocator's own forecast (P(all) of the plan it allocated, at the run's first decision) against what
-    happened: Brier score, mean predicted vs observed, and per fifth of [0, 1]."""
+    happened: Brier score, mean predicted vs observed, and per ``bins``-th of [0, 1] (with whether the observed
+    frequency is within two standard errors of the predicted probability)."""
     if not pairs:
         return {"runs": 0}
     brier = statistics.fmean((p - ok) ** 2 for p, ok in pairs)
-    bins = []
-    for fifth in range(5):
-        inside = [(p, ok) for p, ok in pairs if min(4, int(p * 5)) == fifth]
+    found = []
+    for b in range(bins):
+        inside = [(p, ok) for p, ok in pairs if min(bins - 1, int(p * bins)) == b]
         if inside:
-            bins.append({"p_lo": fifth / 5, "p_hi": (fifth + 1) / 5, "runs": len(inside),
-                         "predicted": round(statistics.fmean(p for p, _ in inside), 3),
-                         "observed": round(statistics.fmean(ok for _, ok in inside), 3)})
+            predicted = statistics.fmean(p for p, _ in inside)
+            observed = statistics.fmean(ok for _, ok in inside)
+            se = math.sqrt(max(predicted * (1.0 - predicted), 1e-12) / len(inside))
+            found.append({"p_lo": round(b / bins, 3), "p_hi": round((b + 1) / bins, 3), "runs": len(inside),
+                          "predicted": round(predicted, 3), "observed": round(observed, 3),
+                          "within_2se": abs(observed - predicted) <= 2.0 * se})
+    bins_out = found
+    mean = statistics.fmean(ok for _, ok in pairs)
     return {"runs": len(pairs), "brier": round(brier, 4),
+            "brier_base": round(mean * (1.0 - mean), 4),  # always forecasting the observed mean frequency
             "predicted": round(statistics.fmean(p for p, _ in pairs), 3),
-            "observed": round(statistics.fmean(ok for _, ok in pairs), 3), "bins": bins}
+            "observed": round(mean, 3), "bins": bins_out}
 
 
 def render(result: Mapping[str, Any]) -> str:
@@ -313,6 +353,16 @@ def render(result: Mapping[str, Any]) -> str:
         if c.get("runs"):
             lines.append(f"forecast at the first decision, {policy}: P(all) {c['predicted']:.2f} predicted, "
                          f"{c['observed']:.2f} observed, Brier {c['brier']:.3f} ({c['runs']} runs)")
+    cal = result.get("calibration_runs")
+    if cal and cal.get("runs"):
+        lines += ["", f"calibration, monte_carlo, {cal['runs']} runs ({cal['from_table']} from the table, "
+                      f"{cal['extra_runs']} more, {cal['wall_s']}s): Brier {cal['brier']:.3f} "
+                      f"(always the mean: {cal['brier_base']:.3f}), P(all) {cal['predicted']:.3f} predicted, "
+                      f"{cal['observed']:.3f} observed",
+                  f"{'P(all) bin':<12} {'runs':>5} {'predicted':>9} {'observed':>8}  within 2 SE"]
+        for b in cal["bins"]:
+            lines.append(f"{b['p_lo']:.1f}-{b['p_hi']:.1f}     {b['runs']:>5} {b['predicted']:>9.3f} "
+                         f"{b['observed']:>8.3f}  {'yes' if b['within_2se'] else 'no'}")
     return "\n".join(lines)
 
 
@@ -324,6 +374,9 @@ def _command(
                         ] = ",".join(("cheapest", "strongest", "greedy", "monte_carlo")),
     sims: Annotated[int, typer.Option("--sims", min=1, help="Simulated runs per allocator decision.")] = 100,
     seed: Annotated[int, typer.Option("--seed", help="The first workflow's seed.")] = 0,
+    calibration_runs: Annotated[int, typer.Option(
+        "--calibration-runs", min=0, help="Runs of the Monte Carlo allocator behind its calibration (its table "
+        "runs count; more are run to reach this many; 0: the table's only).")] = CALIBRATION_RUNS,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> tuple[dict[str, Any], bool]:
     """Cheapest, strongest, greedy and Monte Carlo allocation of synthetic CodeFlow/ProofFlow runs on the virtual
@@ -338,7 +391,7 @@ def _command(
             raise typer.BadParameter(f"unknown policy '{p}' (policies: {', '.join(POLICIES)})",
                                      param_hint="--policies")
     result = run_bench(runs=runs, shapes=cast(list[Shape], shape_list), policies=cast(list[Policy], policy_list),
-                       sims=sims, seed=seed)
+                       sims=sims, seed=seed, calibration_runs=calibration_runs)
     return result, json_output
 
 
