@@ -10,11 +10,12 @@ import sys
 PANELS = {
     "Journal and output": {"--journal", "--run-id", "--json", "--virtual-clock", "--all", "--watch", "--port"},
     "Scheduling": {"--concurrency", "--capacity", "--step-timeout", "--on-failure", "--executor", "--ray-address",
-                   "--no-cache", "--speculate"},
+                   "--no-cache", "--speculate", "--predictor-model"},
     "Tools and confinement": {"--tools", "--mcp", "--workdir", "--allow-exec", "--allow-env", "--root"},
     "Model, goal and limits": {"--goal", "--model", "--base-url", "--budget-usd", "--budget-tokens", "--deadline",
                                "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--priority",
-                               "--forecast", "--tiers", "--cascade", "--deadline-pressure"},
+                               "--forecast", "--tiers", "--cascade", "--deadline-pressure", "--draft-model",
+                               "--memory", "--memory-model"},
 }
 
 
