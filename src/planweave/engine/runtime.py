@@ -190,6 +190,12 @@ class Run:
     def finished(self) -> bool:
         return self._result.done()
 
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The engine's dispatcher: speculative work that is not a step of the plan yet (a draft planner's attempts,
+        planning/draft.py) holds its spare slots (:meth:`Dispatcher.take_spare`)."""
+        return self._dispatch
+
     async def wait(self) -> RunResult:
         """Wait for the run to end; raise RunError if it was interrupted (the engine closed) instead."""
         return await asyncio.shield(self._result)

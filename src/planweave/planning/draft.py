@@ -125,6 +125,18 @@ class DraftAttempt:
     main: str | None = None  # the main planner's step it was verified against
     over: bool = False  # adopted or discarded
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    session: DraftSession | None = None
+
+    def preempt(self) -> None:
+        """A real step needs the spare slot it held (the dispatcher took it back): throw the attempt away, unless
+        the step waiting is most likely its own verified step (ready, or already taking it): that step gets the
+        slot and takes the attempt over instead of calling its tool from the start."""
+        if self.session is None:
+            return
+        rec = self.session.run.state.records.get(self.main) if self.main is not None else None
+        if rec is not None and rec.status in ("ready", "running"):
+            return
+        self.session._discard(self, "preempted by a real step")
 
 
 class _Sink:
@@ -161,18 +173,24 @@ class DraftSession:
         self._plan: Plan | None = None  # the draft prefix as a plan (templates, deps), None until it validates
         self._soon = False
         self._ended = False
+        self.loop = asyncio.get_running_loop()
         self._stream: asyncio.Task[None] | None = run.spawn(self._draft(messages), "draft")
         run.subscribe(self._on_event)
 
     # -- what the loop tells it -------------------------------------------------------------------------------------
     def main_step(self, obj: Mapping[str, Any]) -> None:
-        """The main planner's next step line was admitted to the plan."""
+        """The main planner's next step line, about to be admitted to the plan."""
         self.main.append(dict(obj))
         self._verify()
 
     def main_rejected(self) -> None:
-        """A main line was refused (a repair follows): positions no longer line up, so drafting stops."""
+        """The last main line was refused (a repair follows): it is no step, and positions no longer line up, so
+        drafting stops."""
+        last = len(self.main) - 1
         self._diverge("the main planner's line was rejected")
+        att = self.attempts.get(last)
+        if att is not None and att.main is not None:
+            self._discard(att, "the main planner's line was rejected")
 
     def main_done(self) -> None:
         """The main planner finished its plan: draft steps beyond it will never be verified."""
@@ -203,7 +221,7 @@ class DraftSession:
             att = self.attempts.get(pos)
             if att is not None:
                 att.main = str(self.main[pos]["id"])
-                if not self.planner.safe(self.run.plan.steps.get(att.main)):
+                if not self.planner.safe(_step(self.main[pos])):
                     self._discard(att, "the main planner's step is not safe to speculate")
         self.verified = agree
         if agree < upto:
@@ -309,9 +327,12 @@ class DraftSession:
             args = self._args(plan, sid, position)
             if args is None:
                 continue
-            att = DraftAttempt(pos, sid, step.tool, args, self.planner.clock.now())
+            att = DraftAttempt(pos, sid, step.tool, args, self.planner.clock.now(), session=self)
+            if not self.run.dispatcher.take_spare(att, None):
+                return  # no spare slot: real steps come first (tried again when a step ends)
             task = self.run.spawn(self._attempt(att, step), sid)
             if task is None:
+                self.run.dispatcher.give_back_spare(att)
                 return
             att.task = task
             self.attempts[pos] = att
@@ -366,6 +387,7 @@ class DraftSession:
             current_step_var.reset(token)
             att.done = True
             att.finished.set()
+            self.run.dispatcher.give_back_spare(att)
         if att.error is not None and att.main is None:
             self._discard(att, f"failed: {type(att.error).__name__}")
         self._schedule()
@@ -374,6 +396,7 @@ class DraftSession:
         if att.over:
             return
         att.over = True
+        self.run.dispatcher.give_back_spare(att)
         if att.task is not None and not att.done:
             att.task.cancel()
         if not self.run.finished:
@@ -387,6 +410,7 @@ class DraftSession:
             self._discard(att, "mismatch: the real arguments differ")
             return False, None
         att.over = True  # decided: no discard may cancel it any more
+        self.run.dispatcher.give_back_spare(att)  # it runs on as the step's attempt, in the step's own slot
         if not att.done:
             try:
                 await att.finished.wait()
@@ -418,9 +442,17 @@ class DraftSession:
         self._ended = True
         self._stop_stream()
         for att in self.attempts.values():
+            self.run.dispatcher.give_back_spare(att)
             if att.task is not None and not att.done:
                 att.over = True
                 att.task.cancel()
+
+
+def _step(obj: Mapping[str, Any]) -> Step | None:
+    try:
+        return parse_step(dict(obj))
+    except PlanInvalid:
+        return None
 
 
 def _draft_plan(objs: Sequence[Mapping[str, Any]]) -> Plan | None:
@@ -451,8 +483,8 @@ class DraftPlanner:
 
     def safe(self, step: Step | None) -> bool:
         """Whether ``step`` may run before the main planner wrote it (the engine's speculation rule)."""
-        if step is None:
-            return False
+        if step is None or step.isolation == "process" or step.executor == "ray":
+            return False  # a draft attempt runs on the planner's event loop, which is not where this step may run
         tool = self.inner.get(step.tool)
         if tool is None:
             return False
@@ -481,8 +513,8 @@ class DraftPlanner:
     async def call(self, tool: Tool, args: Mapping[str, Any]) -> Any:
         ctx = current_step_var.get(None)
         session = self.sessions.get(ctx.run_id) if ctx is not None else None
-        if ctx is not None and session is not None:
-            att = session.adopt(ctx.step_id)
+        if ctx is not None and session is not None and asyncio.get_running_loop() is session.loop:
+            att = session.adopt(ctx.step_id)  # (an executor's own thread or loop calls the tool itself)
             if att is not None:
                 ok, output = await session.take(att, ctx.step_id, args)
                 if ok:

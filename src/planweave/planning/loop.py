@@ -470,6 +470,8 @@ class PlanningLoop:
                           _errors: list[str] = errors) -> None:
                 if self._already_planned(run, obj):
                     return  # a repair answer that restates an accepted line: nothing to do
+                if draft is not None:  # verified before the step exists: its draft attempt is its own at once
+                    draft.main_step(obj)
                 try:
                     accepted.extend(run.extend([self._claim_model(obj)], version=version, trigger="initial",
                                                model_started_at=_started))
@@ -477,9 +479,6 @@ class PlanningLoop:
                     _errors.extend(f"line {number}: {p}" for p in exc.problems)
                     if draft is not None:
                         draft.main_rejected()
-                    return
-                if draft is not None:
-                    draft.main_step(obj)
 
             def admit(steps: tuple[dict[str, Any], ...], number: int,
                       _held: list[tuple[dict[str, Any], int]] = held) -> None:
