@@ -8,7 +8,7 @@ steps for that goal (none: the failed step is restated as it was, so it fails ag
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
@@ -41,7 +41,8 @@ def goal_of(req: RecordedRequest) -> str:
 
 
 def world(plans: Mapping[str, Sequence[Mapping[str, Any]]] = TREE, answers: Mapping[str, str] | None = None,
-          repairs: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Any:
+          repairs: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+          ) -> Callable[[RecordedRequest], Reply]:
     """The script: plan each goal with ``plans``, answer with ``answers``, repair with ``repairs``."""
     answers = answers or ANSWERS
 
@@ -52,7 +53,7 @@ def world(plans: Mapping[str, Sequence[Mapping[str, Any]]] = TREE, answers: Mapp
         if "failed for good" in text or "REMAINING plan" in text:
             fix = (repairs or {}).get(goal)
             if fix is not None:
-                return Text(plan_lines(fix))
+                return Text(plan_lines(fix) if fix else "[]")
             failed = text.split("Step '", 1)[1].split("'", 1)[0] if "Step '" in text else ""
             again = [s for s in plans.get(goal, ()) if s["id"] == failed]
             return Text(plan_lines(again) if again else "[]")

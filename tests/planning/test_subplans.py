@@ -23,7 +23,7 @@ from planweave.planning import build_planning_loop
 from planweave.planning.subplans import parent_of
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM
 from tests.cli.subplan_tools import toolbox as marks
-from tests.planning.subplan_world import MARK, TREE, world
+from tests.planning.subplan_world import MARK, TREE, goal_of, world
 from tests.timing import on_virtual_clock
 
 
@@ -157,3 +157,54 @@ async def test_a_child_spends_within_its_slice_of_the_parent_budget(tmp_path: Pa
 
 def test_tree_plans_are_what_the_world_says() -> None:  # guard: the scripted world's tree has three levels
     assert {s["tool"] for s in TREE["root"]} == {"plan", MARK} and asyncio.iscoroutinefunction(marks[MARK].fn)
+
+
+@on_virtual_clock
+async def test_an_approval_inside_a_child_waits_for_a_person_like_any_other(tmp_path: Path,
+                                                                                    log: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    plans = {"root": [{"id": "sub", "tool": "plan", "args": {"goal": "careful"}}],
+             "careful": [{"id": "risky", "tool": MARK, "args": {"step": "risky"}, "approval": "really?"}]}
+    replies: list[str] = []
+
+    def on_event(engine: Any, event: Event) -> None:
+        if event.kind == "approval_requested":  # a person approves the child's step, as on the dashboard
+            replies.append(f"{event.run_id}/{event.step}")
+            asyncio.get_running_loop().call_soon(engine.get(event.run_id).approve, str(event.step))
+
+    result, started = await run_tree(url, world(plans), on_event=on_event)
+    assert result.ok, result.error
+    assert started == ["root", "root.sub"] and replies == ["root.sub/risky"]
+    assert ran(log) == ["risky"]
+
+
+@on_virtual_clock
+async def test_a_child_gets_the_earlier_deadline_and_only_the_tools_it_is_given(tmp_path: Path, log: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    plans = {"root": [{"id": "short", "tool": "plan", "args": {"goal": "g1", "deadline": 5, "tools": [MARK]}},
+                      {"id": "long", "tool": "plan", "args": {"goal": "g2", "deadline": 5000}},
+                      {"id": "bad", "tool": "plan", "args": {"goal": "g3", "tools": ["nope"]}}],
+             "g1": [{"id": "a", "tool": MARK, "args": {"step": "a"}}],
+             "g2": [{"id": "b", "tool": MARK, "args": {"step": "b"}}]}
+    seen: dict[str, str] = {}
+    planner = world(plans, repairs={"root": []})
+
+    def script(req: RecordedRequest) -> Reply:
+        seen.setdefault(goal_of(req), str(req.messages[0]["content"]))
+        return planner(req)
+
+    result, started = await run_tree(url, script, limits=RunLimits(deadline=100))
+    assert started == ["root", "root.short", "root.long"]  # 'bad' was refused before a child started
+    async with open_engine(url) as engine:
+        short = JournaledLimits.from_events(await engine.journal.read("root.short"))
+        long = JournaledLimits.from_events(await engine.journal.read("root.long"))
+        root = await engine.journal.read("root")
+    assert short.limits.deadline == 5
+    assert long.limits.deadline is not None and long.limits.deadline <= 100  # the parent's time left, not 5000
+    tools = seen["g1"].split("Tools:\n", 1)[1].split("\n\n", 1)[0]  # the tools the child's planner was shown
+    assert MARK in tools and "llm" in tools and "noop" not in tools and "sleep" not in tools, tools
+    assert "noop" in seen["g2"]  # no tools given: all the parent's
+    bad = [e for e in root if e.kind == "step_failed" and e.step == "bad"]
+    assert "unknown tool(s) ['nope']" in str(bad[0].data.get("error")), bad
+    assert result.ok, result.error
+
