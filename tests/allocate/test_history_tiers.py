@@ -14,7 +14,7 @@ from planweave.allocate import TierProfile, TierTable
 from planweave.allocate.history import PRIOR_WEIGHT, fitted_profile, fitted_table
 from planweave.forecast.estimates import Observation, build_estimates
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
-from tests.allocate.test_run_tiers_cli import planweave
+from tests.allocate.conftest import Planweave
 
 SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 # Declared: both tiers as reliable, small cheaper; with no deadline, a fresh journal gives the step small.
@@ -33,7 +33,8 @@ def by_quality(request: RecordedRequest) -> Reply:
     return Text('{"wrong": 1}', prompt_tokens=20, completion_tokens=5)
 
 
-async def test_a_tier_that_failed_in_the_journals_runs_is_not_chosen_again(tmp_path: Path) -> None:
+async def test_a_tier_that_failed_in_the_journals_runs_is_not_chosen_again(tmp_path: Path,
+                                                                          planweave: Planweave) -> None:
     plan, tiers = tmp_path / "plan.yaml", tmp_path / "tiers.yaml"
     plan.write_text(yaml.safe_dump(PLAN), encoding="utf-8")
     tiers.write_text(yaml.safe_dump(TIERS), encoding="utf-8")

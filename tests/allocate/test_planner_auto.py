@@ -5,6 +5,7 @@ each of its calls, in a real process against the scripted server; journaled as a
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,8 @@ import yaml
 from typer.testing import CliRunner
 
 from planweave.cli.main import app
-from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
-from tests.allocate.test_run_tiers_cli import planweave
+from planweave.testing import ScriptedLLM
+from tests.allocate.conftest import Planweave, planner_script
 
 # As likely as each other to write a good plan, small cheaper: small first; large takes over once small's plan is
 # rejected (this run's own outcome, with the declared 95% as the prior: 1.9/3 = 63%)
@@ -23,32 +24,18 @@ TIERS = {
 }
 
 
-def write(tmp_path: Path, tiers: dict[str, object]) -> Path:
+def write(tmp_path: Path, tiers: Mapping[str, object]) -> Path:
     path = tmp_path / "tiers.yaml"
     path.write_text(yaml.safe_dump(tiers), encoding="utf-8")
     return path
 
 
-def script_for(seen: list[tuple[str, str]]) -> object:
-    def script(request: RecordedRequest) -> Reply:
-        text = " ".join(str(m.get("content", "")) for m in request.messages)
-        model = str(request.body["model"])
-        joining = "If the results answer the goal" in text
-        seen.append(("join" if joining else "plan", model))
-        if joining:
-            return Text(json.dumps({"answer": "done"}))
-        if model == "m-small":  # the small planner names a tool that does not exist
-            return Text(json.dumps({"id": "a", "tool": "no_such_tool", "args": {}}) + "\n")
-        return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
-
-    return script
-
-
-async def test_the_planners_tier_is_allocated_before_each_call_and_shown(tmp_path: Path) -> None:
+async def test_the_planners_tier_is_allocated_before_each_call_and_shown(tmp_path: Path,
+                                                                       planweave: Planweave) -> None:
     tiers = write(tmp_path, TIERS)
     seen: list[tuple[str, str]] = []
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
-    async with ScriptedLLM(script_for(seen)) as base_url:  # type: ignore[arg-type]
+    async with ScriptedLLM(planner_script(seen, bad_model="m-small")) as base_url:
         code, out, err = await planweave("run", "--goal", "do it", "--model", "auto", "--base-url", base_url,
                                          "--tiers", str(tiers), "--journal", journal, "--json", cwd=tmp_path)
         assert code == 0, err
@@ -70,21 +57,13 @@ async def test_the_planners_tier_is_allocated_before_each_call_and_shown(tmp_pat
 
 @pytest.mark.parametrize(("deadline", "model"), [([], "m-large"), (["--deadline", "20"], "m-small")])
 async def test_a_deadline_the_strong_planner_cannot_meet_keeps_the_fast_one(
-        tmp_path: Path, deadline: list[str], model: str) -> None:
+        tmp_path: Path, planweave: Planweave, deadline: list[str], model: str) -> None:
     # large answers surely but in 30 declared seconds: without a deadline, the surer; with 20 s, small (90%, 1 s)
     tiers = write(tmp_path, {"small": {**TIERS["small"], "p_success": 0.9},
                              "large": {**TIERS["large"], "p_success": 0.99, "duration_s": 30}})
     seen: list[tuple[str, str]] = []
-
-    def script(request: RecordedRequest) -> Reply:
-        text = " ".join(str(m.get("content", "")) for m in request.messages)
-        seen.append(("join" if "If the results answer the goal" in text else "plan", str(request.body["model"])))
-        if seen[-1][0] == "join":
-            return Text(json.dumps({"answer": "done"}))
-        return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
-
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
-    async with ScriptedLLM(script) as base_url:
+    async with ScriptedLLM(planner_script(seen)) as base_url:
         code, _, err = await planweave("run", "--goal", "do it", "--model", "auto", "--base-url", base_url,
                                        "--tiers", str(tiers), *deadline, "--journal", journal, "--json",
                                        cwd=tmp_path)
