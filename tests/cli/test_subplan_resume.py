@@ -73,3 +73,34 @@ async def test_a_killed_sub_plan_tree_resumes_without_running_a_finished_step_ag
     assert got["root.mid"].status == "succeeded" and got["root.mid"].answer == "mid answer"
     assert got["root.mid.leaf"].status == "succeeded" and got["root.mid.leaf"].answer == "leaf answer"
     assert got["root.mid"].records["m1"].attempts == 1 and got["root.mid.leaf"].records["l1"].attempts == 1
+
+
+async def test_planweave_approve_reaches_a_step_waiting_inside_a_child(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    log, gate = tmp_path / "calls.log", tmp_path / "gate"
+    plans = {"root": [{"id": "sub", "tool": "plan", "args": {"goal": "careful"}}],
+             "careful": [{"id": "risky", "tool": "mark_idempotent", "args": {"step": "risky"}, "approval": "ok?"}]}
+    flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
+    async with ScriptedLLM(world(plans)) as base_url:
+        proc = await planweave("run", "--goal", "root", "--run-id", "root", "--model", "scripted", "--base-url",
+                               base_url, *flags, cwd=tmp_path, log=log, gate=gate)
+        waiting = False
+        for _ in range(600):  # until the child's step waits for its approval
+            await asyncio.sleep(0.05)
+            async with open_journal(url) as journal:
+                events = await journal.read("root.sub")
+            state = RunState.from_events("root.sub", events) if events else None
+            if state is not None and "risky" in state.records and \
+                    state.records["risky"].status == "waiting_approval":
+                waiting = True
+                break
+        if not waiting:
+            proc.kill()
+        assert waiting, (await proc.communicate())[1].decode()
+        approve = await planweave("approve", "root.sub", "risky", "--journal", url, cwd=tmp_path, log=log, gate=gate)
+        _, err = await asyncio.wait_for(approve.communicate(), 60)
+        assert approve.returncode == 0, err.decode()
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out)["answer"] == "root answer"
+    assert log.read_text().split() == ["risky"]
