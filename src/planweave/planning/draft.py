@@ -411,6 +411,7 @@ class DraftSession:
             return False, None
         att.over = True  # decided: no discard may cancel it any more
         self.run.dispatcher.give_back_spare(att)  # it runs on as the step's attempt, in the step's own slot
+        self._schedule()  # no longer a draft attempt in flight: room for another under max_parallel
         if not att.done:
             try:
                 await att.finished.wait()
@@ -430,6 +431,8 @@ class DraftSession:
         kind = event.kind
         if kind in ("run_finished", "run_cancelled"):
             self._end()
+        elif kind == "step_started" and not self.diverged:
+            self._schedule()  # a queued step started: a spare slot may be free again (take_spare refused it)
         elif event.step is not None and kind in ("step_succeeded", "step_failed", "step_skipped",
                                                  "step_cancelled"):
             for att in self.attempts.values():  # the main step ended without taking its draft attempt
