@@ -487,6 +487,19 @@ async def get_run(
     return _shown(state, run_report(found.state, found.status if found.run is None else None, values, state.redact))
 
 
+@api.get("/runs/{run_id}/subplans", response_model=dict[str, Any], responses={404: _ERRORS[404]})
+async def get_subplans(state: State, run_id: str) -> dict[str, Any]:
+    """The run's sub-plans (docs/subplans.md): ``parent`` (its parent link, null for a root run) and ``children``
+    (each ``{run, step, depth, status, answer, error, children}``, nested), as ``planweave show`` lists them."""
+    from planweave.runtree import parent_link, run_tree
+
+    await _find(state, run_id)
+    journal = state.engine.journal
+    parent = parent_link(await journal.read(run_id, kind="run_created"))
+    return _shown(state, {"parent": None if parent is None else dict(parent),
+                          "children": await run_tree(journal, run_id)})
+
+
 @api.get("/runs/{run_id}/steps/{step_id}", response_model=dict[str, Any], responses={404: _ERRORS[404]})
 async def get_step(
     state: State, run_id: str, step_id: str,

@@ -534,6 +534,38 @@
     renderVersions(current);
     renderDag(current);
     renderTimeline();
+    api(`${base}/subplans`).then(({ body }) => renderSubplans(current, body)).catch(() => {});
+  }
+
+  // -- sub-plans: the parent of a child run, and the tree of a run's child runs (docs/subplans.md) ---------------
+  function renderSubplans(current, tree) {
+    if (view !== current) return;
+    const items = [];
+    if (tree.parent) {
+      items.push(el("p", { class: "subplan-parent" }, "sub-plan of ",
+        el("a", { href: `#/runs/${encodeURIComponent(tree.parent.run)}`, text: tree.parent.run }),
+        `, step ${tree.parent.step}`));
+    }
+    if (tree.children.length) {
+      const open = current.subplansOpen !== false;
+      const details = el("details", { open: open ? "" : null },
+        el("summary", { text: `sub-plans (${tree.children.length})` }), subplanList(tree.children));
+      details.addEventListener("toggle", () => { current.subplansOpen = details.open; });
+      items.push(details);
+    }
+    const box = $("run-subplans");
+    box.hidden = !items.length;
+    box.replaceChildren(...items);
+  }
+
+  function subplanList(children) {
+    return el("ul", { class: "subplan-list" }, ...children.map((child) => el("li", { class: "subplan" },
+      el("a", { href: `#/runs/${encodeURIComponent(child.run)}`, text: child.run }), " ",
+      el("span", { class: `badge status-${child.status}`, text: child.status }),
+      child.answer || child.error
+        ? el("span", { class: child.answer ? "subplan-answer" : "subplan-error", text: ` ${child.answer || child.error}` })
+        : null,
+      child.children.length ? subplanList(child.children) : null)));
   }
 
   function renderHeader(current) {
