@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from planweave import Engine, Toolbox, VirtualClock, builtin_tools, run_virtual
 from planweave.engine.runtime import RunResult
 from planweave.journal.memory import MemoryJournal
+from planweave.models import Budget
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.planning.draft import agreeing_prefix
@@ -83,7 +84,7 @@ class Calls:
 
 async def run_goal(main: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[str, Any]] | None, calls: Calls,
                    *, journal: MemoryJournal | None = None, seconds: float = 0.5,
-                   concurrency: int | None = None) -> tuple[RunResult, ScriptedLLM]:
+                   concurrency: int | None = None, budget: Budget | None = None) -> tuple[RunResult, ScriptedLLM]:
     clock = VirtualClock()
     tools = calls.tools(clock, seconds)
     server = ScriptedLLM(script(main, draft or []), models=("main", "draft"))
@@ -91,7 +92,8 @@ async def run_goal(main: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[st
             OpenAIChatClient("draft", base_url=base_url, api_key="k") as drafter, \
             Engine(journal or MemoryJournal(), tools=tools, clock=clock, concurrency=concurrency) as engine:
         options = PlanningOptions(draft=drafter if draft is not None else None)
-        result = await asyncio.wait_for(PlanningLoop(engine, client, tools, options=options).run(GOAL), 60)
+        loop = PlanningLoop(engine, client, tools, options=options, budget=budget)
+        result = await asyncio.wait_for(loop.run(GOAL), 60)
     return result, server
 
 
@@ -246,3 +248,20 @@ async def test_a_verified_draft_attempt_keeps_running_when_its_own_step_takes_th
     assert result.ok, result.error
     assert [(s["step"], s["outcome"]) for s in result.state.speculations] == [("paris", "adopted")]
     assert [c for c, _ in calls.fetched] == ["Paris"]
+
+
+@on_virtual_clock
+async def test_the_draft_call_is_charged_to_the_budget_and_never_squeezes_the_planner() -> None:
+    ample = Budget(tokens=100_000)
+    result, server = await run_goal(PLAN, PLAN, Calls(), budget=ample)
+    assert result.ok, result.error
+    assert ample.spent_tokens == result.state.tokens  # the draft's call too, as journaled
+    assert "draft" in [c["purpose"] for c in result.state.model_calls]
+    # Room for the planner's worst case (~1,300 prompt tokens + 2,048) but not for the draft's beside it: no draft.
+    tight = Budget(tokens=5_000)
+    plain, _ = await run_goal(PLAN, None, Calls(), budget=Budget(tokens=5_000))
+    result, server = await run_goal(PLAN, PLAN, Calls(), budget=tight)
+    assert result.ok, result.error
+    assert [r.body.get("model") for r in server.chat_requests] == ["main", "main"]  # planner and joiner only
+    assert result.outputs == plain.outputs and result.state.answer == plain.state.answer
+    assert not result.state.speculations

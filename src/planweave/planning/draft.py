@@ -30,15 +30,24 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from planweave.engine.context import StepContext, current_step_var, set_current_step
 from planweave.engine.events import Event
 from planweave.engine.speculation import canonical, same_args, unsafe_reason
 from planweave.errors import PlanInvalid
-from planweave.models import Completion, CompletionRequest, Delta, Message, ModelClient
+from planweave.models import (
+    Budget,
+    BudgetExceeded,
+    Completion,
+    CompletionRequest,
+    Delta,
+    Message,
+    ModelClient,
+    Reservation,
+)
 from planweave.models.budget import StreamMeter
-from planweave.models.pricing import PriceTable, approx_prompt_tokens
+from planweave.models.pricing import PriceTable, approx_prompt_tokens, worst_case
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import Plan, parse_step, validate_plan
 from planweave.plan.model import PlanSpec, Step
@@ -246,6 +255,13 @@ class DraftSession:
         parser = LineParser()
         completion: Completion | None = None
         cut: str | None = None
+        reservation = self.planner.reserve(request)
+        if reservation is False:
+            self._stream = None
+            self.diverged = True
+            self.run.record("warning", {"message": "no draft: the budget has no room for the draft model's call "
+                                                   "beside the planner's (planning/draft.py)"})
+            return
         try:
             chunks: AsyncIterator[Any] = client.stream(request)
             async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
@@ -263,11 +279,14 @@ class DraftSession:
             cut = type(exc).__name__
         finally:
             self._stream = None
-            self._journal_call(client, started, completion, meter, cut)
+            self._journal_call(client, started, completion, meter, cut, reservation)
 
     def _journal_call(self, client: ModelClient, started: float, completion: Completion | None, meter: StreamMeter,
-                      cut: str | None) -> None:
+                      cut: str | None, reservation: Reservation | None) -> None:
+        budget = self.planner.budget  # charged what is journaled (a cut stream: its prompt and what it sent)
         if self.run.finished:
+            if reservation is not None and budget is not None:
+                budget.release(reservation)
             return  # nothing may be journaled after the run's end (its stream is cut by the run ending)
         if completion is not None:
             prompt, out, cost, model = (completion.prompt_tokens, completion.completion_tokens,
@@ -282,6 +301,8 @@ class DraftSession:
                                 "finished_at": self.planner.clock.now(), "speculative": True}
         if cut is not None:
             data["cut"] = cut
+        if reservation is not None and budget is not None:
+            budget.settle(reservation, cost, prompt + out)
         self.run.record("model_call", data)
 
     def _lines(self, lines: Sequence[Any]) -> None:
@@ -451,6 +472,12 @@ class DraftSession:
                 att.task.cancel()
 
 
+def _worst(request: CompletionRequest, client: ModelClient) -> tuple[float, int]:
+    prices = getattr(client, "prices", None)
+    usd, tokens = worst_case(request, client.model, prices if isinstance(prices, PriceTable) else PriceTable({}))
+    return usd or 0.0, tokens
+
+
 def _step(obj: Mapping[str, Any]) -> Step | None:
     try:
         return parse_step(dict(obj))
@@ -478,16 +505,43 @@ class DraftPlanner:
     """A planning loop's draft planning: wraps its tools so a verified draft attempt can stand in for a call, and
     starts a :class:`DraftSession` per initial plan."""
 
-    def __init__(self, options: DraftOptions, tools: ToolCatalog, clock: Clock) -> None:
+    def __init__(self, options: DraftOptions, tools: ToolCatalog, clock: Clock, *, budget: Budget | None = None,
+                 planner: ModelClient | None = None, planner_max_tokens: int = 2048) -> None:
         self.options = options
         self.inner = tools
         self.clock = clock
+        self.budget = budget  # the run's: the draft's call is charged to it, never at the planner's expense
+        self.planner_client = planner
+        self.planner_max_tokens = planner_max_tokens
         self.sessions: dict[str, DraftSession] = {}  # run id -> its initial plan's draft
+
+    def reserve(self, request: CompletionRequest) -> Reservation | Literal[False] | None:
+        """Reserve the draft call's worst case from the budget (None: no budget), or False when the budget could not
+        hold it *and* the planner's own worst case: the draft must never make the planner wait or write less."""
+        budget = self.budget
+        if budget is None:
+            return None
+        usd, tokens = _worst(request, self.options.client)
+        if self.planner_client is not None:
+            main = CompletionRequest(messages=request.messages, max_tokens=self.planner_max_tokens)
+            main_usd, main_tokens = _worst(main, self.planner_client)
+        else:
+            main_usd, main_tokens = usd, tokens
+        room_usd, room_tokens = budget.remaining_usd, budget.remaining_tokens
+        if (room_usd is not None and room_usd < usd + main_usd) or (
+                room_tokens is not None and room_tokens < tokens + main_tokens):
+            return False
+        try:
+            return budget.reserve(usd, tokens)
+        except BudgetExceeded:  # another call took the room meanwhile
+            return False
 
     def safe(self, step: Step | None) -> bool:
         """Whether ``step`` may run before the main planner wrote it (the engine's speculation rule)."""
         if step is None or step.isolation == "process" or step.executor == "ray":
             return False  # a draft attempt runs on the planner's event loop, which is not where this step may run
+        if self.budget is not None and step.tool == "llm":
+            return False  # it would spend the run's budget before the planner has asked for the step
         tool = self.inner.get(step.tool)
         if tool is None:
             return False

@@ -162,7 +162,9 @@ class PlanningLoop:
             self.tools = Toolbox({n: wrapped if n == "llm" else t for n, t in given.items()})
             self.tools.on_close(given.aclose)  # what the given toolbox holds open is closed with this one
         drafting = draft_options(options.draft)
-        self._draft = None if drafting is None else DraftPlanner(drafting, self.tools, engine.clock)
+        self._draft = None if drafting is None else DraftPlanner(
+            drafting, self.tools, engine.clock, budget=budget, planner=client,
+            planner_max_tokens=options.plan_max_tokens)
         if self._draft is not None:  # a verified draft attempt answers its step's call (planning/draft.py)
             self.tools = self._draft.wrap()
 
