@@ -78,3 +78,22 @@ def test_an_engine_told_never_to_freeze_does_not(monkeypatch: pytest.MonkeyPatch
     assert calls == []
     with pytest.raises(ValueError, match="gc_freeze_every must be at least 1"):
         CollectorPolicy(0)
+
+
+def test_a_run_of_at_least_freeze_every_steps_freezes_at_its_start_and_thaws_when_it_ends() -> None:
+    steps = [{"id": f"s{i}", "tool": "sleep", "args": {"seconds": 1}} for i in range(3)]
+
+    async def go() -> tuple[int, int, int]:
+        async with Engine(MemoryJournal(), clock=VirtualClock(), tools=builtin_tools(), gc_freeze_every=3) as engine:
+            small = await engine.start({"steps": steps[:2]})  # fewer steps than gc_freeze_every: no freeze
+            while_small = gc.get_freeze_count()
+            await small.wait()
+            big = await engine.start({"steps": steps})  # the second run only, but of 3 steps: frozen at once
+            while_big = gc.get_freeze_count()
+            await big.wait()  # no run left: thawed (and collected)
+            return while_small, while_big, gc.get_freeze_count()
+
+    while_small, while_big, after = run_virtual(go())
+    assert while_small == 0
+    assert while_big > 0
+    assert after == 0

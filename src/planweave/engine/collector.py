@@ -6,7 +6,8 @@ survived younger collections grew by a quarter, which a stream of new runs keeps
 sleeping steps, steps waited 0.3-1 s (p50) and 2.5-3.4 s (p99) to start, against 2-11 ms with the collector off
 (``planweave bench scale``, docs/scaling.md).
 
-:class:`CollectorPolicy` freezes (:func:`gc.freeze`) what exists after every ``freeze_every`` started runs: it
+:class:`CollectorPolicy` freezes (:func:`gc.freeze`) what exists after every ``freeze_every`` started runs, and
+when a run of at least ``freeze_every`` steps starts (one big run's plan and state are as many objects): it
 moves to the permanent generation, which collections do not walk. Objects still die by reference counting; only
 cycles among frozen objects wait, so every ``thaw_after`` freezes the policy unfreezes instead (the next full
 collection, one long pause, frees them and the cycle restarts), and an engine with no active run left unfreezes
@@ -39,12 +40,16 @@ class CollectorPolicy:
         self.frozen = 0  # freezes since the last thaw
         self.thaws = 0
 
-    def run_started(self) -> None:
-        """A run was started or resumed: every ``freeze_every`` of them, freeze (or, after ``thaw_after``, thaw)."""
+    def run_started(self, steps: int = 0) -> None:
+        """A run of ``steps`` steps was started or resumed: every ``freeze_every`` of them, or at once for a run of
+        at least ``freeze_every`` steps, freeze (or, after ``thaw_after`` freezes, thaw)."""
         if self.freeze_every is None:
             return
         self.started += 1
-        if self.started % self.freeze_every:
+        # A big run alone is a heap the full collections walk again and again (its plan, state and records, built
+        # just now): frozen, the 10,000-step fan-out's gen-2 collections took 34-54 ms instead of 60-144 ms
+        # (docs/benchmarks.md, "The engine at the floor", GC).
+        if self.started % self.freeze_every and steps < self.freeze_every:
             return
         if self.frozen >= self.thaw_after:
             self._thaw()

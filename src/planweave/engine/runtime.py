@@ -1111,7 +1111,7 @@ class Engine:
         if on_event is not None:
             run.subscribe(on_event)
         self._runs[run_id] = run
-        self.collector.run_started()
+        self.collector.run_started(len(validated.steps))
         try:
             await run.begin("run_created", {
                 # As a document, not the spec: a spec's dump drops a step's explicit `timeout: null` (no limit),
@@ -1177,7 +1177,7 @@ class Engine:
                     raise JournalError(f"run '{run_id}': the output of step '{rec.id}' is missing from the journal")
                 run.outputs[rec.id] = blobs[rec.output_ref]
         self._runs[run_id] = run
-        self.collector.run_started()
+        self.collector.run_started(len(state.plan.steps))
         await run.begin("run_resumed", {"retry_unknown": retry_unknown, "owner": _owner()})
         return run
 
