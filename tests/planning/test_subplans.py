@@ -208,3 +208,16 @@ async def test_a_child_gets_the_earlier_deadline_and_only_the_tools_it_is_given(
     assert "unknown tool(s) ['nope']" in str(bad[0].data.get("error")), bad
     assert result.ok, result.error
 
+
+
+@on_virtual_clock
+async def test_a_plan_step_with_a_heartbeat_is_kept_alive_by_its_childs_progress(tmp_path: Path, log: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    plans: dict[str, list[dict[str, Any]]] = {
+             "root": [{"id": "sub", "tool": "plan", "args": {"goal": "slow"}, "heartbeat": 2}],
+             "slow": [{"id": "s1", "tool": "sleep", "args": {"seconds": 1.5}},
+                      {"id": "s2", "tool": "sleep", "args": {"seconds": 1.5}, "after": ["s1"]},
+                      {"id": "s3", "tool": "sleep", "args": {"seconds": 1.5}, "after": ["s2"]}]}
+    result, _ = await run_tree(url, world(plans))
+    assert result.ok, result.error  # 4.5 s of child work under a 2 s heartbeat: never taken for hung
+    assert result.state.records["sub"].attempts == 1

@@ -173,6 +173,7 @@ def plan_tool(seam: SubplanSeam) -> Tool:
             _settle(seam.budget, reservation, spent)
             raise
         stop = _propagate_cancel(parent, ctx.step_id, child)
+        child.subscribe(lambda _event: ctx.heartbeat())  # the child's progress keeps a `heartbeat:` step alive
         try:
             result = await child.wait()
         except BaseException:
