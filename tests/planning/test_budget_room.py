@@ -27,7 +27,10 @@ def spent_within(budget: int, reported: int, served: int) -> None:
     assert reported <= budget, f"reported {reported} tokens over the budget of {budget}"
 
 
-@pytest.mark.parametrize(("budget", "status"), [(2000, "failed"), (3500, "succeeded"), (4500, "succeeded")])
+# Retuned for the references context (the default since issue 14): its planner prompt (the report instructions,
+# context.read in the catalog) and joiner prompt cost more here, 2,683 tokens spent before the joiner, whose worst
+# case (1,677) no longer fits in 3,500 (the summary context succeeded at 3,500); 4,000 is the same loose-enough case.
+@pytest.mark.parametrize(("budget", "status"), [(2000, "failed"), (4000, "succeeded"), (4500, "succeeded")])
 def test_the_issues_scenario_ends_as_its_budget_allows_and_reports_what_the_server_sent(budget: int,
                                                                                          status: str) -> None:
     out = run_virtual(run_scenario(budget))

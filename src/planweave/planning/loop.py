@@ -80,10 +80,10 @@ class PlanningOptions:
     local_repair: bool = True  # repair a failed step's region first (False: go straight to a global re-plan)
     model_capacity: int | None = 8  # `llm` steps claim one unit of resource "model:<name>" (None: no claim)
     ask_human: bool = False  # the last rung: ask a person (human.input) what to do instead of failing the run
-    # What the planner, re-planner and joiner see of the run: "references" (opt-in; report + frontier + outputs by
-    # reference, bounded whatever the run's length: planning/context.py) or "summary" (every step, cut at
-    # summary_chars: the state summary of before, kept as the baseline of `planweave bench context`).
-    context: Literal["references", "summary"] = "summary"
+    # What the planner, re-planner, joiner and `llm` steps see of the run: "references" (the default: report +
+    # frontier + outputs by reference, bounded whatever the run's length: planning/context.py) or "summary" (every
+    # step, cut at summary_chars: the state summary of before, the baseline of `planweave bench context`).
+    context: Literal["references", "summary"] = "references"
     context_limits: ContextLimits = field(default_factory=ContextLimits)
     # Speculative planning (planning/draft.py): a small fast model drafts the initial plan ahead of the planner,
     # whose lines verify it; agreeing safe draft steps start early. None: the planner plans alone.
