@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from planweave.errors import ToolError
 from planweave.models import Budget, BudgetExceeded
-from planweave.planning.subplans import BudgetSlice, _reserve, _settle, _Spend, slice_budget
+from planweave.planning.subplans import BudgetSlice, _reserve, _settle, slice_budget
 
 child_plan = st.tuples(
     st.one_of(st.none(), st.integers(0, 5_000)),  # tokens the child asks for (None: a fair share)
@@ -47,7 +47,7 @@ def test_children_never_spend_beyond_their_slice_nor_the_parent_beyond_its_budge
             own.settle(held, 0.0, int(worst * used))
         assert share.tokens is not None and own.spent_tokens <= share.tokens  # a child stays in its slice
         spent += own.spent_tokens
-        _settle(parent, reservation, _Spend(own))
+        _settle(parent, reservation, own.spent_usd, own.spent_tokens)
     assert parent.spent_tokens == spent <= total  # the children's spend, all of it, and never above the budget
     assert parent.reserved_tokens == 0
 

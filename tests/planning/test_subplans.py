@@ -46,8 +46,9 @@ async def states(url: str, *run_ids: str) -> dict[str, RunState]:
 
 async def run_tree(url: str, script: Callable[[RecordedRequest], Reply], *, limits: RunLimits | None = None,
                    max_depth: int = 3, on_event: Callable[[Any, Event], None] | None = None,
-                   ) -> tuple[RunResult, list[str]]:
-    """Run goal ``root`` to its end; return its result and the ids of every run the engine started."""
+                   goal: str = "root") -> tuple[RunResult, list[str]]:
+    """Run ``goal`` (run id: the goal) to its end; return its result and the ids of every run the engine
+    started."""
     started: list[str] = []
     async with ScriptedLLM(script) as base_url, \
             OpenAIChatClient("scripted", base_url=base_url, api_key="k") as client, \
@@ -57,7 +58,7 @@ async def run_tree(url: str, script: Callable[[RecordedRequest], Reply], *, limi
             engine.subscribe(lambda e: on_event(engine, e))
         loop = build_planning_loop(engine, client, builtin_tools().merged(marks), limits or RunLimits(),
                                    max_depth=max_depth)
-        result = await loop.run("root", run_id="root")
+        result = await loop.run(goal, run_id=goal)
     return result, started
 
 
@@ -221,3 +222,22 @@ async def test_a_plan_step_with_a_heartbeat_is_kept_alive_by_its_childs_progress
     result, _ = await run_tree(url, world(plans))
     assert result.ok, result.error  # 4.5 s of child work under a 2 s heartbeat: never taken for hung
     assert result.state.records["sub"].attempts == 1
+
+
+@on_virtual_clock
+async def test_a_child_that_already_succeeded_is_reused_and_its_spend_counted_once(tmp_path: Path,
+                                                                                 log: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    plans = {**TREE, "root.mid": TREE["mid"]}  # the run 'root.mid' plans goal 'root.mid' as 'mid' would
+    answers = {"root": "root answer", "root.mid": "mid answer", "leaf": "leaf answer"}
+    first, _ = await run_tree(url, world(plans, answers), goal="root.mid")  # as if it ran before a kill
+    assert first.ok, first.error
+    root_plan = [{"id": "mid", "tool": "plan", "args": {"goal": "root.mid"}},
+                 {"id": "top", "tool": MARK, "args": {"step": "top", "v": "${mid.answer}"}}]
+    result, started = await run_tree(url, world({**plans, "root": root_plan}, answers))
+    assert result.ok, result.error
+    assert started == ["root"]  # no child started: the finished one gave its answer
+    assert result.outputs["mid"]["answer"] == "mid answer" and result.outputs["top"]["v"] == "mid answer"
+    assert sorted(ran(log)) == ["l1", "l2", "m1", "top"]  # the child's steps did not run again
+    counted = [c for c in result.state.model_calls if c.get("run") == "root.mid"]
+    assert len(counted) == 1 and counted[0]["completion_tokens"] == first.state.tokens > 0  # its leaf's included

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planweave.engine.context import current_step
+from planweave.engine.context import StepContext, current_step
 from planweave.engine.events import Event
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run
@@ -142,6 +142,11 @@ def plan_tool(seam: SubplanSeam) -> Tool:
         parent = engine.get(ctx.run_id)
         child_id, existing = await _child_to_run(engine, ctx.run_id, ctx.step_id, goal)
         if existing is not None and existing.status == "succeeded":  # finished before an interruption: reuse it
+            if not any(c.get("run") == child_id for c in parent.state.model_calls):  # its spend not counted yet
+                done = JournaledLimits.from_events(await engine.journal.read(child_id))
+                if seam.budget is not None:
+                    seam.budget.settle(seam.budget.reserve(0.0, 0), done.spent_usd, done.spent_tokens)
+                _report_spend(ctx, done.model or "", child_id, done.spent_usd, done.spent_tokens)
             return {"answer": existing.answer, "summary": _summary(child_id, existing, existing.answer),
                     "run": child_id}
         now = engine.clock.now()
@@ -153,8 +158,9 @@ def plan_tool(seam: SubplanSeam) -> Tool:
             share = BudgetSlice(limits.budget_usd, limits.budget_tokens)
             child_deadline = remaining if left is None else (left if remaining is None else min(left, remaining))
         else:
+            steps = parent.plan.steps
             open_children = sum(1 for sid, rec in parent.state.records.items()
-                                if parent.plan.steps[sid].tool == SUBPLAN_TOOL
+                                if sid in steps and steps[sid].tool == SUBPLAN_TOOL
                                 and rec.status in ("pending", "ready", "running"))
             share = slice_budget(asked, None if seam.budget is None else seam.budget.remaining_usd,
                                  None if seam.budget is None else seam.budget.remaining_tokens, open_children)
@@ -165,12 +171,11 @@ def plan_tool(seam: SubplanSeam) -> Tool:
         loop = seam.build(child_tools, RunLimits(limits.budget_usd, limits.budget_tokens, child_deadline,
                                                  limits.max_replans), child_budget, depth)
         loop.parent = {"run": ctx.run_id, "step": ctx.step_id, "depth": depth}
-        spent = _Spend(child_budget)
         try:
             child = await (loop.resume(child_id) if existing is not None else loop.start(goal, run_id=child_id,
                                                                                        priority=parent.priority))
         except BaseException:
-            _settle(seam.budget, reservation, spent)
+            _settle(seam.budget, reservation, 0.0, 0)
             raise
         stop = _propagate_cancel(parent, ctx.step_id, child)
         child.subscribe(lambda _event: ctx.heartbeat())  # the child's progress keeps a `heartbeat:` step alive
@@ -182,11 +187,11 @@ def plan_tool(seam: SubplanSeam) -> Tool:
             raise
         finally:
             stop.active = False
-            _settle(seam.budget, reservation, spent)
-            if spent.usd or spent.tokens:  # the parent's journal counts its children's spend (and a resume too)
-                ctx.report_usage({"purpose": "subplan", "model": loop.client.model, "prompt_tokens": 0,
-                                  "completion_tokens": spent.tokens, "cost_usd": spent.usd,
-                                  "usage_source": "subplan", "run": child_id})
+            # All it spent, from its journaled calls (a resumed child's state holds those before the interruption
+            # too, as its budget was charged with them).
+            usd, tokens = child.state.cost_usd, child.state.tokens
+            _settle(seam.budget, reservation, usd, tokens)
+            _report_spend(ctx, loop.client.model, child_id, usd, tokens)
         if result.status != "succeeded":
             raise _fail(f"sub-plan run '{child_id}' {result.status}: {result.error or 'no answer'}")
         answer = result.state.answer
@@ -195,19 +200,12 @@ def plan_tool(seam: SubplanSeam) -> Tool:
     return Tool.from_function(plan, name=SUBPLAN_TOOL, idempotent=True, speculate=False)
 
 
-class _Spend:
-    """What a child has spent, read from its budget when settled (its budget may be None: nothing counted)."""
-
-    def __init__(self, budget: Budget | None) -> None:
-        self._budget = budget
-
-    @property
-    def usd(self) -> float:
-        return 0.0 if self._budget is None else self._budget.spent_usd
-
-    @property
-    def tokens(self) -> int:
-        return 0 if self._budget is None else self._budget.spent_tokens
+def _report_spend(ctx: StepContext, model: str, child_id: str, usd: float, tokens: int) -> None:
+    """Journal what child ``child_id`` spent as a ``model_call`` of the parent's step (``purpose: subplan``): the
+    parent's tokens and cost count its tree, and a resumed parent's budget is charged with it."""
+    if usd or tokens:
+        ctx.report_usage({"purpose": "subplan", "model": model, "prompt_tokens": 0, "completion_tokens": tokens,
+                          "cost_usd": usd, "usage_source": "subplan", "run": child_id})
 
 
 def _reserve(budget: Budget | None, share: BudgetSlice, child_id: str) -> Reservation | None:
@@ -220,9 +218,10 @@ def _reserve(budget: Budget | None, share: BudgetSlice, child_id: str) -> Reserv
                     "budget") from None
 
 
-def _settle(budget: Budget | None, reservation: Reservation | None, spent: _Spend) -> None:
+def _settle(budget: Budget | None, reservation: Reservation | None, usd: float, tokens: int) -> None:
+    """Settle a child's slice with what it spent: the rest of the slice goes back to the parent."""
     if budget is not None and reservation is not None:
-        budget.settle(reservation, spent.usd, spent.tokens)
+        budget.settle(reservation, usd, tokens)
 
 
 def _subset(tools: Toolbox, names: list[str] | None) -> Toolbox:
