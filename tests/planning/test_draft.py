@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planweave import Engine, Toolbox, VirtualClock, builtin_tools, run_virtual
+from planweave.bench.draft_planning import workload
 from planweave.engine.runtime import RunResult
 from planweave.journal.memory import MemoryJournal
 from planweave.models import Budget
@@ -77,8 +78,15 @@ class Calls:
             self.written.append((text, clock.now()))
             return {"ok": True}
 
+        async def work(task: str, seconds: float, inputs: list[Any] | None = None, x: int = 0) -> dict[str, Any]:
+            """A step of a seeded workload: its value is a function of its arguments."""
+            self.fetched.append((task, clock.now()))
+            await asyncio.sleep(seconds)
+            return {"value": f"{task}<{','.join(map(str, inputs or []))}>{x}"}
+
         box.add(fetch, idempotent=True)
         box.add(write)
+        box.add(work, idempotent=True)
         return box
 
 
@@ -265,3 +273,22 @@ async def test_the_draft_call_is_charged_to_the_budget_and_never_squeezes_the_pl
     assert [r.body.get("model") for r in server.chat_requests] == ["main", "main"]  # planner and joiner only
     assert result.outputs == plain.outputs and result.state.answer == plain.state.answer
     assert not result.state.speculations
+
+
+def test_random_plans_give_the_planners_results_whatever_the_draft_and_the_slots() -> None:
+    @settings(max_examples=10, deadline=None, database=None)
+    @given(seed=st.integers(0, 10_000), steps=st.integers(2, 6), data=st.data(),
+           concurrency=st.sampled_from([None, 1, 2]), scale=st.sampled_from([0.1, 1.0, 4.0]))
+    def check(seed: int, steps: int, data: st.DataObject, concurrency: int | None, scale: float) -> None:
+        plan = workload(seed, steps, scale)
+        k = data.draw(st.integers(0, steps), label="agreeing prefix")
+        plain = run_virtual(run_goal(plan, None, Calls(), concurrency=concurrency))[0]
+        result = run_virtual(run_goal(plan, diverged(plan, k), Calls(), concurrency=concurrency))[0]
+        assert plain.ok and result.ok, (plain.error, result.error)
+        assert result.outputs == plain.outputs
+        assert result.state.answer == plain.state.answer
+        assert result.state.plan.to_document()["steps"] == plain.state.plan.to_document()["steps"]
+        adopted = {s["step"] for s in result.state.speculations if s["outcome"] == "adopted"}
+        assert adopted <= {s["id"] for s in plan[:k]}
+
+    check()
