@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from planweave.engine.context import current_step
-from planweave.errors import ToolError
+from planweave.errors import RunError, ToolError
 from planweave.plan.refs import Interpolation, RefResolutionError, RefSyntaxError, compile_args, parse_ref
 from planweave.tools.registry import Tool
 
@@ -110,14 +110,20 @@ def referencing_llm_tool(inner: Tool, run_of: Callable[[str], Any], describe: Ca
 
     async def llm(**kwargs: Any) -> Any:
         ctx = current_step()
-        run = run_of(ctx.run_id)
-        spec = run.plan.steps.get(ctx.step_id)
-        raw = spec.args.get("prompt") if spec is not None else None
+        try:  # the step as planned (its raw prompt), in a run this engine drives
+            run = run_of(ctx.run_id)
+            spec = run.plan.steps.get(ctx.step_id)
+            raw = spec.args.get("prompt") if spec is not None else None
+        except (LookupError, RunError):  # not a run of this engine (a tool called outside the loop's runs): as it is
+            raw = None
         if not isinstance(raw, str) or "${" not in raw:
             return await inner.fn(**kwargs)
         outputs = run.outputs
-        prompt, shown = prompt_by_reference(raw, outputs, lambda sid: describe(ctx.run_id, sid),
-                                            inline_chars=inline_chars)
+        try:
+            prompt, shown = prompt_by_reference(raw, outputs, lambda sid: describe(ctx.run_id, sid),
+                                                inline_chars=inline_chars)
+        except (RefSyntaxError, RefResolutionError, KeyError):  # the engine resolved it: cannot happen, but then
+            shown = []  # the prompt the engine rendered is used
         if not shown:
             return await inner.fn(**kwargs)
         can_read = kwargs.get("schema") is None and max_reads > 0
