@@ -480,9 +480,10 @@ class Run:
         return self._cache.succeeded(cached, attempt, ref, output)
 
     def _history_entry(self, sid: str, tool: ToolSpec, args: Mapping[str, Any]) -> CacheEntry | None:
-        """A speculating run indexes an idempotent step's output that has consumers, cacheable or not: a later run
-        of the journal may predict from it (docs/speculation.md, "History")."""
-        if sid not in self.state.idempotent or not self.state.plan.dependents.get(sid):
+        """A speculating run indexes the output of an idempotent step a safe consumer references, cacheable or not:
+        a later run of the journal may predict from it (docs/speculation.md, "History")."""
+        spec = self._spec
+        if spec is None or sid not in self.state.idempotent or not spec.predicts_for(sid):
             return None
         return self._cache.history_entry(tool, args)
 
@@ -807,6 +808,8 @@ class Run:
         self._emit("steps_added", None, {"steps": parsed, "version": version,
                                          "idempotent": self._idempotent_ids(parsed), **meta})
         self._pump()
+        if self._spec is not None:  # a new step may start on predictions of the steps it waits for
+            self._spec.schedule()
         return [s.id for s in parsed]
 
     def propose(self, proposal: PlanSpec | Mapping[str, Any], *, trigger: str = "replan", seen: int | None = None,
@@ -841,6 +844,8 @@ class Run:
         for task in doomed:
             task.cancel()
         self._pump()
+        if self._spec is not None:  # a new version: other producers, other steps to speculate on
+            self._spec.schedule()
         self._check_done()
         return diff
 

@@ -41,6 +41,7 @@ from planweave.errors import ToolError
 from planweave.journal.base import Journal, canonical_output, find_cached
 from planweave.plan.cache import tool_version
 from planweave.plan.catalog import ToolCatalog
+from planweave.plan.graph import Plan
 from planweave.plan.model import Claim, PlanSpec, SpeculationMode, SpeculationSpec
 from planweave.plan.refs import RefResolutionError
 
@@ -171,22 +172,64 @@ class Speculator:
     _asked: dict[str, tuple[StepRecord, Any]] = field(default_factory=dict)  # the predictor's answers (or _NO_GUESS)
     _recalled: dict[str, tuple[StepRecord, Any]] = field(default_factory=dict)  # the journal's (or _NO_GUESS)
     _predicting_usd: float = 0.0  # the worst cases of the predictor's calls in flight
+    _plan: Plan | None = None  # the plan version the producers below are of
+    _producers: tuple[str, ...] = ()  # steps a safe dependent references: the only ones worth predicting
+    _producer_set: frozenset[str] = frozenset()
+    _producer_tools: frozenset[str] = frozenset()
     _soon: bool = False
     _closed: bool = False
 
     # -- what the run tells it ------------------------------------------------------------------------------
     def schedule(self) -> None:
-        """Look for steps to speculate on once the loop turns (after the deferred admission of real steps)."""
-        if not self._soon and not self._closed:
-            self._soon = True
-            asyncio.get_running_loop().call_soon(self._tick)
+        """Look for steps to speculate on once the loop turns (after the deferred admission of real steps).
+
+        The fast path: a plan version where no step references a producer it could speculate on (``after:`` edges
+        only, every consumer unsafe) has nothing to predict, and costs a step two attribute reads here.
+        """
+        if self._soon or self._closed:
+            return
+        if self._plan is self.run.state.plan and not self._producers and not self.attempts:
+            return
+        self._soon = True
+        asyncio.get_running_loop().call_soon(self._tick)
+
+    def _refresh(self) -> None:
+        """Once per plan version: the producers a prediction could help (a safe dependent references them, they
+        claim no ``writes:``) and their tools (outputs of other calls of those tools are history)."""
+        plan = self.run.state.plan
+        if plan is self._plan:
+            return
+        self._plan = plan
+        producers: dict[str, None] = {}
+        for sid, refs in plan.refs.items():
+            if not refs or not self._safe(sid):
+                continue
+            for ref in refs:
+                if ref.step in plan.steps and not plan.steps[ref.step].writes:
+                    producers[ref.step] = None
+        self._producers = tuple(producers)
+        self._producer_set = frozenset(producers)
+        self._producer_tools = frozenset(plan.steps[p].tool for p in producers)
+
+    def predicts_for(self, sid: str) -> bool:
+        """Whether step ``sid`` of the current plan version is a producer a prediction could help: the run indexes
+        its output for later runs' history predictions."""
+        if self._plan is not self.run.state.plan:
+            self._refresh()
+        return sid in self._producer_set
 
     def _learn(self) -> None:
         """Remember the outputs of the steps that succeeded since the last look, and score their predictions."""
         state = self.run.state
         outputs = self.run.outputs
+        tools = self._producer_tools
+        producers = self._producer_set
+        plan = state.plan
         for sid, rec in state.records.items():
             if rec.status != "succeeded" or self._learned.get(sid) is rec or sid not in outputs:
+                continue
+            if sid not in producers and plan.steps[sid].tool not in tools:
+                self._learned[sid] = rec  # no prediction of it, no history any producer could use
                 continue
             self._learned[sid] = rec
             try:
@@ -274,6 +317,9 @@ class Speculator:
         self._soon = False
         if self._closed or self.policy.mode == "off":
             return
+        self._refresh()
+        if not self._producers and not self.attempts:
+            return
         self._learn()
         predictions = self._predictions()
         self._sweep(predictions)
@@ -313,8 +359,10 @@ class Speculator:
             for spec in self.attempts.values():
                 if spec.done and (plan.steps[spec.step].predict is None or spec.confidence >= plan_confidence):
                     found[spec.step] = Prediction(spec.output, spec.confidence, "speculation")
-        for sid, rec in state.records.items():
-            if rec.status == "succeeded":
+        records = state.records
+        for sid in self._producers:
+            rec = records.get(sid)
+            if rec is None or rec.status == "succeeded":
                 continue
             step = plan.steps[sid]
             if (self.history and rec.status in ("ready", "running") and sid in state.idempotent
