@@ -97,5 +97,6 @@ def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: R
         return build_planning_loop(engine, client, child_tools, child_limits, plan_max_tokens=plan_max_tokens,
                                    budget=child_budget, max_depth=max_depth, subplan_depth=child_depth)
 
-    deadline_at = None if limits.deadline is None else engine.clock.now() + limits.deadline
-    return plan_tool(SubplanSeam(engine, build, tools, spend, deadline_at, depth, max_depth, limits.max_replans))
+    # the parent's deadline is read from its journal when a child starts: the loop may be built before the clock
+    # runs (a VirtualClock needs its event loop), and a resumed parent keeps the end it was started with
+    return plan_tool(SubplanSeam(engine, build, tools, spend, None, depth, max_depth, limits.max_replans))

@@ -86,7 +86,7 @@ class SubplanSeam:
     build: LoopBuilder
     tools: Toolbox
     budget: Budget | None
-    deadline_at: float | None  # the parent's end on the engine's clock (None: no deadline)
+    deadline_at: float | None  # the parent's end on the engine's clock (None: the one its journal records, if any)
     depth: int = 0  # the depth of the runs this tool is called from (a root goal run: 0)
     max_depth: int = DEFAULT_MAX_DEPTH
     max_replans: int | None = None
@@ -150,7 +150,10 @@ def plan_tool(seam: SubplanSeam) -> Tool:
             return {"answer": existing.answer, "summary": _summary(child_id, existing, existing.answer),
                     "run": child_id}
         now = engine.clock.now()
-        left = None if seam.deadline_at is None else max(0.0, seam.deadline_at - now)
+        deadline_at = seam.deadline_at
+        if deadline_at is None:  # the parent's own end as journaled at its start (kept across a resume)
+            deadline_at = JournaledLimits.from_events(await engine.journal.read(ctx.run_id)).deadline_at
+        left = None if deadline_at is None else max(0.0, deadline_at - now)
         if existing is not None:  # resumed: the limits it was started with, what it spent already charged
             recorded = JournaledLimits.from_events(await engine.journal.read(child_id))
             limits, child_budget = recorded.limits, recorded.budget()
