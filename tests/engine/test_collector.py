@@ -80,7 +80,8 @@ def test_an_engine_told_never_to_freeze_does_not(monkeypatch: pytest.MonkeyPatch
         CollectorPolicy(0)
 
 
-def test_a_run_of_at_least_freeze_every_steps_freezes_at_its_start_and_thaws_when_it_ends() -> None:
+def test_a_run_of_at_least_freeze_every_steps_freezes_at_its_start_and_thaws_when_it_ends(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     steps = [{"id": f"s{i}", "tool": "sleep", "args": {"seconds": 1}} for i in range(3)]
 
     async def go() -> tuple[int, int, int]:
@@ -93,7 +94,15 @@ def test_a_run_of_at_least_freeze_every_steps_freezes_at_its_start_and_thaws_whe
             await big.wait()  # no run left: thawed (and collected)
             return while_small, while_big, gc.get_freeze_count()
 
+    collected: list[int] = []
+
+    def collect(generation: int = 2) -> int:
+        collected.append(generation)
+        return 0
+
+    monkeypatch.setattr(gc, "collect", collect)
     while_small, while_big, after = run_virtual(go())
     assert while_small == 0
     assert while_big > 0
     assert after == 0
+    assert collected == []  # after big runs only, thawed without a collection of its own for the run to pay

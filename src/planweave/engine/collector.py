@@ -11,9 +11,9 @@ when a run of at least ``freeze_every`` steps starts (one big run's plan and sta
 moves to the permanent generation, which collections do not walk. Objects still die by reference counting; only
 cycles among frozen objects wait, so every ``thaw_after`` freezes the policy unfreezes instead (the next full
 collection, one long pause, frees them and the cycle restarts), and an engine with no active run left unfreezes
-and collects at once (nothing is waiting to run). Small workloads (fewer runs than ``freeze_every``) never
-freeze. The collector is the process's: several engines in one process share its frozen set, which only changes
-how much a collection walks, never what is kept alive.
+(and, if it froze for many runs, collects at once: nothing is waiting to run). Small workloads (fewer runs than
+``freeze_every``, each of fewer steps) never freeze. The collector is the process's: several engines in one
+process share its frozen set, which only changes how much a collection walks, never what is kept alive.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class CollectorPolicy:
         self.started = 0
         self.frozen = 0  # freezes since the last thaw
         self.thaws = 0
+        self.collect_when_idle = False  # a freeze for many runs (not only big ones) since the last idle
 
     def run_started(self, steps: int = 0) -> None:
         """A run of ``steps`` steps was started or resumed: every ``freeze_every`` of them, or at once for a run of
@@ -49,19 +50,25 @@ class CollectorPolicy:
         # A big run alone is a heap the full collections walk again and again (its plan, state and records, built
         # just now): frozen, the 10,000-step fan-out's gen-2 collections took 34-54 ms instead of 60-144 ms
         # (docs/benchmarks.md, "The engine at the floor", GC).
-        if self.started % self.freeze_every and steps < self.freeze_every:
+        many = not self.started % self.freeze_every
+        if not many and steps < self.freeze_every:
             return
         if self.frozen >= self.thaw_after:
             self._thaw()
         else:
             gc.freeze()
             self.frozen += 1
+            self.collect_when_idle |= many
 
     def idle(self) -> None:
-        """No run is active: if anything was frozen, thaw it and collect now, while nothing waits."""
+        """No run is active: if anything was frozen, thaw it, and collect now (while nothing waits) if many runs
+        were started meanwhile. After big runs only, the collector runs when it would have: a full collection
+        then is one more for the run to pay before its result (the 10,000-step layered DAG: no faster frozen)."""
         if self.frozen:
             self._thaw()
-            gc.collect()
+            if self.collect_when_idle:
+                gc.collect()
+        self.collect_when_idle = False
 
     def _thaw(self) -> None:
         gc.unfreeze()
