@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from planweave.cli.main import app
-from planweave.testing import ScriptedLLM
+from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
 from tests.allocate.conftest import Planweave, planner_script
 
 # As likely as each other to write a good plan, small cheaper: small first; large takes over once small's plan is
@@ -79,3 +79,39 @@ def test_model_auto_for_a_goal_needs_tiers_and_no_cascade(tmp_path: Path, extra:
         app, ["run", "--goal", "x", "--model", "auto", *flags, "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
     assert result.exit_code == 2, result.output
     assert "--model auto has the allocator choose the planner's tier" in " ".join(result.output.split())
+
+
+async def test_a_killed_goal_run_with_an_allocated_planner_resumes_allocated(tmp_path: Path) -> None:
+    import asyncio
+
+    from tests.allocate.test_gaps_cascade_resume import kill_when_running
+    from tests.allocate.test_pressure_goal_resume import planweave as start
+
+    tiers = write(tmp_path, TIERS)
+    seen: list[tuple[str, str]] = []
+    plan = [{"id": "wait", "tool": "sleep", "args": {"seconds": 5}}]
+
+    def script(request: RecordedRequest) -> Reply:
+        text = " ".join(str(m.get("content", "")) for m in request.messages)
+        seen.append(("join" if "If the results answer the goal" in text else "plan", str(request.body["model"])))
+        if seen[-1][0] == "join":
+            return Text(json.dumps({"answer": "done"}))
+        return Text("".join(json.dumps(s) + "\n" for s in plan))
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    async with ScriptedLLM(script) as base_url:
+        first = await start("run", "--goal", "g", "--model", "auto", "--base-url", base_url, "--tiers", str(tiers),
+                            "--journal", url, "--json", cwd=tmp_path)
+        run_id = await kill_when_running(first, url, "wait")
+        again = await start("resume", run_id, "--journal", url, "--model", "m-large", "--base-url", base_url,
+                            "--json", cwd=tmp_path)
+        out, err = await asyncio.wait_for(again.communicate(), 120)
+        shown = await start("show", run_id, "--journal", url, "--json", cwd=tmp_path)
+        shown_out, _ = await asyncio.wait_for(shown.communicate(), 120)
+    assert again.returncode == 0, err.decode()
+    assert json.loads(out)["answer"] == "done"
+    # allocated again after the resume: the join decided (small, the cheaper of a tie), not --model's m-large
+    assert seen == [("plan", "m-small"), ("join", "m-small")]
+    decisions = json.loads(shown_out)["allocations"]
+    assert [(d["step"], d["purpose"], d["tier"]) for d in decisions] == [("planner", "plan", "small"),
+                                                                         ("planner", "join", "small")]

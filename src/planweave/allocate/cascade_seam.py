@@ -483,6 +483,8 @@ class PlannerCascade:
     a verifier step rejected the plan's work), de-escalated after ``streak`` accepted plans in a row. Journaled as
     ``escalation`` events without a step, ``cascade`` "planner"."""
 
+    mode = "cascade"  # journaled (options.limits.planner) when not a cascade: a resume builds the same kind again
+
     def __init__(self, table: TierTable, tiers: list[str] | tuple[str, ...] | None = None, *, streak: int = 3,
                  failures: int = 2) -> None:
         self.table = table

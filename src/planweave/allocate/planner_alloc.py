@@ -36,20 +36,22 @@ _DONE = frozenset({"succeeded", "skipped", "cancelled"})
 class PlannerAllocation(PlannerCascade):
     """A goal run's planner tier chosen by Monte Carlo before each call (see the module docstring).
 
-    ``budget`` is the run's (its dollars left bound the choice), ``deadline_s`` the run's deadline from its start
-    (None: none), ``history`` the estimates of past runs (read once, before the first decision), ``now`` the
+    ``budget`` is the run's (its dollars left bound the choice), ``deadline_at`` the clock time the run must end by
+    (None: no deadline), ``history`` the estimates of past runs (read once, before the first decision), ``now`` the
     engine's clock.
     """
 
+    mode = "auto"
+
     def __init__(self, table: TierTable, tiers: list[str] | tuple[str, ...] | None = None, *,
-                 allocator: Allocator | None = None, budget: Budget | None = None, deadline_s: float | None = None,
+                 allocator: Allocator | None = None, budget: Budget | None = None, deadline_at: float | None = None,
                  history: Callable[[], Awaitable[Estimates]] | None = None,
                  now: Callable[[], float] | None = None) -> None:
         super().__init__(table, tiers)
         self.now = now if now is not None else RealClock().now
         self.allocator = allocator if allocator is not None else Allocator(table)
         self.budget = budget
-        self.deadline_s = deadline_s
+        self.deadline_at = deadline_at
         self.history = history
         self._prior: TierTable | None = None  # the declared table, fitted from history once
         self._chosen: dict[str, str] = {}  # run -> the tier its planner's next (or last) call runs on
@@ -104,10 +106,7 @@ class PlannerAllocation(PlannerCascade):
         budget = None
         if self.budget is not None and self.budget.usd_limit is not None:
             budget = self.budget.usd_limit - self.budget.spent_usd
-        deadline = None
-        created = run.state.created_at
-        if self.deadline_s is not None and created is not None:
-            deadline = max(0.0, self.deadline_s - (self.now() - created))
+        deadline = None if self.deadline_at is None else max(0.0, self.deadline_at - self.now())
         return Problem(tuple(steps), budget, deadline)
 
     async def choose(self, run: PlannerRun, purpose: str) -> None:

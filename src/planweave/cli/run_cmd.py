@@ -110,7 +110,8 @@ class AgentFlags:
         if self.planner_auto and self.tiers is not None:
             from planweave.allocate.planner_alloc import PlannerAllocation
 
-            loop.cascade = PlannerAllocation(self.tiers, budget=loop.budget, deadline_s=self.deadline,
+            deadline_at = None if self.deadline is None else engine.clock.now() + self.deadline
+            loop.cascade = PlannerAllocation(self.tiers, budget=loop.budget, deadline_at=deadline_at,
                                              history=_history(engine), now=engine.clock.now)
         return loop
 
@@ -742,7 +743,8 @@ def resume(
                 agent = AgentFlags(model, base_url, kept.budget_usd, kept.budget_tokens,
                                    recorded.remaining_s(engine.clock.now()),
                                    5 if kept.max_replans is None else kept.max_replans, 2048, ask_human,
-                                   tiers=_journaled_planner_tiers(run_id, recorded))
+                                   tiers=_journaled_planner_tiers(run_id, recorded),
+                                   planner_auto=recorded.planner == "auto")
                 loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
                 resumed = await loop.resume(run_id, retry_unknown=retry_unknown)
                 created = resumed.state.created_at

@@ -72,6 +72,7 @@ class JournaledLimits:
     tiers: Mapping[str, Any] | None = None  # the tier table its model: auto steps were allocated from (as journaled)
     pressure: float | None = None  # the deadline-pressure threshold it was given (--deadline-pressure)
     cascade: bool = False  # --cascade: its model: auto steps (a goal run: its planner) cascade over the tiers
+    planner: str | None = None  # "auto": a goal run's planner allocated over the tiers (--model auto), not cascaded
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -89,7 +90,8 @@ class JournaledLimits:
         tiers = record.get("tiers")
         return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens,
                                tiers if isinstance(tiers, Mapping) else None, record.get("pressure"),
-                               record.get("cascade") is True)
+                               record.get("cascade") is True,
+                               record.get("planner") if isinstance(record.get("planner"), str) else None)
 
     def with_overrides(self, overrides: RunLimits, now: float) -> JournaledLimits:
         """These limits with the ones given again at resume (a new deadline counts from ``now``)."""

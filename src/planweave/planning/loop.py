@@ -215,7 +215,8 @@ class PlanningLoop:
         """The planner's tier table and ``cascade: true``, journaled in run_created so a resume cascades again."""
         if self.cascade is None:
             return {}
-        return {"tiers": self.cascade.table.to_mapping(), "cascade": True}
+        mode = {} if self.cascade.mode == "cascade" else {"planner": self.cascade.mode}  # auto: allocated
+        return {"tiers": self.cascade.table.to_mapping(), "cascade": True, **mode}
 
     def replan_for_deadline(self, remaining_s: float | None, reason: str) -> bool:
         """Re-plan the run under deadline pressure (``allocate/pressure_watch.py``): ``reason``, which states the
