@@ -49,7 +49,7 @@ class CollectorPolicy:
         self.started += 1
         # A big run alone is a heap the full collections walk again and again (its plan, state and records, built
         # just now): frozen, the 10,000-step fan-out's gen-2 collections took 34-54 ms instead of 60-144 ms
-        # (docs/benchmarks.md, "The engine at the floor", GC).
+        # (docs/benchmarks.md, "The engine at the floor: the collector off a big run").
         many = not self.started % self.freeze_every
         if not many and steps < self.freeze_every:
             return
