@@ -345,7 +345,10 @@ class Worker:
             table = TierTable.from_mapping(tiers, where=f"run '{run_id}': {what}")
         except AllocationError as exc:
             raise RunError(str(exc)) from None
-        seam = AllocationSeam(table, deadline_at=deadline_at)
+        from planweave.forecast.history import read_estimates
+
+        journal = self.engine.journal  # the tiers fitted from its history, read at the run's first decision
+        seam = AllocationSeam(table, deadline_at=deadline_at, history=lambda: read_estimates(journal))
         seam.bind(self.engine.get)
         return seam
 

@@ -95,3 +95,24 @@ def test_a_declared_tier_is_the_prior_and_history_outweighs_it_as_it_grows() -> 
     assert many.tokens == round(PRIOR_WEIGHT / 402 * 100 + 400 / 402 * 25)
     assert history(400)["large"] == table["large"]  # m-large has no history
     assert fitted_profile(tier, None) == tier
+
+
+async def test_the_servers_allocator_reads_the_history_of_its_engines_journal() -> None:
+    from planweave import Toolbox, open_engine
+    from planweave.models.openai import Backoff, OpenAIChatClient
+    from planweave.server.limits import ServerModel
+    from planweave.tools.llm import llm_tool
+
+    table = TierTable.from_mapping(TIERS)
+    step = {"id": "a", "tool": "llm", "retries": 2, "args": {"prompt": "a?", "schema": SCHEMA, "max_tokens": 20}}
+    async with ScriptedLLM(by_quality) as base_url:
+        client = OpenAIChatClient("m-small", base_url=base_url, api_key="k",
+                                  backoff=Backoff(attempts=1, base=0.01, cap=0.02))
+        async with client, open_engine("memory://", tools=Toolbox({"llm": llm_tool(client)})) as engine:
+            result = await (await engine.start({"steps": [step]})).wait()  # m-small's 3 answers fail the schema
+            seam = ServerModel(engine, client, Toolbox()).allocation(table, None)
+            assert seam is not None and seam.history is not None
+            fitted = fitted_table(table, await seam.history())
+    assert result.status == "failed"
+    assert fitted.calls == {"small": 3, "large": 0}
+    assert fitted.table["small"].p_success == pytest.approx(2 * 0.99 / 5)

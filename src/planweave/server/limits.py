@@ -101,8 +101,10 @@ class ServerModel:
         if tiers is None:
             return None
         from planweave.allocate import AllocationSeam
+        from planweave.forecast.history import read_estimates
 
-        seam = AllocationSeam(tiers, deadline_at=deadline_at)
+        journal = self.engine.journal  # the tiers fitted from its history, read at the run's first decision
+        seam = AllocationSeam(tiers, deadline_at=deadline_at, history=lambda: read_estimates(journal))
         seam.bind(self.engine.get)
         return seam
 
