@@ -412,7 +412,13 @@
         break;
       }
       case "speculation_adopted": {
-        // After the adopting step_started: that attempt began when the speculative one did.
+        // After the adopting step_started: that attempt began when the speculative one did. A draft attempt
+        // (planning/draft.py) may be adopted under another id (data.draft_step): its open bar folds onto the step.
+        const source = data.draft_step || step;
+        if (source !== step && current.attempts.has(source)) {
+          const rest = current.attempts.get(source).filter((a) => a.outcome !== "speculative" || a.end !== null);
+          if (rest.length) current.attempts.set(source, rest); else current.attempts.delete(source);
+        }
         const attempts = current.attempts.get(step) || [];
         const kept = attempts.filter((a) => a.outcome !== "speculative" || a.end !== null);
         const last = kept[kept.length - 1];
