@@ -89,6 +89,8 @@ class AgentFlags:
     tiers: TierTable | None = None  # --tiers with --cascade: the planner (and model: cascade steps) cascade on them
     draft_model: str | None = None  # --draft-model: drafts the initial plan ahead of the planner (planning/draft.py)
     planner_auto: bool = False  # --model auto --tiers FILE: the planner's tier chosen before each call (Monte Carlo)
+    context: ContextMode | None = None  # --context: what the planner sees of the run (None: the loop's default)
+    subplans: bool = True  # --no-subplans: no `plan` tool, so no step runs a child run
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
                             budget: Budget | None = None) -> PlanningLoop:
@@ -106,7 +108,8 @@ class AgentFlags:
             await stack.enter_async_context(resolve_model(self.draft_model, **options))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
         loop = build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
-                                   ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft)
+                                   ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft,
+                                   context=self.context, subplans=self.subplans)
         if self.planner_auto and self.tiers is not None:
             from planweave.allocate.planner_alloc import PlannerAllocation
 
@@ -121,6 +124,25 @@ class AgentFlags:
 
 
 DEFAULT_GOAL_MODEL = "gpt-4o-mini"
+
+ContextMode = Literal["references", "summary"]
+
+
+def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str | None) -> None:
+    """``--context`` or ``--no-subplans`` without ``--goal``: refused (exit 2)."""
+    for flag, given in (("--context", context is not None), ("--no-subplans", no_subplans)):
+        if given and goal is None:
+            raise UsageError(f"{flag} applies to --goal runs: a plan file has no planner")
+
+
+def _journaled_modes(run_id: str, recorded: JournaledLimits) -> tuple[ContextMode | None, bool]:
+    """The context and sub-plans a resumed --goal run was started with (None, True: journaled before they were,
+    today's defaults); a journaled context this version does not know: exit 2 naming the run."""
+    known: dict[str, ContextMode] = {"references": "references", "summary": "summary"}
+    if recorded.context is not None and recorded.context not in known:
+        raise UsageError(f"run '{run_id}': its journaled context '{recorded.context}' is not one of references, "
+                         "summary")
+    return None if recorded.context is None else known[recorded.context], recorded.subplans is not False
 
 
 @dataclass(frozen=True)
@@ -549,6 +571,13 @@ def run(
         help="For --goal: a small fast model (same --base-url) drafts the plan while the planner writes it; the "
              "planner's lines verify the draft and agreeing safe steps start early (docs/speculation.md).")
     ] = None,
+    context: Annotated[ContextMode | None, typer.Option("--context", rich_help_panel=PANEL_MODEL, help=(
+        "For --goal: what the planner sees of the run: references (the default: a report, the plan's frontier and "
+        "outputs by reference, bounded) or summary (every step, cut at a fixed size); journaled, kept on resume."))
+    ] = None,
+    no_subplans: Annotated[bool, typer.Option("--no-subplans", rich_help_panel=PANEL_MODEL, help=(
+        "For --goal: no 'plan' tool, so no step runs a sub-goal as a child run (docs/subplans.md); journaled, kept "
+        "on resume."))] = False,
 ) -> None:
     """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
     with clean_errors(json_output):
@@ -556,6 +585,7 @@ def run(
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
         _memory_flags(memory, memory_model, goal, journal or default_journal_url())
         _goal_only_draft(draft_model, goal)
+        _goal_only_modes(context, no_subplans, goal)
         if model_limits is not None:
             use_model_limits(model_limits)
         flags = parse_capacities(capacity or ())
@@ -629,7 +659,8 @@ def run(
 
             agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
                                5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human,
-                               tiers=goal_tiers, draft_model=draft_model, planner_auto=model == "auto")
+                               tiers=goal_tiers, draft_model=draft_model, planner_auto=model == "auto",
+                               context=context, subplans=not no_subplans)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
@@ -740,11 +771,12 @@ def resume(
                 recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
                     RunLimits(budget_usd, budget_tokens, deadline, max_replans), engine.clock.now())
                 kept = recorded.limits
+                modes = _journaled_modes(run_id, recorded)  # planned as it started, not with a later default
                 agent = AgentFlags(model, base_url, kept.budget_usd, kept.budget_tokens,
                                    recorded.remaining_s(engine.clock.now()),
                                    5 if kept.max_replans is None else kept.max_replans, 2048, ask_human,
                                    tiers=_journaled_planner_tiers(run_id, recorded),
-                                   planner_auto=recorded.planner == "auto")
+                                   planner_auto=recorded.planner == "auto", context=modes[0], subplans=modes[1])
                 loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
                 resumed = await loop.resume(run_id, retry_unknown=retry_unknown)
                 created = resumed.state.created_at

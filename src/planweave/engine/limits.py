@@ -52,7 +52,8 @@ class RunLimits:
         ``deadline_at`` (``now`` on the engine's clock plus the deadline), and the model the run's ``llm`` calls.
         ``extra`` (``tiers``: a tier table's :meth:`~planweave.allocate.TierTable.to_mapping`; ``pressure``: a
         deadline-pressure threshold; ``cascade``: True
-        for --cascade) is kept beside them when given, for a resume to apply again."""
+        for --cascade; ``context`` and ``subplans``: a goal run's planning modes) is kept beside them when given,
+        for a resume to apply again."""
         record: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(RunLimits)}
         record["deadline_at"] = None if self.deadline is None else now + self.deadline
         record["model"] = model
@@ -73,6 +74,10 @@ class JournaledLimits:
     pressure: float | None = None  # the deadline-pressure threshold it was given (--deadline-pressure)
     cascade: bool = False  # --cascade: its model: auto steps (a goal run: its planner) cascade over the tiers
     planner: str | None = None  # "auto": a goal run's planner allocated over the tiers (--model auto), not cascaded
+    # What a goal run's planner saw of the run ("references" | "summary": PlanningOptions.context) and whether its
+    # steps could say tool: plan (False: --no-subplans); None: journaled before they were (today's defaults apply).
+    context: str | None = None
+    subplans: bool | None = None
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -91,7 +96,9 @@ class JournaledLimits:
         return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens,
                                tiers if isinstance(tiers, Mapping) else None, record.get("pressure"),
                                record.get("cascade") is True,
-                               record.get("planner") if isinstance(record.get("planner"), str) else None)
+                               record.get("planner") if isinstance(record.get("planner"), str) else None,
+                               record.get("context") if isinstance(record.get("context"), str) else None,
+                               record.get("subplans") if isinstance(record.get("subplans"), bool) else None)
 
     def with_overrides(self, overrides: RunLimits, now: float) -> JournaledLimits:
         """These limits with the ones given again at resume (a new deadline counts from ``now``)."""

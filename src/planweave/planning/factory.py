@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
 from planweave.allocate.model import TierTable
@@ -57,6 +58,7 @@ def build_planning_loop(
     max_depth: int = DEFAULT_MAX_DEPTH,
     subplan_depth: int = 0,
     draft: ModelClient | None = None,
+    context: Literal["references", "summary"] | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -70,6 +72,8 @@ def build_planning_loop(
     With ``memory`` (a :class:`planweave.memory.MemoryRecall`), the initial plan's prompt carries the verified
     lessons and skills it recalls for the goal (docs/memory.md).
     With ``draft``, a fast model drafts the initial plan ahead of the planner, verified by it (planning/draft.py).
+    ``context`` is what the planner sees of the run (None: :class:`PlanningOptions`' default, "references"); a
+    child run plans with its parent's. Both it and ``subplans`` are journaled, so a resume passes them again.
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
@@ -77,8 +81,10 @@ def build_planning_loop(
                                                                                cascade=steps_cascade)}))
     if subplans and SUBPLAN_TOOL not in catalog:  # steps saying tool: plan run as child runs (planning/subplans.py)
         catalog = catalog.merged(Toolbox({SUBPLAN_TOOL: _subplan_tool(
-            engine, client, tools, limits, spend, plan_max_tokens, max_depth, subplan_depth)}))
+            engine, client, tools, limits, spend, plan_max_tokens, max_depth, subplan_depth, context)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
+    if context is not None:
+        options = dataclasses.replace(options, context=context)
     if draft is not None:
         options = dataclasses.replace(options, draft=draft)
     loop = PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
@@ -88,14 +94,16 @@ def build_planning_loop(
 
 
 def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: RunLimits, spend: Budget | None,
-                  plan_max_tokens: int | None, max_depth: int, depth: int) -> Tool:
+                  plan_max_tokens: int | None, max_depth: int, depth: int,
+                  context: Literal["references", "summary"] | None = None) -> Tool:
     """The ``plan`` tool of a goal run at ``depth``: each child is built here too, one level deeper, on the same
     client, with the tools it is given and its slice of ``spend``."""
 
     def build(child_tools: Toolbox, child_limits: RunLimits, child_budget: Budget | None,
               child_depth: int) -> PlanningLoop:
         return build_planning_loop(engine, client, child_tools, child_limits, plan_max_tokens=plan_max_tokens,
-                                   budget=child_budget, max_depth=max_depth, subplan_depth=child_depth)
+                                   budget=child_budget, max_depth=max_depth, subplan_depth=child_depth,
+                                   context=context)
 
     # the parent's deadline is read from its journal when a child starts: the loop may be built before the clock
     # runs (a VirtualClock needs its event loop), and a resumed parent keeps the end it was started with

@@ -50,6 +50,7 @@ from planweave.planning import prompts
 from planweave.planning.context import ContextLimits, RedactedOutputs, ReferenceBook, bounded_context
 from planweave.planning.draft import DraftOptions, DraftPlanner, DraftSession, draft_options
 from planweave.planning.lines import LineParser
+from planweave.planning.subplans import SUBPLAN_TOOL
 from planweave.tools import Toolbox
 from planweave.tools.context import context_read_tool, referencing_llm_tool
 
@@ -182,7 +183,7 @@ class PlanningLoop:
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=None if self.limits is None else self.limits.journaled(
                                           self.engine.clock.now(), self.client.model, pressure=self.pressure,
-                                          parent=self.parent, **self._cascade_limits()))
+                                          parent=self.parent, **self._cascade_limits(), **self._modes()))
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
@@ -210,6 +211,11 @@ class PlanningLoop:
                 self._triggers.append(_Trigger("human", sid, qid))
         self.engine.spawn(self._drive(run, goal, plan=False), name=f"planweave-planner-{run.id}")
         return run
+
+    def _modes(self) -> dict[str, Any]:
+        """What the planner sees of the run and whether its steps may say ``tool: plan``, journaled in run_created
+        (options.limits.context, .subplans) so a resume plans the same way, not with a later default."""
+        return {"context": self.options.context, "subplans": SUBPLAN_TOOL in self.tools}
 
     def _cascade_limits(self) -> dict[str, Any]:
         """The planner's tier table and ``cascade: true``, journaled in run_created so a resume cascades again."""
