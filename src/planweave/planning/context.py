@@ -142,10 +142,11 @@ def _step_line(state: RunState, sid: str) -> str:
 
 
 def bounded_context(state: RunState, outputs: Mapping[str, Any], book: ReferenceBook, report: str, *,
-                    redact: Callable[[Any], Any] | None = None) -> str:
+                    redact: Callable[[Any], Any] | None = None, rewrite: bool = True) -> str:
     """The run as the planner is told it: report, frontier, references, recent reads; every part bounded. With
     ``redact`` (the engine's), errors are redacted before they are cut (give ``outputs`` as :class:`RedactedOutputs`
-    for the same with outputs)."""
+    for the same with outputs). ``rewrite`` False (the joiner, which answers but writes no plan lines): the report
+    without the instruction to rewrite it."""
     limits = book.limits
     book.sync(state, outputs)
     failed, running, waiting = [], [], []
@@ -163,8 +164,9 @@ def bounded_context(state: RunState, outputs: Mapping[str, Any], book: Reference
     notes = report.strip()
     if len(notes) > limits.report_chars:
         notes = notes[: limits.report_chars] + "...[report cut]"
-    parts.append("Report (your notes so far; rewrite it with a {\"report\": \"...\"} line):\n"
-                 + (notes or "(empty)"))
+    header = ("Report (your notes so far; rewrite it with a {\"report\": \"...\"} line):" if rewrite
+              else "Report (the planner's notes on the run):")
+    parts.append(header + "\n" + (notes or "(empty)"))
     frontier = [*failed, *running, *waiting]
     if frontier:
         shown = frontier[: limits.frontier]

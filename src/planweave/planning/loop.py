@@ -288,14 +288,15 @@ class PlanningLoop:
         resources: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
         return {**step, "resources": {**resources, self._model_resource: 1}}
 
-    def _summary(self, run: Run) -> str:
+    def _summary(self, run: Run, *, join: bool = False) -> str:
         """The run's state as the model is told it, with the engine's secrets hidden: the live run holds them as
-        written (outputs, plan steps, errors)."""
+        written (outputs, plan steps, errors). ``join``: for the joiner, which is shown the report but cannot
+        rewrite it."""
         hide = self.engine.redact
         # Outputs redacted before a context cuts them short: a secret cut in two is not redacted whole after.
         outputs = run.outputs if hide is None else RedactedOutputs(run.outputs, hide)
         if self.options.context == "references":
-            summary = bounded_context(run.state, outputs, self._book, self.report, redact=hide)
+            summary = bounded_context(run.state, outputs, self._book, self.report, redact=hide, rewrite=not join)
         else:
             summary = prompts.state_summary(run.state, outputs, budget_chars=self.options.summary_chars)
         return summary if hide is None else str(hide(summary))
@@ -434,7 +435,7 @@ class PlanningLoop:
             return True
         if not self.options.join:
             return True
-        summary = self._summary(run)
+        summary = self._summary(run, join=True)
         completion = await self._call(run, "join", [Message("user", prompts.join_prompt(goal, summary))],
                                       max_tokens=self.options.join_max_tokens,
                                       floor_tokens=self.options.join_min_tokens, schema=prompts.JOIN_SCHEMA)
