@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from planweave.engine.report import Redact, outputs_summary
@@ -151,12 +151,15 @@ class RunList(NamedTuple):
 async def list_overviews(
     journal: Journal, status_of: Callable[[RunSummary], str], *, statuses: Collection[str] | None = None,
     since: float | None = None, limit: int | None = None, cursor: int | None = None,
+    skip: Callable[[Sequence[str]], Awaitable[Collection[str]]] | None = None,
 ) -> RunList:
     """A page of run-list items (:func:`summary_overview`), newest first: a :class:`RunList`.
 
     ``status_of`` is the status shown for a summary (the edges tell ``interrupted`` from ``running`` by whether the
     run's process is alive); ``statuses`` filters by it (checked: ValueError names an unknown one). The journal
-    reads only the runs shown (plus, for ``interrupted``, the running ones it skips).
+    reads only the runs shown (plus, for ``interrupted``, the running ones it skips). ``skip`` names, of each page's
+    run ids, the ones to leave out (``runs``: the sub-plans' child runs); like a status filter, the pages go on until
+    ``limit`` rows are shown or the journal has no more.
     """
     wanted = None if statuses is None else check_statuses(statuses)
     stored = None if wanted is None else frozenset("running" if s == "interrupted" else s for s in wanted)
@@ -166,7 +169,10 @@ async def list_overviews(
     while True:
         page = await journal.list_runs(RunQuery(stored, since, before, limit))
         position = page.position if position is None else position
+        skipped = () if skip is None else await skip([s.run_id for s in page.runs])
         for i, summary in enumerate(page.runs):
+            if summary.run_id in skipped:
+                continue
             shown = status_of(summary)
             if wanted is not None and shown not in wanted:
                 continue

@@ -169,17 +169,13 @@ async def read_runs(url: str) -> list[JournaledRun]:
 async def list_runs(url: str, statuses: list[str] | None, since: float | None, limit: int | None,
                     cursor: int | None, *, roots_only: bool = False) -> tuple[list[dict[str, Any]], int | None]:
     """A page of the ``runs`` list from the journal's run summaries, newest first, and the next page's cursor
-    (``roots_only``: without the sub-plans' child runs; a page cut by ``limit`` may then show fewer)."""
+    (``roots_only``: without the sub-plans' child runs, still ``limit`` rows when the journal has them)."""
     if journal_file_missing(url):
         return [], None
     async with open_journal(url) as journal:
         found = await list_overviews(journal, _shown_status, statuses=statuses, since=since, limit=limit,
-                                     cursor=cursor)
-        rows = found.rows
-        if roots_only:
-            children = await child_ids(journal, [str(r["run_id"]) for r in rows])
-            rows = [r for r in rows if r["run_id"] not in children]
-    return rows, found.next
+                                     cursor=cursor, skip=(lambda ids: child_ids(journal, ids)) if roots_only else None)
+    return found.rows, found.next
 
 
 def _tree_status(state: RunState, events: Sequence[Event]) -> str:
