@@ -63,6 +63,47 @@ _PlanYamlLoader.add_implicit_resolver("tag:yaml.org,2002:bool", _YAML_BOOL, list
 _PlanYamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _PlanYamlLoader.construct_yaml_str_scalar)
 
 
+# libyaml's parser, when PyYAML was built with it: a 10,000-step plan file read in ~58 us a step instead of ~240
+# (docs/benchmarks.md, "Whole process"). The same resolvers and constructors as _PlanYamlLoader; its depth limit is
+# a first pass over libyaml's events (its composer recurses in C, past Python's recursion limit). Anything libyaml
+# refuses, or a document nested too deep, is read again by _PlanYamlLoader: errors keep its messages and positions.
+_CLoader: type[Any] | None = None
+if getattr(yaml, "__with_libyaml__", False):
+    class _CPlanYamlLoader(yaml.CSafeLoader):
+        """libyaml's safe loader with :class:`_PlanYamlLoader`'s scalars (no depth check: see :func:`_parse_yaml`)."""
+
+    _CPlanYamlLoader.yaml_implicit_resolvers = _PlanYamlLoader.yaml_implicit_resolvers
+    _CPlanYamlLoader.yaml_constructors = _PlanYamlLoader.yaml_constructors
+    _CLoader = _CPlanYamlLoader
+
+_OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
+_CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+
+
+def _within_depth(text: str) -> bool:
+    """True if no collection in ``text`` is nested deeper than :data:`MAX_DEPTH` (libyaml's events, no nodes)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.CSafeLoader):
+        if isinstance(event, _OPENS):
+            depth += 1
+            if depth > MAX_DEPTH:
+                return False
+        elif isinstance(event, _CLOSES):
+            depth -= 1
+    return True
+
+
+def _parse_yaml(text: str) -> Any:
+    """YAML through libyaml when it is there and the document is fine; else (and for every error) PyYAML's own."""
+    if _CLoader is not None:
+        try:
+            if _within_depth(text):
+                return yaml.load(text, Loader=_CLoader)  # a SafeLoader's constructors: no arbitrary objects
+        except (yaml.YAMLError, ValueError, RecursionError):
+            pass  # read again below, for the message the pure-Python parser gives (or its result)
+    return yaml.load(text, Loader=_PlanYamlLoader)  # a SafeLoader subclass
+
+
 def _problem(message: str) -> list[PlanProblem]:
     return [PlanProblem("", "", message)]
 
@@ -95,7 +136,7 @@ def _decode(raw: bytes, source: str) -> str:
 
 def _parse_text(text: str, as_json: bool) -> Any:
     """Parse JSON or YAML; syntax errors become :class:`PlanProblem` lists via the exceptions below."""
-    return json.loads(text) if as_json else yaml.load(text, Loader=_PlanYamlLoader)  # a SafeLoader subclass
+    return json.loads(text) if as_json else _parse_yaml(text)
 
 
 def _syntax_problem(exc: Exception) -> str:

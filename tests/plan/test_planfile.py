@@ -174,3 +174,74 @@ def test_yaml_on_is_a_key_and_yes_is_text(tmp_path: Path) -> None:
     step = load_plan_file(path).steps[0]
     assert step.retries.on == ("timeout",)
     assert step.args == {"answer": "yes", "ok": True}
+
+
+YAML_CORNERS = """\
+name: corners
+goal: "quoted: text with ${dollar} and unicode \\u00e9"
+defaults: {timeout: 1.5e3}
+steps:
+  - id: a
+    tool: noop
+    args:
+      on: yes
+      off: no
+      flag: True
+      date: 2001-02-03
+      stamp: 2001-12-14t21:59:43.10-05:00
+      octal: 0o17
+      big: 123456789012345678901234567890
+      base: &base {x: [1, 2.5, null, ~, "", '']}
+      copy: *base
+      merged: {<<: *base, y: 1}
+      text: |
+        two
+        lines
+      folded: >
+        one
+        line
+  - {id: b, tool: sleep, after: [a], args: {seconds: 0}}
+"""
+
+
+@pytest.mark.parametrize("text", [VALID_YAML, YAML_CORNERS, "[1, [2, [3]]]", "just text", "", "---\na: 1\n"])
+def test_libyaml_reads_what_the_pure_python_loader_reads(text: str) -> None:
+    import yaml
+
+    from planweave import planfile
+
+    if planfile._CLoader is None:
+        pytest.skip("PyYAML without libyaml")
+    assert planfile._parse_yaml(text) == yaml.load(text, Loader=planfile._PlanYamlLoader)
+
+
+def test_a_valid_yaml_file_is_read_by_libyaml_not_the_pure_python_loader(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from planweave import planfile
+
+    if planfile._CLoader is None:
+        pytest.skip("PyYAML without libyaml")
+    path = tmp_path / "plan.yaml"
+    path.write_text(VALID_YAML, encoding="utf-8")
+
+    def refuse(self: object, stream: object) -> None:
+        raise AssertionError("read by the pure-Python loader")
+
+    monkeypatch.setattr(planfile._PlanYamlLoader, "__init__", refuse)
+    assert [s.id for s in load_plan_file(path).steps] == ["a", "b"]
+
+
+@pytest.mark.parametrize("text", ["a: b: c\n", "steps: [1, 2\n", "a:\n  - x\n - y\n", "\tsteps: []\n",
+                                  "[" * 300 + "]" * 300])
+def test_yaml_errors_keep_the_pure_python_loaders_message(tmp_path: Path, text: str) -> None:
+    import yaml
+
+    from planweave import planfile
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PlanInvalid) as raised:
+        load_plan_file(path)
+    with pytest.raises((yaml.YAMLError, RecursionError)) as pure:
+        yaml.load(text, Loader=planfile._PlanYamlLoader)
+    assert raised.value.problems[0].message == planfile._syntax_problem(pure.value)
