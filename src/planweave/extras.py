@@ -23,6 +23,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "rollouts": ("pyarrow", "redis"),
     "rollouts-example": ("numpy", "matplotlib"),
     "memory": ("rank_bm25",),
+    "memory-embed": ("rank_bm25", "tokenizers", "safetensors", "numpy"),  # + the model package (memory/embed.py)
 }
 """Each extra and the top-level modules whose presence shows it is installed (as pyproject.toml declares them)."""
 

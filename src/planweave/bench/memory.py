@@ -12,7 +12,9 @@ retrieval finds the relevant entries.
    per goal are counted with that overhead included (distillation tokens, replay and check steps).
 2. **Retrieval precision@k** on a labelled set: a memory of admitted entries from several task families (a skill
    and two lessons each, in their own words), queried with goals phrased differently from the entries; the relevant
-   entries of a query are its family's. precision@k = relevant in the top k / k, averaged over the queries.
+   entries of a query are its family's. precision@k = relevant in the top k / k, averaged over the queries; with
+   the ``[memory-embed]`` extra and the model package, also for hybrid retrieval (BM25 + embedding cosine,
+   ``retrieval.hybrid``) with the encode time per entry.
 
 ``planweave bench memory [--goals N] [--seed S] [--json]`` or ``python -m planweave.bench.memory``.
 """
@@ -198,8 +200,8 @@ def precision_at_k(ranked: Sequence[int], relevant: set[int], k: int) -> float:
     return sum(1 for entry_id in ranked[:k] if entry_id in relevant) / k
 
 
-async def _retrieval(ks: Sequence[int]) -> dict[str, Any]:
-    from planweave.memory import Candidate, InMemoryStore, rank
+async def _labelled_memory() -> tuple[list[Any], dict[str, set[int]]]:
+    from planweave.memory import Candidate, InMemoryStore
 
     store = InMemoryStore()
     relevant: dict[str, set[int]] = {}
@@ -212,19 +214,58 @@ async def _retrieval(ks: Sequence[int]) -> dict[str, Any]:
         relevant[family] = ids
     for entry in await store.entries():
         await store.set_status(entry.id, "admitted")
-    admitted = await store.entries(status="admitted")
+    return await store.entries(status="admitted"), relevant
+
+
+def _precision(ranker: Any, admitted: list[Any], relevant: dict[str, set[int]], ks: Sequence[int]) -> dict[str, Any]:
     scores: dict[int, list[float]] = {k: [] for k in ks}
     misses = []
     for family, (*_entries, queries) in FAMILIES.items():
         for query in queries:
-            ranked = [e.id for e, _ in rank(query, admitted, max(ks))]
+            ranked = [e.id for e, _ in ranker(query, admitted, max(ks))]
             for k in ks:
                 scores[k].append(precision_at_k(ranked, relevant[family], k))
             if not ranked or ranked[0] not in relevant[family]:
                 misses.append(query)
-    return {"entries": len(admitted), "queries": sum(len(f[3]) for f in FAMILIES.values()),
-            **{f"precision_at_{k}": round(statistics.fmean(scores[k]), 3) for k in ks},
-            "top1_misses": misses}
+    return {**{f"precision_at_{k}": round(statistics.fmean(scores[k]), 3) for k in ks}, "top1_misses": misses}
+
+
+def _hybrid(admitted: list[Any], relevant: dict[str, set[int]], ks: Sequence[int]) -> dict[str, Any] | None:
+    """Hybrid retrieval (BM25 + all-MiniLM-L6-v2 cosine) on the same set, and the encode time per entry; None
+    without the [memory-embed] extra and the model package."""
+    import time
+
+    from planweave.memory.embed import MiniLMEncoder, available
+    from planweave.memory.hybrid import rank_hybrid
+
+    if not available():
+        return None
+    started = time.perf_counter()
+    encoder = MiniLMEncoder()
+    load_s = time.perf_counter() - started
+    texts = [e.search_text() for e in admitted]
+    started = time.perf_counter()
+    encoder.encode(texts)  # batched, as a recall encodes a memory
+    batched_ms = (time.perf_counter() - started) * 1000 / len(texts)
+    started = time.perf_counter()
+    for text in texts:
+        encoder.encode([text])
+    single_ms = (time.perf_counter() - started) * 1000 / len(texts)
+    return {**_precision(lambda q, entries, k: rank_hybrid(q, entries, k, encoder), admitted, relevant, ks),
+            "model_load_s": round(load_s, 3), "encode_ms_per_entry_batched": round(batched_ms, 2),
+            "encode_ms_per_entry_one_by_one": round(single_ms, 2)}
+
+
+async def _retrieval(ks: Sequence[int]) -> dict[str, Any]:
+    from planweave.memory import rank
+
+    admitted, relevant = await _labelled_memory()
+    bm25 = _precision(rank, admitted, relevant, ks)
+    hybrid = _hybrid(admitted, relevant, ks)
+    if hybrid is not None:
+        hybrid["found_where_bm25_missed"] = [q for q in bm25["top1_misses"] if q not in hybrid["top1_misses"]]
+    return {"entries": len(admitted), "queries": sum(len(f[3]) for f in FAMILIES.values()), **bm25,
+            "hybrid": hybrid}
 
 
 def run_bench(goals: int, seed: int) -> dict[str, Any]:
@@ -252,7 +293,14 @@ def render(result: dict[str, Any]) -> str:
              f"  (on includes distillation and verification: {on['overhead']['steps']} steps, "
              f"{on['overhead']['tokens']} tokens; {on['goals_that_recalled_memory']} goals recalled the skill)",
              f"retrieval: {r['queries']} queries over {r['entries']} entries: precision@1 {r['precision_at_1']}, "
-             f"precision@3 {r['precision_at_3']}"]
+             f"precision@3 {r['precision_at_3']} (BM25)"]
+    hybrid = r.get("hybrid")
+    if hybrid is None:
+        lines.append("  hybrid (BM25 + embeddings): not measured, needs the [memory-embed] extra and the model package")
+    else:
+        lines.append(f"  hybrid (BM25 + all-MiniLM-L6-v2 cosine): precision@1 {hybrid['precision_at_1']}, precision@3 "
+                     f"{hybrid['precision_at_3']}; encode {hybrid['encode_ms_per_entry_batched']} ms/entry batched, "
+                     f"{hybrid['encode_ms_per_entry_one_by_one']} one by one (model load {hybrid['model_load_s']} s)")
     return "\n".join(lines)
 
 

@@ -98,16 +98,29 @@ class MemoryRecall:
 
     Only admitted entries are ranked (candidates, rejected and retired entries never are); the use count of each
     entry put into the prompt goes up by one. ``last`` keeps the ids of the latest recall (for reports and tests).
+    With ``embed=True`` entries are ranked by BM25 and embedding cosine mixed (:mod:`planweave.memory.hybrid`,
+    the ``[memory-embed]`` extra and the model package; missing, it raises
+    :class:`~planweave.memory.embed.EmbeddingsUnavailable` here, before any run); BM25 alone otherwise.
     """
 
-    def __init__(self, store: MemoryStore, limits: RecallLimits = RecallLimits()) -> None:
+    def __init__(self, store: MemoryStore, limits: RecallLimits = RecallLimits(), *, embed: bool = False) -> None:
         self.store = store
         self.limits = limits
+        self.embed = embed
         self.last: list[int] = []
+        if embed:
+            from planweave.memory.embed import default_encoder
+
+            default_encoder()  # loads the model now: a missing extra or model package is said before the run
 
     async def __call__(self, goal: str) -> str:
         admitted = await self.store.entries(status="admitted")
-        ranked = [entry for entry, _score in rank(goal, admitted, self.limits.k)]
+        if self.embed:
+            from planweave.memory.hybrid import rank_hybrid
+
+            ranked = [entry for entry, _score in rank_hybrid(goal, admitted, self.limits.k)]
+        else:
+            ranked = [entry for entry, _score in rank(goal, admitted, self.limits.k)]
         text, used = memory_prompt(ranked, self.limits.max_chars)
         self.last = [e.id for e in used]
         if used:
