@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TextIO, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO, TypeVar, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
@@ -119,6 +119,11 @@ class RunSubmission(BaseModel):
         None, max_length=32, description="Model tiers for the plan's llm steps saying model: auto: {name: {model, "
         "p_success, duration_s, cost_usd, duration_sigma?, tokens?}} (docs/allocation.md); journaled, a resume "
         "keeps them.")
+    context: Literal["references", "summary"] | None = Field(
+        None, description="What a goal run's planner sees of the run: references (the default: a report, the plan's "
+        "frontier and outputs by reference, bounded) or summary (every step, cut at a fixed size); journaled.")
+    subplans: bool = Field(True, description="False: a goal run's steps cannot say tool: plan (no child runs); "
+                                             "journaled.")
 
     def limits(self) -> RunLimits:
         """The limits the request asks for (before the server's caps)."""
@@ -304,6 +309,10 @@ def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> 
         if getattr(submission, name) is not None and model is None:
             problems.append(PlanProblem("", name, "a plan's budget limits its llm steps, and this server has no "
                                                   "model: start it with `planweave serve --model NAME`"))
+    for name, given in (("context", submission.context is not None), ("subplans", not submission.subplans)):
+        if given:
+            problems.append(PlanProblem("", name, "only a goal run has a planner: a plan run takes budget_usd, "
+                                                  "budget_tokens and deadline"))
     if submission.tiers is not None and model is None:
         problems.append(PlanProblem("", "tiers", "tiers allocate a plan's llm steps saying model: auto, and this "
                                                  "server has no model: start it with `planweave serve --model NAME`"))
@@ -330,7 +339,8 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
         if submission.tiers is not None:
             raise PlanInvalid([PlanProblem("", "tiers", "tiers allocate a plan's llm steps saying model: auto: "
                                                         "POST a plan, not a goal")], HTTP_SOURCE)
-        run = await state.model.start_goal(submission.goal, submission.run_id, limits, submission.priority)
+        run = await state.model.start_goal(submission.goal, submission.run_id, limits, submission.priority,
+                                           context=submission.context, subplans=submission.subplans)
     else:
         _check_plan_limits(submission, state.model)
         document = _checked_plan(submission)

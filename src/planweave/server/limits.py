@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
@@ -121,16 +121,20 @@ class ServerModel:
         watch_plan_pressure(run, limits, seam)
         return run
 
-    def planning_loop(self, limits: RunLimits) -> PlanningLoop:
+    def planning_loop(self, limits: RunLimits, *, context: Literal["references", "summary"] | None = None,
+                      subplans: bool = True) -> PlanningLoop:
         """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
-        ``planweave run --goal`` builds it (the same budget, deadline, re-plans and planning options)."""
+        ``planweave run --goal`` builds it (the same budget, deadline, re-plans and planning options; ``context``
+        and ``subplans`` as its --context and --no-subplans)."""
         from planweave.planning import build_planning_loop
 
-        return build_planning_loop(self.engine, self.client, self.base, limits)
+        return build_planning_loop(self.engine, self.client, self.base, limits, context=context, subplans=subplans)
 
-    async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0) -> Run:
+    async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0, *,
+                         context: Literal["references", "summary"] | None = None, subplans: bool = True) -> Run:
         """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans)."""
-        return await self.planning_loop(limits).start(goal, run_id=run_id, priority=priority)
+        return await self.planning_loop(limits, context=context, subplans=subplans).start(
+            goal, run_id=run_id, priority=priority)
 
 
 async def open_server_model(
