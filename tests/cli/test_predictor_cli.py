@@ -69,6 +69,13 @@ async def test_a_predictor_from_the_plan_or_the_flag_starts_b_early_without_chan
     assert [e.step for e in events if e.kind == "speculation_adopted"] == ["b"]
     (call,) = [e for e in events if e.kind == "model_call" and e.data.get("purpose") == "predict"]
     assert call.data["speculative"] is True and call.data["cost_usd"] > 0
+    # run --json's speculation summary counts the predictor's call as speculation's extra model call and cost.
+    spec = report["speculation"]
+    assert (spec["started"], spec["adopted"], spec["discarded"], spec["extra_model_calls"]) == (1, 1, 0, 1)
+    assert spec["extra_tokens"] == call.data["prompt_tokens"] + call.data["completion_tokens"] > 0
+    assert spec["total_extra_cost_usd"] == spec["extra_calls_cost_usd"] == round(call.data["cost_usd"], 8)
+    assert spec["head_start_s"] > 0
+    assert "speculation" not in plain
 
 
 async def test_a_predictor_for_a_run_that_does_not_speculate_exits_2(tmp_path: Path) -> None:

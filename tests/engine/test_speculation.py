@@ -334,6 +334,10 @@ def test_the_extra_cost_of_speculation_stays_within_its_cap() -> None:
     assert outputs == true_outputs({"steps": [{**s, "args": {**s["args"]}} for s in steps]})
     assert len([e for e in events if e.kind == "speculation_started"]) == 2
     assert summary["speculation"]["extra_cost_usd"] == pytest.approx(0.2)
+    # The two thrown-away attempts' calls are speculation's extra calls; the real attempts' are not.
+    spec = summary["speculation"]
+    assert (spec["extra_model_calls"], spec["extra_tokens"]) == (2, 4)
+    assert spec["total_extra_cost_usd"] == pytest.approx(0.2) and spec["head_start_s"] == 0
     assert summary["cost_usd"] == pytest.approx(0.1 * 7 + 0.2)  # the run's cost counts the thrown-away calls
     _outputs, uncapped, _summary = virtual(lambda: go(SpeculationSpec(mode="safe", min_confidence=0.0)))
     assert [e for e in uncapped if e.kind == "speculation_started"] == []

@@ -322,6 +322,25 @@ def output(
     print_json(value if hide is None else hide(value))
 
 
+def speculation_line(spec: Mapping[str, Any]) -> str:
+    """The one line ``show`` prints of a run's ``speculation`` summary (:meth:`RunState.speculation_summary`)."""
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted(spec["discarded_by_reason"].items()))
+    parts = [f"{spec['started']} started", f"{spec['adopted']} adopted",
+             f"{spec['discarded']} discarded" + (f" ({reasons})" if reasons else "")]
+    if spec.get("interrupted"):
+        parts.append(f"{spec['interrupted']} interrupted")
+    parts.append(f"{spec.get('extra_model_calls', 0)} extra model calls, {spec.get('extra_tokens', 0):,} tokens")
+    parts.append(f"${spec.get('total_extra_cost_usd', spec['extra_cost_usd']):.4f} extra")
+    parts.append(f"{views.format_duration(spec.get('head_start_s', 0.0))} head start")
+    return "speculation: " + " · ".join(parts)
+
+
+def _print_speculation(console: Console, state: RunState) -> None:
+    """One dim line of how the run speculated, when anything did."""
+    if state.speculations:
+        console.print(Text(speculation_line(state.speculation_summary()), style="dim"))
+
+
 def show(
     run_id: Annotated[str, typer.Argument(help="The run to show.", show_default=False)],
     journal: JournalOption = None,
@@ -370,6 +389,7 @@ def show(
     if state.model_calls:
         console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
                            f"${state.cost_usd:.4f}", style="dim"))
+    _print_speculation(console, state)
     console.print()
     shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
     console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,

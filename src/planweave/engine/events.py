@@ -294,6 +294,7 @@ class SpeculationAdoptedData(TypedDict):
 
     started_at: float
     draft_step: NotRequired[str]  # speculative planning: the draft's id of the step (planning/draft.py)
+    finished_at: NotRequired[float]  # when the attempt ended, if it had before it was adopted (its head start)
 
 
 class SpeculationDiscardedData(TypedDict):

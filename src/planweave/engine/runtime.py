@@ -496,12 +496,13 @@ class Run:
         return cached if cached is not None else self._history_entry(rec.id, tool, args)
 
     def adopt_finished(self, rec: StepRecord, started_at: float, output: Any,
-                       args: Mapping[str, Any] | None = None) -> None:
+                       args: Mapping[str, Any] | None = None, *, finished_at: float | None = None) -> None:
         """Ready step ``rec`` takes the output of its finished speculative attempt (started at ``started_at``, on
-        ``args``, the real arguments)."""
+        ``args``, the real arguments; ended at ``finished_at``)."""
         attempt = rec.attempts + 1
         self._emit("step_started", rec.id, {"attempt": attempt})
-        self._emit("speculation_adopted", rec.id, {"started_at": started_at})
+        self._emit("speculation_adopted", rec.id, {"started_at": started_at,
+                                                   **({} if finished_at is None else {"finished_at": finished_at})})
         self.settle_adopted(rec, attempt, None, output, None, slot=False, args=args)
 
     def adopt_running(self, rec: StepRecord, started_at: float, task: asyncio.Task[None]) -> int:

@@ -87,9 +87,9 @@ class SpeculativeRun(Protocol):
         ...
 
     def adopt_finished(self, rec: StepRecord, started_at: float, output: Any,
-                       args: Mapping[str, Any] | None = None) -> None:
-        """Make a finished speculative attempt's ``output`` (on ``args``, the real ones) the output of step ``rec``
-        (which is ready)."""
+                       args: Mapping[str, Any] | None = None, *, finished_at: float | None = None) -> None:
+        """Make a finished speculative attempt's ``output`` (on ``args``, the real ones; it ended at
+        ``finished_at``) the output of step ``rec`` (which is ready)."""
         ...
 
     def adopt_running(self, rec: StepRecord, started_at: float, task: asyncio.Task[None]) -> int:
@@ -126,6 +126,7 @@ class SpeculativeAttempt:
     output: Any = None
     cost_usd: float = 0.0
     adopted: int = 0  # the attempt number it became, once adopted
+    finished_at: float | None = None  # when it ended (done)
     over: bool = False  # discarded
 
     @property
@@ -277,7 +278,7 @@ class Speculator:
             return False
         if spec.done:
             spec.over = True
-            self.run.adopt_finished(rec, spec.started_at, spec.output, spec.args)
+            self.run.adopt_finished(rec, spec.started_at, spec.output, spec.args, finished_at=spec.finished_at)
             return True
         assert spec.task is not None
         self.dispatch.promote(spec)
@@ -555,6 +556,7 @@ class Speculator:
             run.settle_adopted(spec.rec, spec.adopted, spec.claim, output, error, args=spec.args)
             return
         spec.done = True
+        spec.finished_at = self.clock.now()
         self.dispatch.give_back_spare(spec)
         if spec.over:
             return

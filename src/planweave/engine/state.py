@@ -371,11 +371,15 @@ class RunState:
         rec.speculative = True
         rec.started_at = started if rec.started_at is None else min(rec.started_at, started)
         log = rec.attempt_log
+        real_start = event.at
         if isinstance(log, list) and log and log[-1][2] is None:
+            real_start = min(real_start, log[-1][1])  # when the step started on its real inputs
             log[-1] = (log[-1][0], started, None, log[-1][3])
         entry = self._speculating.pop(str(data.get("draft_step", rec.id)), None)  # a draft's id may differ
         if entry is not None:
             entry["outcome"] = "adopted"
+            entry["real_start"] = real_start
+            entry["attempt_end"] = float(data.get("finished_at", real_start))  # still running: after real_start
         return NOTHING_READY
 
     def _speculation_discarded(self, event: Event, data: SpeculationDiscardedData) -> Sequence[str]:
@@ -630,7 +634,8 @@ class RunState:
                                    "added", "kept", "adopted", "cancelled")}
                 for v in self.versions
             ],
-            **({"speculation": self.speculation_summary()} if self.speculations else {}),
+            **({"speculation": self.speculation_summary()}
+               if self.speculations or any(c.get("speculative") for c in self.model_calls) else {}),
         }
 
     def speculation_summary(self) -> dict[str, Any]:
@@ -641,11 +646,39 @@ class RunState:
             if outcome.startswith("discarded: "):
                 reason = outcome.removeprefix("discarded: ").split(":")[0]
                 reasons[reason] = reasons.get(reason, 0) + 1
+        # Extra calls: the predictor's and the draft model's (their cost: extra_calls_cost_usd), and those of the
+        # speculative attempts thrown away (their cost is the discards' extra_cost_usd); an adopted attempt's are the
+        # step's own. An attempt's call belongs to the latest speculation of its step started by then.
+        by_step: dict[str, list[dict[str, Any]]] = {}
+        for e in self.speculations:
+            by_step.setdefault(str(e["step"]), []).append(e)
+        calls, call_cost = [], 0.0
+        for c in self.model_calls:
+            if not c.get("speculative"):
+                continue
+            if c.get("purpose") in ("predict", "draft"):
+                calls.append(c)
+                call_cost += float(c.get("cost_usd", 0.0))
+                continue
+            at = float(c.get("at", 0.0))
+            mine = [e for e in by_step.get(str(c.get("step")), ()) if float(e["started_at"]) <= at]
+            if not mine or mine[-1]["outcome"] != "adopted":
+                calls.append(c)
+        saved = 0.0  # each adopted attempt's head start: from its start to the real one (or to its end, if sooner)
+        for e in self.speculations:
+            if e["outcome"] == "adopted" and "real_start" in e:
+                saved += max(0.0, min(e["real_start"], e["attempt_end"]) - float(e["started_at"]))
         return {"started": len(self.speculations),
                 "adopted": sum(1 for e in self.speculations if e["outcome"] == "adopted"),
                 "discarded": sum(reasons.values()), "discarded_by_reason": reasons,
                 "interrupted": sum(1 for e in self.speculations if e["outcome"] == "interrupted"),
-                "extra_cost_usd": round(self.speculation_cost_usd, 8)}
+                "extra_cost_usd": round(self.speculation_cost_usd, 8),  # the discarded attempts' model calls
+                "extra_model_calls": len(calls),
+                "extra_tokens": sum(int(c.get("prompt_tokens", 0)) + int(c.get("completion_tokens", 0))
+                                    for c in calls),
+                "extra_calls_cost_usd": round(call_cost, 8),
+                "total_extra_cost_usd": round(self.speculation_cost_usd + call_cost, 8),
+                "head_start_s": round(saved, 6)}
 
     def counts(self) -> dict[str, int]:
         """How many steps are in each status (keys are ``StepStatus`` values; ``str`` for the views that print them)."""

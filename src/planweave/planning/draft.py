@@ -134,6 +134,7 @@ class DraftAttempt:
     main: str | None = None  # the main planner's step it was verified against
     over: bool = False  # adopted or discarded
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    finished_at: float | None = None  # when it ended
     session: DraftSession | None = None
 
     def preempt(self) -> None:
@@ -407,6 +408,7 @@ class DraftSession:
         finally:
             current_step_var.reset(token)
             att.done = True
+            att.finished_at = self.planner.clock.now()
             att.finished.set()
             self.run.dispatcher.give_back_spare(att)
         if att.error is not None and att.main is None:
@@ -444,8 +446,9 @@ class DraftSession:
             att.over = False
             self._discard(att, f"failed: {type(att.error).__name__}")
             return False, None
-        self.run.emit_speculation("speculation_adopted", step_id, {"started_at": att.started_at,
-                                                                   "draft_step": att.step})
+        self.run.emit_speculation("speculation_adopted", step_id, {
+            "started_at": att.started_at, "draft_step": att.step,
+            **({} if att.finished_at is None else {"finished_at": att.finished_at})})
         return True, att.output
 
     def _on_event(self, event: Event) -> None:
