@@ -7,7 +7,8 @@ Every endpoint but ``/healthz``, ``/openapi.json`` and the dashboard's files wan
 Endpoints: ``GET /healthz``; ``POST /runs``; ``GET /runs``; ``GET /runs/{id}`` (the ``planweave run --json``
 object); ``GET /runs/{id}/steps/{step}``; ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``;
 ``POST /runs/{id}/resume``; ``GET /runs/{id}/events`` and ``GET /events`` (``text/event-stream``, resumable with
-``Last-Event-ID``); ``GET /metrics`` (model-call admission, Prometheus text format).
+``Last-Event-ID``); ``GET /metrics`` (model-call admission, Prometheus text format); ``GET /memory`` and
+``GET /memory/{id}`` (lessons and skills across runs, server/memory.py).
 """
 
 from __future__ import annotations
@@ -49,8 +50,10 @@ from planweave.errors import (
     RunError,
     RunNotFound,
 )
+from planweave.extras import MissingExtra
 from planweave.journal import default_journal_url
 from planweave.journal.summary import RunSummary
+from planweave.memory.model import MemoryStoreError, UnknownEntry
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.defaults import with_default_timeout
 from planweave.plan.document import document_problems
@@ -68,6 +71,7 @@ from planweave.server.limits import (
     watch_plan_pressure,
 )
 from planweave.server.live import LiveServer, ServerError
+from planweave.server.memory import MemoryAccess
 from planweave.server.runs import (
     HTTP_SOURCE,
     RunIndex,
@@ -216,6 +220,7 @@ class AppState:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     recovered: list[str] = field(default_factory=list)
     queue: LeaseStore | None = None  # serve --queue: POST /runs queues plans for the workers (server/queue.py)
+    memory: MemoryAccess | None = None  # GET /memory: the journal's memory store (server/memory.py)
 
 
 def _state(request: Request) -> AppState:
@@ -446,6 +451,35 @@ _Body = TypeVar("_Body")
 def _shown(state: AppState, body: _Body) -> _Body:
     """``body`` with secrets as ``***``: a run going on here holds the plan as written, secrets included."""
     return cast(_Body, state.redact(body)) if state.redact is not None else body  # redact keeps the shape
+
+
+_MEMORY_ERRORS: dict[int | str, dict[str, Any]] = {
+    501: {"model": ErrorMessage, "description": "The server has no `memory` extra installed."},
+}
+
+
+def _memory(state: AppState) -> MemoryAccess:
+    if state.memory is None:
+        state.memory = MemoryAccess(state.engine.journal.url)
+    return state.memory
+
+
+@api.get("/memory", response_model=list[dict[str, Any]], responses={422: _ERRORS[422], **_MEMORY_ERRORS})
+async def list_memory(
+    state: State,
+    status: Annotated[str | None, Query(description="Only entries in this status: candidate, admitted, rejected, "
+                                                    "retired.")] = None,
+) -> list[dict[str, Any]]:
+    """The memory entries (lessons and skills), oldest first, as ``planweave memory list --json`` prints them: id,
+    kind, name, version, status, uses, provenance (run and steps), created_at, text and body."""
+    return _shown(state, await _memory(state).entries(status))
+
+
+@api.get("/memory/{entry_id}", response_model=dict[str, Any],
+         responses={404: {"model": ErrorMessage, "description": "No such entry."}, **_MEMORY_ERRORS})
+async def get_memory(state: State, entry_id: int) -> dict[str, Any]:
+    """One memory entry as ``planweave memory show --json`` prints it."""
+    return _shown(state, await _memory(state).entry(entry_id))
 
 
 async def _known(state: AppState, run_id: str) -> None:
@@ -705,24 +739,30 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
     finally:
         state.feed.close()
+        if state.memory is not None:
+            await state.memory.close()
 
 
 def create_app(
     engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None,
     model: ServerModel | None = None, caps: LimitCaps | None = None, queue: LeaseStore | None = None,
+    memory_url: str | None = None,
 ) -> FastAPI:
     """The planweave HTTP API and dashboard around an open ``engine``, accepting only ``token``.
 
     With ``recover``, startup resumes the runs submitted over HTTP that the journal shows running but whose process
     is gone (a server restart). Create the app before starting runs on ``engine``: its listener only sees runs
     started after it subscribed (streams of older runs still work: they subscribe to the run itself). ``model``
-    plans goals and serves the ``llm`` steps of plans; ``caps`` bound every run's limits.
+    plans goals and serves the ``llm`` steps of plans; ``caps`` bound every run's limits. ``memory_url`` is
+    the journal URL ``GET /memory`` opens the memory store from (default: the journal's, which for PostgreSQL has
+    no password: pass the URL the journal was opened with).
     """
     access = token if isinstance(token, AccessToken) else AccessToken(token)
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
-                     recover, model, caps or LimitCaps(), shown_redaction(), queue=queue)
+                     recover, model, caps or LimitCaps(), shown_redaction(), queue=queue,
+                     memory=MemoryAccess(memory_url) if memory_url else None)
     engine.subscribe(state.feed.notify)
     app = FastAPI(
         title="planweave",
@@ -755,6 +795,18 @@ def create_app(
     @app.exception_handler(StepNotFound)
     async def _no_step(request: Request, exc: StepNotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(MissingExtra)
+    async def _no_extra(request: Request, exc: MissingExtra) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=501)
+
+    @app.exception_handler(UnknownEntry)
+    async def _no_entry(request: Request, exc: UnknownEntry) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=404)
+
+    @app.exception_handler(MemoryStoreError)
+    async def _memory_failed(request: Request, exc: MemoryStoreError) -> JSONResponse:
+        return JSONResponse({"detail": str(exc)}, status_code=503)
 
     @app.exception_handler(RunError)
     async def _conflict(request: Request, exc: RunError) -> JSONResponse:
@@ -853,7 +905,7 @@ async def serving(
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
-    app = create_app(engine, access, recover=recover, model=model, caps=caps, queue=queue)
+    app = create_app(engine, access, recover=recover, model=model, caps=caps, queue=queue, memory_url=url)
     log_config = None if quiet else uvicorn.config.LOGGING_CONFIG
     async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
                           access_log=not quiet) as server:
