@@ -285,7 +285,7 @@
     if (!globalStream) {
       const position = Number(headers.get("X-Journal-Position") || 0);
       runsRefresh = throttle(refreshRuns, 500);
-      globalStream = openStream("/events", position, () => runsRefresh());
+      globalStream = openStream("/events", position, () => { runsRefresh(); if (onMemoryPage()) memoryRefresh(); });
     }
   }
 
@@ -331,10 +331,65 @@
   }
 
   function route() {
+    $("memory").hidden = !onMemoryPage();
+    if (onMemoryPage()) {
+      if (view && view.stream) view.stream.close();
+      view = null;
+      $("run").hidden = true;
+      $("no-run").hidden = true;
+      renderRuns();
+      loadMemory();
+      return;
+    }
     const match = location.hash.match(/^#\/runs\/(.+)$/);
     const runId = match ? decodeURIComponent(match[1]) : null;
     if (runId && (!view || view.id !== runId)) selectRun(runId);
     if (!runId) { $("run").hidden = true; $("no-run").hidden = false; }
+  }
+
+  // -- memory (#/memory) ------------------------------------------------------------------------------------------
+  // GET /memory: the lessons and skills across runs, with the run each came from (a link to its page) and how often
+  // a planner was given it. Re-read when the page opens, on Refresh, and when the journal moves (a run ended).
+  const onMemoryPage = () => location.hash === "#/memory";
+  const memoryRefresh = throttle(() => loadMemory(), 1000);
+
+  async function loadMemory() {
+    const status = $("memory-status").value;
+    let body;
+    try {
+      ({ body } = await api(status ? `/memory?status=${encodeURIComponent(status)}` : "/memory"));
+    } catch (err) {
+      if (err instanceof Unauthorized) return;
+      $("memory-error").textContent = String(err.message || err);
+      $("memory-error").hidden = false;
+      $("memory-entries").querySelector("tbody").replaceChildren();
+      $("memory-empty").hidden = true;
+      return;
+    }
+    $("memory-error").hidden = true;
+    renderMemory(body);
+  }
+
+  function renderMemory(entries) {
+    const rows = entries.map((e) => {
+      const run = e.provenance && e.provenance.run_id;
+      const steps = (e.provenance && e.provenance.step_ids) || [];
+      const text = e.text.length > 80 ? `${e.text.slice(0, 77)}...` : e.text;
+      return el("tr", { "data-entry": String(e.id), title: e.note || null },
+        el("td", { class: "id", text: String(e.id) }),
+        el("td", { text: e.kind }),
+        el("td", { class: "name", text: e.name }),
+        el("td", { text: String(e.version) }),
+        el("td", {}, el("span", { class: `badge memory-${e.status}`, text: e.status })),
+        el("td", { class: "uses", text: String(e.uses) }),
+        el("td", { class: "provenance" },
+          run ? el("a", { href: `#/runs/${encodeURIComponent(run)}`, text: run }) : el("span", { class: "muted", text: "—" })),
+        el("td", { class: "steps muted", text: steps.join(", ") || "—" }),
+        el("td", { text: formatInstant(e.created_at) }),
+        el("td", { class: "text", title: e.text, text }));
+    });
+    $("memory-entries").querySelector("tbody").replaceChildren(...rows);
+    $("memory-empty").hidden = entries.length > 0;
   }
 
   // -- one run --------------------------------------------------------------------------------------------------
@@ -973,6 +1028,8 @@
   $("logout").addEventListener("click", () => showLogin(""));
   $("runs-status").addEventListener("change", () => { runs = new Map(); refreshRuns(); });
   $("runs-more").addEventListener("click", moreRuns);
+  $("memory-status").addEventListener("change", () => loadMemory());
+  $("memory-refresh").addEventListener("click", () => loadMemory());
   $("submit-form").addEventListener("submit", submitRun);
   $("cancel-run").addEventListener("click", () => runAction("cancel"));
   $("resume-run").addEventListener("click", () => runAction("resume"));
