@@ -15,7 +15,7 @@ PANELS = {
     "Model, goal and limits": {"--goal", "--model", "--base-url", "--budget-usd", "--budget-tokens", "--deadline",
                                "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--priority",
                                "--forecast", "--tiers", "--cascade", "--deadline-pressure", "--draft-model",
-                               "--memory", "--memory-model", "--context", "--no-subplans"},
+                               "--memory", "--memory-model", "--memory-embed", "--context", "--no-subplans"},
 }
 
 

