@@ -4,17 +4,25 @@
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
-from planweave import extras
+from planweave import extras, open_engine
 from planweave.cli.main import app
 from planweave.memory import Candidate, MemoryEntry, open_memory_store
+from planweave.server import serving
+from planweave.server.app import AppState
+from tests.journal.conftest import _make as make_backend
 
-from .conftest import Live
+from .conftest import TOKEN, Live
 
 
 def cli_json(*args: str) -> Any:
@@ -103,3 +111,33 @@ async def test_without_the_memory_extra_the_endpoints_answer_501(live: Live, mon
             assert answer.json()["detail"] == (
                 "GET /memory needs the 'memory' extra: pip install 'planweave[memory]' "
                 "(module 'planweave_no_such_module_h9' is not installed)")
+
+
+def _with_password(url: str, password: str) -> str:
+    parts = urlsplit(url)
+    user = parts.username or getpass.getuser()
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
+@pytest.fixture
+def pg_url(tmp_path: Path) -> Iterator[str]:
+    for backend in make_backend("postgres", tmp_path):
+        yield _with_password(backend.url, "pw-h9-secret")
+
+
+@pytest.mark.postgres
+async def test_a_postgresql_journal_s_memory_is_served_from_the_url_with_its_password(pg_url: str) -> None:
+    # The journal reports its URL without the password: the server opens the memory store from the one it was given.
+    await seed(pg_url)
+    async with open_engine(pg_url) as engine, serving(engine, port=0, token=TOKEN, journal_url=pg_url,
+                                                     announce=False, quiet=True) as server:
+        assert "pw-h9-secret" not in engine.journal.url
+        state: AppState = server.app.state.planweave
+        assert state.memory is not None and state.memory.url == pg_url
+        async with httpx.AsyncClient(base_url=server.url, headers={"Authorization": f"Bearer {TOKEN}"}) as client:
+            listed = await client.get("/memory", params={"status": "retired"})
+            assert listed.status_code == 200, listed.text
+            assert listed.json() == await asyncio.to_thread(
+                cli_json, "memory", "list", "--status", "retired", "--journal", pg_url, "--json")
+            assert [(e["name"], e["uses"]) for e in listed.json()] == [("city-weather", 2)]
