@@ -20,6 +20,10 @@ speculative attempts, before the main planner has written them. Nothing else cha
   ``model_call`` of purpose ``draft``. A run killed mid-draft resumes from the main planner's steps only (a
   speculative attempt in flight is folded as interrupted, as any speculative attempt).
 
+Re-plans and repairs (:meth:`DraftPlanner.begin_replan`) are drafted the same way, verified with the run's finished
+steps as context; their verified attempts are kept only if the planner's proposal is spliced in
+(:meth:`DraftSession.main_done` after the splice, else :meth:`DraftSession.abandon`).
+
 Draft attempts run in the planner's process (the tool's ``invoke`` on the event loop), whatever the engine's
 executor: an adoption happens only for a step executed in-process, elsewhere the step simply runs again.
 """
@@ -81,10 +85,12 @@ def draft_options(draft: ModelClient | DraftOptions | None) -> DraftOptions | No
     return DraftOptions(draft)
 
 
-def agreeing_prefix(main: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[str, Any]]) -> int:
+def agreeing_prefix(main: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[str, Any]],
+                    context: Sequence[Mapping[str, Any]] = ()) -> int:
     """How many leading steps of ``draft`` agree with ``main``: same fingerprint (tool, argument template,
-    dependencies, ids aside) and every other field equal, position by position (pure)."""
-    main_prints, draft_prints = _fingerprints(main), _fingerprints(draft)
+    dependencies, ids aside) and every other field equal, position by position (pure). ``context``: the steps of the
+    run both may refer to (a re-plan's finished steps), the same for both."""
+    main_prints, draft_prints = _fingerprints(main, context), _fingerprints(draft, context)
     n = 0
     for m, d in zip(main_prints, draft_prints, strict=False):
         if m is None or d is None or m != d:
@@ -93,23 +99,13 @@ def agreeing_prefix(main: Sequence[Mapping[str, Any]], draft: Sequence[Mapping[s
     return n
 
 
-def _fingerprints(objs: Sequence[Mapping[str, Any]]) -> list[tuple[str, str] | None]:
-    """Per position, the step's (fingerprint, shape) in the plan of ``objs``, None from the first step that does
-    not parse or validate (e.g. refers to a step that is not there)."""
+def _fingerprints(objs: Sequence[Mapping[str, Any]],
+                  context: Sequence[Mapping[str, Any]] = ()) -> list[tuple[str, str] | None]:
+    """Per position, the step's (fingerprint, shape) in the plan of ``context`` then ``objs``, None from the first
+    step that does not parse or validate (e.g. refers to a step that is not there)."""
     out: list[tuple[str, str] | None] = []
-    steps: list[Step] = []
-    for obj in objs:
-        try:
-            steps.append(parse_step(dict(obj)))
-        except PlanInvalid:
-            break
-    while steps:
-        try:
-            plan = validate_plan(PlanSpec(steps=tuple(steps)), None, None, source="draft")
-            break
-        except PlanInvalid:
-            steps.pop()
-    else:
+    plan, steps = _valid_prefix(objs, context)
+    if plan is None:
         return [None] * len(objs)
     for step in steps:
         shape = canonical(step.model_dump(mode="json", exclude=_NOT_SHAPE, exclude_defaults=True))
@@ -173,8 +169,11 @@ class DraftSession:
     """One initial plan's draft: the draft model's stream, its attempts, and their verification against the main
     planner's lines (the loop calls :meth:`main_step`, :meth:`main_rejected` and :meth:`main_done`)."""
 
-    def __init__(self, planner: DraftPlanner, run: Run, messages: Sequence[Message]) -> None:
+    def __init__(self, planner: DraftPlanner, run: Run, messages: Sequence[Message],
+                 context: Sequence[Mapping[str, Any]] = (), *, replan: bool = False) -> None:
         self.planner, self.run = planner, run
+        self.replan = replan  # a re-plan's lines become steps only when the whole proposal is spliced in
+        self.context = [dict(c) for c in context]  # a re-plan's: the finished steps its lines may refer to
         self.main: list[dict[str, Any]] = []
         self.drafted: list[dict[str, Any]] = []
         self.attempts: dict[int, DraftAttempt] = {}
@@ -203,14 +202,25 @@ class DraftSession:
             self._discard(att, "the main planner's line was rejected")
 
     def main_done(self) -> None:
-        """The main planner finished its plan: draft steps beyond it will never be verified."""
+        """The main planner finished its plan (a re-plan: and it was spliced in, or not): draft steps beyond it will
+        never be verified, and a re-plan's verified ones whose step is not in the plan now never run."""
         self._verify()
         self._stop_stream()
         for pos, att in list(self.attempts.items()):
             if att.main is None:
                 self._discard(att, f"beyond the main plan ({len(self.main)} steps)" if pos >= len(self.main)
                               else "not verified")
+            elif self.replan and att.main not in self.run.plan.steps:
+                self._discard(att, "the re-plan was not spliced in")
         self.diverged = True
+
+    def abandon(self, reason: str) -> None:
+        """The main planner's answer is not taken (a re-plan that was stale or invalid, asked again): every draft
+        attempt not yet decided is thrown away; a later answer is not drafted."""
+        self._diverge(reason)
+        for att in list(self.attempts.values()):
+            if not att.over:
+                self._discard(att, reason)
 
     def adopt(self, step_id: str) -> DraftAttempt | None:
         """The verified draft attempt of main step ``step_id`` (not yet decided), if any."""
@@ -226,7 +236,7 @@ class DraftSession:
         upto = min(len(self.main), len(self.drafted))
         if upto <= self.verified:
             return
-        agree = agreeing_prefix(self.main[:upto], self.drafted[:upto])
+        agree = agreeing_prefix(self.main[:upto], self.drafted[:upto], self.context)
         for pos in range(self.verified, agree):
             att = self.attempts.get(pos)
             if att is not None:
@@ -315,7 +325,7 @@ class DraftSession:
                 return
             for obj in line.steps:
                 self.drafted.append(dict(obj))
-        self._plan = _draft_plan(self.drafted)
+        self._plan = _draft_plan(self.drafted, self.context)
         self._verify()
         self._schedule()
 
@@ -336,8 +346,11 @@ class DraftSession:
             return
         in_flight = sum(1 for a in self.attempts.values() if not a.done and not a.over)
         ids = list(plan.order)
-        position = {sid: i for i, sid in enumerate(s.id for s in plan.spec.steps)}
+        lines = plan.spec.steps[len(self.context):]  # the context's steps are the run's, not drafted
+        position = {sid: i for i, sid in enumerate(s.id for s in lines)}
         for sid in ids:
+            if sid not in position:
+                continue
             pos = position[sid]
             if in_flight >= self.planner.options.max_parallel:
                 return
@@ -367,13 +380,20 @@ class DraftSession:
     def _main_started(self, pos: int) -> bool:
         """Whether main step ``pos`` (verified) already started or finished as a plain step: too late to draft."""
         rec = self.run.state.records.get(str(self.main[pos]["id"]))
-        return rec is None or rec.status != "pending"
+        if rec is None:  # a re-plan's line, not proposed yet; or an initial line the plan did not take
+            return not self.replan
+        return rec.status != "pending"
 
     def _args(self, plan: Plan, sid: str, position: Mapping[str, int]) -> Mapping[str, Any] | None:
         """The draft step's arguments rendered on its dependencies' outputs (a finished draft attempt's, or the run's
         output of the verified main step), or None while one of them has none yet."""
         values: dict[str, Any] = {}
         for dep in plan.deps[sid]:
+            if dep not in position:  # a context step: finished in the run
+                if dep not in self.run.outputs:
+                    return None
+                values[dep] = self.run.outputs[dep]
+                continue
             pos = position[dep]
             att = self.attempts.get(pos)
             if att is not None and att.done and att.error is None and not (att.over and att.main is None):
@@ -488,20 +508,36 @@ def _step(obj: Mapping[str, Any]) -> Step | None:
         return None
 
 
-def _draft_plan(objs: Sequence[Mapping[str, Any]]) -> Plan | None:
-    """The longest valid prefix of the draft's steps as a plan (without tool checks), or None."""
+def _draft_plan(objs: Sequence[Mapping[str, Any]], context: Sequence[Mapping[str, Any]] = ()) -> Plan | None:
+    """The longest valid prefix of the draft's steps (after ``context``'s) as a plan (without tool checks), or
+    None."""
+    return _valid_prefix(objs, context)[0]
+
+
+def _parsed(objs: Sequence[Mapping[str, Any]]) -> list[Step]:
     steps: list[Step] = []
     for obj in objs:
         try:
             steps.append(parse_step(dict(obj)))
         except PlanInvalid:
             break
+    return steps
+
+
+def _valid_prefix(objs: Sequence[Mapping[str, Any]],
+                  context: Sequence[Mapping[str, Any]]) -> tuple[Plan | None, list[Step]]:
+    """The plan of ``context``'s steps and the longest valid prefix of ``objs``'s, and that prefix's steps; (None,
+    []) when not even one step of ``objs`` fits (the context is never cut)."""
+    before = _parsed(context)
+    if len(before) < len(context):
+        return None, []
+    steps = _parsed(objs)
     while steps:
         try:
-            return validate_plan(PlanSpec(steps=tuple(steps)), None, None, source="draft")
+            return validate_plan(PlanSpec(steps=(*before, *steps)), None, None, source="draft"), steps
         except PlanInvalid:
             steps.pop()
-    return None
+    return None, []
 
 
 class DraftPlanner:
@@ -516,7 +552,7 @@ class DraftPlanner:
         self.budget = budget  # the run's: the draft's call is charged to it, never at the planner's expense
         self.planner_client = planner
         self.planner_max_tokens = planner_max_tokens
-        self.sessions: dict[str, DraftSession] = {}  # run id -> its initial plan's draft
+        self.sessions: dict[str, list[DraftSession]] = {}  # run id -> its drafts: the initial plan's, re-plans'
 
     def reserve(self, request: CompletionRequest) -> Reservation | Literal[False] | None:
         """Reserve the draft call's worst case from the budget (None: no budget), or False when the budget could not
@@ -553,8 +589,19 @@ class DraftPlanner:
                              tool_speculates=bool(getattr(tool, "speculate", True))) is None
 
     def begin(self, run: Run, messages: Sequence[Message]) -> DraftSession:
+        """Draft the initial plan of ``run`` (asked with ``messages``)."""
         session = DraftSession(self, run, messages)
-        self.sessions[run.id] = session
+        self.sessions.setdefault(run.id, []).append(session)
+        return session
+
+    def begin_replan(self, run: Run, messages: Sequence[Message]) -> DraftSession:
+        """Draft a re-plan of ``run``: its lines may refer to the run's finished steps; a verified draft attempt is
+        adopted once the main planner's proposal is spliced in and its step runs (:meth:`DraftSession.main_done`
+        after the splice)."""
+        context = [run.plan.steps[sid].model_dump(exclude_defaults=True)
+                   for sid, rec in run.state.records.items() if rec.status == "succeeded" and sid in run.plan.steps]
+        session = DraftSession(self, run, messages, context, replan=True)
+        self.sessions.setdefault(run.id, []).append(session)
         return session
 
     def wrap(self) -> ToolCatalog:
@@ -572,13 +619,16 @@ class DraftPlanner:
 
     async def call(self, tool: Tool, args: Mapping[str, Any]) -> Any:
         ctx = current_step_var.get(None)
-        session = self.sessions.get(ctx.run_id) if ctx is not None else None
-        if ctx is not None and session is not None and asyncio.get_running_loop() is session.loop:
-            att = session.adopt(ctx.step_id)  # (an executor's own thread or loop calls the tool itself)
+        for session in self.sessions.get(ctx.run_id, ()) if ctx is not None else ():
+            if asyncio.get_running_loop() is not session.loop:
+                break  # (an executor's own thread or loop calls the tool itself)
+            assert ctx is not None
+            att = session.adopt(ctx.step_id)
             if att is not None:
                 ok, output = await session.take(att, ctx.step_id, args)
                 if ok:
                     return output
+                break
         return await tool.invoke(args)
 
 

@@ -86,8 +86,9 @@ class PlanningOptions:
     # step, cut at summary_chars: the state summary of before, the baseline of `planweave bench context`).
     context: Literal["references", "summary"] = "references"
     context_limits: ContextLimits = field(default_factory=ContextLimits)
-    # Speculative planning (planning/draft.py): a small fast model drafts the initial plan ahead of the planner,
-    # whose lines verify it; agreeing safe draft steps start early. None: the planner plans alone.
+    # Speculative planning (planning/draft.py): a small fast model drafts the initial plan and each re-plan (or
+    # repair) ahead of the planner, whose lines verify it; agreeing safe draft steps start early. None: the planner
+    # plans alone.
     draft: ModelClient | DraftOptions | None = None
 
 
@@ -551,14 +552,36 @@ class PlanningLoop:
 
     async def _propose(self, run: Run, purpose: str, messages: list[Message],
                        keep: Callable[[], list[dict[str, Any]]], trigger: str) -> bool:
-        """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded)."""
+        """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded).
+
+        With a draft model (planning/draft.py) the model's first answer is drafted too: verified draft attempts are
+        kept only if that answer is the proposal spliced in."""
+        draft = None if self._draft is None else self._draft.begin_replan(run, messages)
+        spliced = False
+        try:
+            spliced = await self._propose_lines(run, purpose, messages, keep, trigger, draft)
+            return spliced
+        finally:
+            if draft is not None:
+                if spliced:
+                    draft.main_done()
+                else:
+                    draft.abandon("the re-plan was not spliced in")
+
+    async def _propose_lines(self, run: Run, purpose: str, messages: list[Message],
+                             keep: Callable[[], list[dict[str, Any]]], trigger: str,
+                             draft: DraftSession | None) -> bool:
         stale_left = self.options.max_stale_retries
         for _attempt in range(self.options.max_repairs + 1 + self.options.max_stale_retries):
             seen = run.position
             started = self.engine.clock.now()
             steps: list[dict[str, Any]] = []
             errors: list[str] = []
-            completion = await self._stream_lines(run, purpose, messages, _collector(steps), errors)
+            if draft is not None and _attempt:  # asked again: the drafted answer was not taken
+                draft.abandon("the re-plan was asked again")
+                draft = None
+            collect = _collector(steps) if draft is None else _drafting(_collector(steps), draft)
+            completion = await self._stream_lines(run, purpose, messages, collect, errors)
             finished = self.engine.clock.now()
             if not errors:
                 if run.finished:
@@ -906,6 +929,18 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
         if not isinstance(exc, asyncio.CancelledError):
             return exc
     return group.exceptions[0]
+
+
+def _drafting(collect: Callable[[tuple[dict[str, Any], ...], int], None],
+              draft: DraftSession) -> Callable[[tuple[dict[str, Any], ...], int], None]:
+    """``collect``, telling ``draft`` each main line first (it verifies the draft's lines against them)."""
+
+    def admit(steps: tuple[dict[str, Any], ...], number: int) -> None:
+        for obj in steps:
+            draft.main_step(obj)
+        collect(steps, number)
+
+    return admit
 
 
 def _collector(into: list[dict[str, Any]]) -> Callable[[tuple[dict[str, Any], ...], int], None]:
