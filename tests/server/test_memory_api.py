@@ -89,6 +89,9 @@ async def test_an_unknown_entry_and_a_bad_status_are_clear_errors(live: Live) ->
         assert bad.status_code == 422
         assert "status 'sleeping': use one of candidate, admitted, rejected, retired" in bad.text
         assert (await client.get("/memory/x")).status_code == 422
+        huge = await client.get(f"/memory/{2**90}")  # more than a database integer holds
+        assert huge.status_code == 404 and huge.json()["detail"].startswith(f"no memory entry {2**90} in ")
+        assert (await client.get("/memory/-1")).status_code == 404
 
 
 @pytest.mark.parametrize("token", [None, "wrong-token"])

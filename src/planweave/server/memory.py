@@ -54,6 +54,10 @@ class MemoryAccess:
     async def entry(self, entry_id: int) -> dict[str, Any]:
         """One entry as ``planweave memory show --json`` prints it; raises UnknownEntry for an unknown id."""
         store = await self.store()
+        if not 0 < entry_id < 2**63:  # beyond a database integer: no such entry (not an overflow)
+            from planweave.memory.model import unknown
+
+            raise unknown(entry_id, self.url)
         return (await store.get(entry_id)).to_json()
 
     async def close(self) -> None:
