@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pytest
+
 from planweave import Engine, VirtualClock
 from planweave.engine.runtime import RunResult
 from planweave.journal.memory import MemoryJournal
@@ -82,6 +84,11 @@ async def test_an_agreeing_draft_of_a_replan_starts_its_steps_early_and_they_are
     assert rome < 0.5 < 1.0 < plain_rome
     assert [c["purpose"] for c in result.state.model_calls].count("draft") == 2
     assert set(result.state.plan.steps) == {"paris", "rome", "pick"}  # the main planner's plan, its ids
+    # The summary (run --json): the two draft calls are speculation's extra calls; paris's and Rome's attempts
+    # (0.5 s each) ended before their steps' real start, all of their time ahead; pick's (a no-op) none.
+    spec = result.state.speculation_summary()
+    assert (spec["started"], spec["adopted"], spec["discarded"], spec["extra_model_calls"]) == (3, 3, 0, 2)
+    assert spec["head_start_s"] == pytest.approx(1.0)
 
 
 @on_virtual_clock
