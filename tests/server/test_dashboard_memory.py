@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from planweave import extras
 from planweave.memory import Candidate, open_memory_store
 
 from .browser import browser_page, require_browser
@@ -68,4 +71,23 @@ async def test_the_memory_page_lists_entries_and_links_their_runs(live: Live, tm
         await expect(page.locator("#memory")).to_be_visible()
         await expect(page.locator("#run")).to_be_hidden()
         await expect(rows).to_have_count(2)
+    assert errors == []
+
+
+async def test_without_the_memory_extra_the_page_says_which_extra(live: Live, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    require_browser()
+    from playwright.async_api import expect
+
+    monkeypatch.setitem(extras.EXTRAS, "memory", ("planweave_no_such_module_h9",))
+    errors: list[str] = []
+    async with browser_page(tmp_path / "profile", errors) as page:
+        await page.goto(live.url + "#/memory")
+        await page.fill("#token-input", live.token)
+        await page.click("#login-button")
+        await expect(page.locator("#memory")).to_be_visible()
+        await expect(page.locator("#memory-error")).to_contain_text(
+            "GET /memory needs the 'memory' extra: pip install 'planweave[memory]'")
+        await expect(page.locator("#memory-entries tbody tr")).to_have_count(0)
+        await expect(page.locator("#login")).to_be_hidden()  # a 501 is not a token problem
     assert errors == []
