@@ -86,6 +86,7 @@ async def test_without_the_memory_extra_the_page_says_which_extra(live: Live, tm
         await page.fill("#token-input", live.token)
         await page.click("#login-button")
         await expect(page.locator("#memory")).to_be_visible()
+        await expect(page.locator("#memory-error")).to_be_visible()
         await expect(page.locator("#memory-error")).to_contain_text(
             "GET /memory needs the 'memory' extra: pip install 'planweave[memory]'")
         await expect(page.locator("#memory-entries tbody tr")).to_have_count(0)
