@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from planweave.memory.bm25 import rank
 from planweave.memory.model import MemoryEntry
-from planweave.memory.retrieval import rank
 
 if TYPE_CHECKING:
     from planweave.memory.embed import MiniLMEncoder
