@@ -19,7 +19,7 @@ async def test_a_goal_run_with_memory_learns_a_verified_skill_the_next_run_reuse
     env = {"OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(REPO)}
     async with server as base_url:
         common = ("--model", "scripted", "--base-url", base_url, "--journal", url, "--tools", TOOLS, "--memory",
-                  "--virtual-clock", "--json")
+                  "--json")  # the real clock: on the virtual one a loaded machine let the HTTP timeout fire early
         code, out, err = await planweave("run", "--goal", "weather report for oslo", *common, cwd=tmp_path, env=env)
         assert code == 0, err
         assert len(json.loads(out)["steps"]) == 9  # no memory yet: the long exploratory plan
