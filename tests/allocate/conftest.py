@@ -31,10 +31,11 @@ def planweave() -> Planweave:
     return run_planweave
 
 
-def planner_script(seen: list[tuple[str, str]], *, bad_model: str | None = None
+def planner_script(seen: list[tuple[str, str]], *, bad_model: str | None = None, plan: str | None = None
                    ) -> Callable[[RecordedRequest], Reply]:
-    """A scripted goal run: the planner writes one ``noop`` step (``bad_model``'s plan names a tool that does not
-    exist), the joiner answers ``done``; each call is recorded in ``seen`` as (plan or join, model)."""
+    """A scripted goal run: the planner writes one ``noop`` step, or ``plan`` where given (``bad_model``'s plan names
+    a tool that does not exist), the joiner answers ``done``; each call is recorded in ``seen`` as (plan or join,
+    model)."""
 
     def script(request: RecordedRequest) -> Reply:
         text = " ".join(str(m.get("content", "")) for m in request.messages)
@@ -45,6 +46,8 @@ def planner_script(seen: list[tuple[str, str]], *, bad_model: str | None = None
             return Text(json.dumps({"answer": "done"}))
         if model == bad_model:
             return Text(json.dumps({"id": "a", "tool": "no_such_tool", "args": {}}) + "\n")
+        if plan is not None:
+            return Text(plan)
         return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
 
     return script

@@ -13,7 +13,8 @@ from typer.testing import CliRunner
 
 from planweave.cli.main import app
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
-from tests.allocate.test_run_tiers_cli import planweave
+from tests.allocate.conftest import planner_script
+from tests.allocate.conftest import run_planweave as planweave
 
 TIERS = {
     "small": {"model": "m-small", "p_success": 0.9, "duration_s": 10, "cost_usd": 0.0001},
@@ -81,19 +82,9 @@ async def test_a_goal_run_with_tiers_and_cascade_escalates_its_planner(tmp_path:
     _, tiers = write(tmp_path, "cascade")
     seen: list[tuple[str, str]] = []
 
-    def script(request: RecordedRequest) -> Reply:
-        text = " ".join(str(m.get("content", "")) for m in request.messages)
-        model = str(request.body["model"])
-        joining = "If the results answer the goal" in text
-        seen.append(("join" if joining else "plan", model))
-        if joining:
-            return Text(json.dumps({"answer": "done"}))
-        if model == "m-small":  # the small planner names a tool that does not exist, again and again
-            return Text(json.dumps({"id": "a", "tool": "no_such_tool", "args": {}}) + "\n")
-        return Text(json.dumps({"id": "a", "tool": "noop", "args": {"x": 1}}) + "\n")
-
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
-    async with ScriptedLLM(script) as base_url:
+    # the small planner names a tool that does not exist, again and again
+    async with ScriptedLLM(planner_script(seen, bad_model="m-small")) as base_url:
         code, out, err = await planweave("run", "--goal", "do it", "--model", "m-small", "--base-url", base_url,
                                          "--tiers", str(tiers), "--cascade", "--journal", journal, "--json",
                                          cwd=tmp_path)

@@ -22,6 +22,7 @@ from planweave.engine.limits import JournaledLimits
 from planweave.engine.state import RunState
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
 from planweave.testing.scripted_llm import plan_lines
+from tests.allocate.conftest import planner_script
 from tests.allocate.test_pressure_goal_resume import planweave
 
 TIERS = {
@@ -105,19 +106,9 @@ async def test_a_goal_run_killed_after_its_planner_escalated_resumes_on_the_esca
     tiers.write_text(yaml.safe_dump(TIERS), encoding="utf-8")
     seen: list[tuple[str, str]] = []
 
-    def script(request: RecordedRequest) -> Reply:
-        text = " ".join(str(m.get("content", "")) for m in request.messages)
-        model = str(request.body["model"])
-        joining = "If the results answer the goal" in text
-        seen.append(("join" if joining else "plan", model))
-        if joining:
-            return Text(json.dumps({"answer": "done"}))
-        if model == "m-small":  # the small planner names a tool that does not exist, again and again
-            return Text(json.dumps({"id": "a", "tool": "no_such_tool", "args": {}}) + "\n")
-        return Text(plan_lines(GOAL_PLAN))
-
     url = f"sqlite:///{tmp_path / 'runs.db'}"
-    async with ScriptedLLM(script) as base_url:
+    # the small planner names a tool that does not exist, again and again
+    async with ScriptedLLM(planner_script(seen, bad_model="m-small", plan=plan_lines(GOAL_PLAN))) as base_url:
         first = await planweave("run", "--goal", "g", "--model", "m-small", "--base-url", base_url, "--tiers",
                                 str(tiers), "--cascade", "--journal", url, "--json", cwd=tmp_path)
         run_id = await kill_when_running(first, url, "wait")

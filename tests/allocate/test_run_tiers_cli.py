@@ -3,10 +3,7 @@ scripted server in a real process; a bad tiers file or a misplaced --tiers exits
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +12,7 @@ from typer.testing import CliRunner
 
 from planweave.cli.main import app
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
+from tests.allocate.conftest import run_planweave as planweave
 
 TIERS = {
     "small": {"model": "m-small", "p_success": 0.9, "duration_s": 10, "cost_usd": 0.0001},
@@ -22,15 +20,6 @@ TIERS = {
 }
 PLAN = {"steps": [{"id": "a", "tool": "llm", "retries": 4, "args": {
     "prompt": "a?", "model": "auto", "tiers": ["small", "large"], "max_tokens": 20}}]}
-
-
-async def planweave(*args: str, cwd: Path) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "planweave.cli.main", *args, cwd=cwd, env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def write(tmp_path: Path) -> tuple[Path, Path]:

@@ -3,10 +3,7 @@ from it (``resume --tiers`` replaces it), and ``run --deadline-pressure`` drops 
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ from planweave.cli.main import app
 from planweave.engine.limits import JournaledLimits
 from planweave.journal import open_journal
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
+from tests.allocate.conftest import run_planweave as planweave
 from tests.allocate.test_pressure import LATE
 
 TIERS = {
@@ -34,15 +32,6 @@ PLAN = {"steps": [
     {"id": "a", "tool": "llm", "after": ["slow"], "args": {"prompt": "a?", "model": "auto",
                                                            "tiers": ["small", "large"], "max_tokens": 10}},
 ]}
-
-
-async def planweave(*args: str, cwd: Path) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "planweave.cli.main", *args, cwd=cwd, env={**os.environ, "OPENAI_API_KEY": "sk-test"},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 def answer(request: RecordedRequest) -> Reply:
