@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -17,6 +16,7 @@ from planweave.cli.run_cmd import AgentFlags, _journaled_modes
 from planweave.engine.limits import JournaledLimits
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.cli.subplan_tools import toolbox as marks
+from tests.threaded_llm import ThreadedLLM
 from tests.timing import on_virtual_clock, until
 
 from .test_cli import invoke, sqlite_url
@@ -75,41 +75,13 @@ async def test_a_resumed_goal_run_keeps_the_summary_context_and_no_subplans_it_s
     assert "- plan:" not in planner and "Keep a report" not in planner  # no plan tool, no report in the prompt
 
 
-class ThreadedLLM:
-    """The scripted server on its own loop in a thread, for the in-process CLI (which runs its own loop)."""
-
-    def __init__(self) -> None:
-        self.url = ""
-        self.llm = ScriptedLLM(lambda req: Text(json.dumps({"answer": "hi"}))
-                               if "If the results answer" in str(req.messages[-1]["content"])
-                               else Text(plan_lines([{"id": "n", "tool": "noop", "args": {}}])))
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
-
-    async def _serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        async with self.llm as url:
-            self.url = url
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> ThreadedLLM:
-        self._thread.start()
-        assert self._ready.wait(30), "the scripted server did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
-
-
 @pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadedLLM]:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    with ThreadedLLM() as server:
+    llm = ScriptedLLM(lambda req: Text(json.dumps({"answer": "hi"}))
+                      if "If the results answer" in str(req.messages[-1]["content"])
+                      else Text(plan_lines([{"id": "n", "tool": "noop", "args": {}}])))
+    with ThreadedLLM(llm) as server:
         yield server
 
 

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from planweave import Toolbox
 from planweave.journal import open_journal
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
+from tests.threaded_llm import ThreadedLLM
 
 GATE_POLL_S = 0.02
 
@@ -53,40 +53,17 @@ def plan(log: Path, gate: Path) -> list[dict[str, Any]]:
             {"id": "b", "tool": "echo", "args": {"step": "b", "value": "${a.value}", "log": str(log)}}]
 
 
-class ServedModels:
-    """The scripted server on its own loop in a thread, for child processes to call."""
+def served_models(steps: list[dict[str, Any]]) -> ThreadedLLM:
+    """The draft model and the planner, both writing ``steps``; the planner's join answers ``done``."""
 
-    def __init__(self, steps: list[dict[str, Any]]) -> None:
-        self.steps = steps
-        self.url = ""
-        self._ready = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
-
-    def reply(self, req: RecordedRequest) -> Reply:
+    def reply(req: RecordedRequest) -> Reply:
         if req.body.get("model") == "draft":
-            return Text(plan_lines(self.steps), ttft=0.1, tokens_per_second=300)
+            return Text(plan_lines(steps), ttft=0.1, tokens_per_second=300)
         if "If the results answer the goal" in " ".join(str(m.get("content", "")) for m in req.messages):
             return Text(json.dumps({"answer": "done"}))
-        return Text(plan_lines(self.steps), ttft=1.0, tokens_per_second=30)
+        return Text(plan_lines(steps), ttft=1.0, tokens_per_second=30)
 
-    async def _serve(self) -> None:
-        self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
-        async with ScriptedLLM(self.reply, models=("main", "draft")) as url:
-            self.url = url
-            self._ready.set()
-            await self._stop.wait()
-
-    def __enter__(self) -> ServedModels:
-        self._thread.start()
-        assert self._ready.wait(30), "the scripted server did not start"
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(30)
+    return ThreadedLLM(ScriptedLLM(reply, models=("main", "draft")))
 
 
 def env() -> dict[str, str]:
@@ -121,7 +98,7 @@ def outputs_of(url: str, run_id: str) -> tuple[dict[str, Any], str | None, list[
 @pytest.mark.slow
 def test_a_goal_run_killed_mid_draft_resumes_to_the_plain_planners_outputs(tmp_path: Path, gate: Path) -> None:
     url, log = sqlite_url(tmp_path), tmp_path / "effects.log"
-    with ServedModels(plan(log, gate)) as models:
+    with served_models(plan(log, gate)) as models:
         goal = ("run", "--goal", "echo twice", "--model", "main", "--base-url", models.url, "--journal", url, *TOOLS)
         with subprocess.Popen(cli_command(*goal, "--draft-model", "draft", "--run-id", "crash", "--json"),
                               cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
