@@ -138,11 +138,10 @@ def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str |
 def _journaled_modes(run_id: str, recorded: JournaledLimits) -> tuple[ContextMode | None, bool]:
     """The context and sub-plans a resumed --goal run was started with (None, True: journaled before they were,
     today's defaults); a journaled context this version does not know: exit 2 naming the run."""
-    known: dict[str, ContextMode] = {"references": "references", "summary": "summary"}
-    if recorded.context is not None and recorded.context not in known:
-        raise UsageError(f"run '{run_id}': its journaled context '{recorded.context}' is not one of references, "
-                         "summary")
-    return None if recorded.context is None else known[recorded.context], recorded.subplans is not False
+    try:
+        return recorded.planning_modes(run_id)  # the read model a server's resume uses too
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @dataclass(frozen=True)

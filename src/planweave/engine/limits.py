@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from planweave.engine.events import Event
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
@@ -78,6 +78,7 @@ class JournaledLimits:
     # steps could say tool: plan (False: --no-subplans); None: journaled before they were (today's defaults apply).
     context: str | None = None
     subplans: bool | None = None
+    origin: str | None = None  # who started a goal run ("POST /runs": a server, whose recovery resumes it)
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -98,7 +99,18 @@ class JournaledLimits:
                                record.get("cascade") is True,
                                record.get("planner") if isinstance(record.get("planner"), str) else None,
                                record.get("context") if isinstance(record.get("context"), str) else None,
-                               record.get("subplans") if isinstance(record.get("subplans"), bool) else None)
+                               record.get("subplans") if isinstance(record.get("subplans"), bool) else None,
+                               record.get("origin") if isinstance(record.get("origin"), str) else None)
+
+    def planning_modes(self, run_id: str) -> tuple[Literal["references", "summary"] | None, bool]:
+        """The context and sub-plans a resumed goal run was started with (None, True: journaled before they were,
+        today's defaults), for ``planweave resume --model`` and a server's resume alike; raises ValueError naming
+        the run for a journaled context this version does not know."""
+        known: dict[str, Literal["references", "summary"]] = {"references": "references", "summary": "summary"}
+        if self.context is not None and self.context not in known:
+            raise ValueError(f"run '{run_id}': its journaled context '{self.context}' is not one of references, "
+                             "summary")
+        return None if self.context is None else known[self.context], self.subplans is not False
 
     def with_overrides(self, overrides: RunLimits, now: float) -> JournaledLimits:
         """These limits with the ones given again at resume (a new deadline counts from ``now``)."""

@@ -142,6 +142,7 @@ class PlanningLoop:
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
         # A sub-plan's link to its parent (run, step, depth: planning/subplans.py), journaled in run_created.
         self.parent: Mapping[str, Any] | None = None
+        self.origin: str | None = None  # who started it, journaled (options.limits.origin): a server's recovery
         # Memory across runs (planweave.memory.MemoryRecall): the goal -> a prompt section of verified lessons and
         # skills, asked once before the initial plan. None: no memory.
         self.recall: Callable[[str], Awaitable[str]] | None = None
@@ -184,7 +185,8 @@ class PlanningLoop:
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=None if self.limits is None else self.limits.journaled(
                                           self.engine.clock.now(), self.client.model, pressure=self.pressure,
-                                          parent=self.parent, **self._cascade_limits(), **self._modes()))
+                                          parent=self.parent, origin=self.origin, **self._cascade_limits(),
+                                          **self._modes()))
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run

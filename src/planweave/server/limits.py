@@ -18,6 +18,7 @@ from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.errors import PlanInvalid, PlanProblem
 from planweave.server.live import ServerError
+from planweave.server.runs import HTTP_SOURCE
 from planweave.tools.registry import Toolbox
 
 if TYPE_CHECKING:
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-__all__ = ["CAP_FLAGS", "JournaledLimits", "LimitCaps", "RunLimits", "ServerModel", "checked_tiers",
+#: ``options.limits.origin`` of a goal run started by ``POST /runs`` (its ``source`` is "goal", as the CLI's).
+GOAL_ORIGIN = HTTP_SOURCE
+
+__all__ = ["CAP_FLAGS", "GOAL_ORIGIN", "JournaledLimits", "LimitCaps", "RunLimits", "ServerModel", "checked_tiers",
            "open_server_model", "resume_within_limits"]
 
 #: The ``planweave serve`` flag that sets each cap, by the request field it bounds.
@@ -133,8 +137,31 @@ class ServerModel:
     async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0, *,
                          context: Literal["references", "summary"] | None = None, subplans: bool = True) -> Run:
         """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans)."""
-        return await self.planning_loop(limits, context=context, subplans=subplans).start(
-            goal, run_id=run_id, priority=priority)
+        loop = self.planning_loop(limits, context=context, subplans=subplans)
+        loop.origin = GOAL_ORIGIN  # journaled: this server's recovery resumes it (RunIndex.orphans)
+        return await loop.start(goal, run_id=run_id, priority=priority)
+
+    async def resume_goal(self, run_id: str, recorded: JournaledLimits, *, retry_unknown: bool = False) -> Run:
+        """Resume the goal run ``run_id`` with its planning loop rebuilt from the journal, as ``planweave resume RUN
+        --model M`` does: its limits (what is left of its budget, the time left until its deadline, its re-plans),
+        its planner's journaled tiers (--cascade) and its context and sub-plans; the loop re-plans on failures and
+        the joiner answers. Raises PlanInvalid (422) naming the run for journaled modes this version cannot read."""
+        from planweave.planning import build_planning_loop
+
+        try:
+            context, subplans = recorded.planning_modes(run_id)
+        except ValueError as exc:
+            raise PlanInvalid([PlanProblem("", "context", str(exc))], f"run '{run_id}'") from None
+        tiers = checked_tiers(recorded.tiers, where=f"run '{run_id}': its journaled tiers") \
+            if recorded.cascade else None
+        kept = recorded.limits
+        limits = RunLimits(kept.budget_usd, kept.budget_tokens, recorded.remaining_s(self.engine.clock.now()),
+                           kept.max_replans)
+        loop = build_planning_loop(self.engine, self.client, self.base, limits, budget=recorded.budget(),
+                                   tiers=tiers, context=context, subplans=subplans)
+        loop.origin = recorded.origin
+        loop.pressure = recorded.pressure
+        return await loop.resume(run_id, retry_unknown=retry_unknown)
 
 
 async def open_server_model(
@@ -184,7 +211,13 @@ async def resume_within_limits(engine: Engine, model: ServerModel | None, run_id
                                retry_unknown: bool = False) -> Run:
     """Resume ``run_id`` with the limits it was started with: its ``llm`` steps on this server's model within what
     is left of its budget, and its deadline at the time it was set for."""
-    recorded = JournaledLimits.from_events(await engine.journal.read(run_id))
+    events = await engine.journal.read(run_id)
+    recorded = JournaledLimits.from_events(events)
+    if events and events[0].data.get("source") == "goal":  # its planner and joiner again, on this server's model
+        if model is None:
+            raise PlanInvalid([PlanProblem("", "model", "this server has no model to plan goals with: start it with "
+                                                        "`planweave serve --model NAME`")], f"run '{run_id}'")
+        return await model.resume_goal(run_id, recorded, retry_unknown=retry_unknown)
     tools = None
     seam = None
     if model is not None:

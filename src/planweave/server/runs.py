@@ -49,6 +49,7 @@ class IndexedRun:
     state: RunState | None = None
     owner: Mapping[str, Any] = field(default_factory=dict)
     source: str = ""
+    origin: str = ""  # a goal run's options.limits.origin: HTTP_SOURCE when POST /runs started it
     problem: str | None = None
     last_at: float | None = None
     #: Earlier plan versions as they were when a later one replaced them (the current one is ``state.plan``).
@@ -67,6 +68,8 @@ class IndexedRun:
                     event.data.get("idempotent", ()),
                 )
                 self.source = str(event.data.get("source", ""))
+                limits = (event.data.get("options") or {}).get("limits") or {}
+                self.origin = str(limits.get("origin") or "") if isinstance(limits, Mapping) else ""
             if self.state is None:
                 raise JournalError(f"run '{self.run_id}': first event is {event.kind}, not run_created")
             if event.kind in ("run_created", "run_resumed"):
@@ -148,10 +151,12 @@ class RunIndex:
         return run_overview(run.run_id, run.state, self.status(run), run.problem)
 
     def orphans(self) -> list[str]:
-        """Runs submitted over HTTP that the journal shows running but whose process is gone: to resume."""
+        """Runs submitted over HTTP (plans, and goals a server planned) that the journal shows running but whose
+        process is gone: to resume."""
         return [
             run.run_id for run in self._runs.values()
-            if run.source == HTTP_SOURCE and self.status(run) == "interrupted"
+            if (run.source == HTTP_SOURCE or (run.source == "goal" and run.origin == HTTP_SOURCE))
+            and self.status(run) == "interrupted"
         ]
 
 
