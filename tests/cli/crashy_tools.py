@@ -13,8 +13,8 @@ from planweave import Toolbox
 GATE_POLL_S = 0.02
 
 
-async def mark(step: str, log: str, seconds: float = 0.2, gate: str | None = None) -> dict[str, str]:
-    """Append ``step`` to the file ``log``, wait until the file ``gate`` exists (if given), then sleep ``seconds``.
+async def append_then_wait(log: str, step: str, gate: str | None = None) -> None:
+    """Append ``step`` to the file ``log``, then wait until the file ``gate`` exists (if given).
 
     The append is one ``write`` on an O_APPEND descriptor, done before the first await: a SIGKILL cannot tear it,
     and once the journal shows the step started, its line is in the file. The gate lets a test hold steps in
@@ -28,6 +28,12 @@ async def mark(step: str, log: str, seconds: float = 0.2, gate: str | None = Non
     # Polling on purpose: the gate is opened by another process, so nothing in this one could be awaited instead.
     while gate is not None and not os.path.exists(gate):  # noqa: ASYNC110, ASYNC240 (a stat; see above)
         await asyncio.sleep(GATE_POLL_S)
+
+
+async def mark(step: str, log: str, seconds: float = 0.2, gate: str | None = None) -> dict[str, str]:
+    """Append ``step`` to the file ``log``, wait until the file ``gate`` exists (if given), then sleep ``seconds``
+    (see ``append_then_wait``)."""
+    await append_then_wait(log, step, gate)
     await asyncio.sleep(seconds)
     return {"step": step}
 

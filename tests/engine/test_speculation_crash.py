@@ -21,22 +21,14 @@ import yaml
 
 from planweave import Toolbox
 from planweave.journal import open_journal
+from tests.cli.crashy_tools import append_then_wait
 from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
-
-GATE_POLL_S = 0.02
 
 
 async def echo(step: str, log: str, value: Any = None, gate: str | None = None, seconds: float = 0.0
                ) -> dict[str, Any]:
     """Append ``step`` to ``log``, wait for the file ``gate`` (if given) and ``seconds``, return ``{step, value}``."""
-    fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, f"{step}\n".encode())
-    finally:
-        os.close(fd)
-    # Polling on purpose: the gate is opened by another process.
-    while gate is not None and not os.path.exists(gate):  # noqa: ASYNC110, ASYNC240 (a stat; see above)
-        await asyncio.sleep(GATE_POLL_S)
+    await append_then_wait(log, step, gate)
     await asyncio.sleep(seconds)
     return {"step": step, "value": value}
 
