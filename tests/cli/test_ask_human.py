@@ -20,6 +20,7 @@ import yaml
 from planweave import open_journal, send_input
 from planweave.cli.main import read_run
 from planweave.engine.state import RunState
+from tests.cli.model_process import scripted_model
 from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env
 
 GOAL_PLAN = [
@@ -31,19 +32,8 @@ GOAL_PLAN = [
 @pytest.fixture
 def model(tmp_path: Path) -> Iterator[str]:
     """A scripted model server process: it writes GOAL_PLAN, then answers every later call (the joiner)."""
-    script = tmp_path / "script.jsonl"
-    script.write_text(json.dumps({"plan": GOAL_PLAN}) + "\n")
-    proc = subprocess.Popen(
-        [*cli_command()[:2], "planweave.testing.scripted_llm", "--port", "0", "--script", str(script),
-         "--text", json.dumps({"answer": "done"})],
-        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # "scripted LLM server at http://127.0.0.1:PORT/v1 (...)"
-        yield line.split(" at ", 1)[1].split()[0]
-    finally:
-        proc.kill()
-        proc.communicate()
+    with scripted_model(tmp_path / "script.jsonl", [GOAL_PLAN]) as url:
+        yield url
 
 
 def step_status(url: str, run_id: str, step: str) -> str | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.cli.model_process import scripted_model
 from tests.cli.test_cli import cli_command, invoke, journal_view, sqlite_url, subprocess_env
 
 GOAL_PLAN = [{"id": "a", "tool": "noop", "args": {"x": 1}},
@@ -20,19 +21,8 @@ GOAL_PLAN = [{"id": "a", "tool": "noop", "args": {"x": 1}},
 def model(tmp_path: Path) -> Iterator[str]:
     """A scripted model server process: its first two calls (the planner's and the draft's, in either order) write
     GOAL_PLAN, every later one (the joiner) answers."""
-    script = tmp_path / "script.jsonl"
-    script.write_text((json.dumps({"plan": GOAL_PLAN}) + "\n") * 2)
-    proc = subprocess.Popen(
-        [*cli_command()[:2], "planweave.testing.scripted_llm", "--port", "0", "--script", str(script),
-         "--text", json.dumps({"answer": "done"})],
-        env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # "scripted LLM server at http://127.0.0.1:PORT/v1 (...)"
-        yield line.split(" at ", 1)[1].split()[0]
-    finally:
-        proc.kill()
-        proc.communicate()
+    with scripted_model(tmp_path / "script.jsonl", [GOAL_PLAN, GOAL_PLAN]) as url:
+        yield url
 
 
 def test_a_goal_run_with_a_draft_model_calls_it_and_keeps_the_planners_plan(tmp_path: Path, model: str) -> None:
