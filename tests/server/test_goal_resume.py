@@ -113,3 +113,30 @@ async def test_a_plan_run_resumed_over_http_has_no_planner(journal_url: str) -> 
     assert report.get("answer") is None
     assert script.plans == 0 and script.joins == 0
     assert a_started == 1
+
+
+async def test_a_goal_run_resumed_over_http_spends_only_what_is_left_of_its_budget(journal_url: str) -> None:
+    def planner(req: RecordedRequest) -> Reply:  # the plan costs 4900 of the 5000 tokens: the llm step has no room
+        if JOINER in str(req.messages[-1]["content"]):
+            return Text(json.dumps({"answer": "within budget"}))
+        if "a-llm-step" in str(req.messages[-1]["content"]):
+            return Text("fine", completion_tokens=4900)
+        return Text(plan_lines([*GOAL_PLAN[:2], {"id": "ask", "tool": "llm", "after": ["gate"],
+                                                 "args": {"prompt": "a-llm-step", "max_tokens": 100}}]),
+                    completion_tokens=4900)
+
+    closed = asyncio.Event()
+    async with start_live(journal_url, model=planner, tools=gated_tools(closed), recover=False) as first, \
+            first.client() as client:
+        created = await client.post("/runs", json={"goal": "g", "budget_tokens": 5000, "max_replans": 0})
+        assert created.status_code == 201, created.text
+        run_id = created.json()["run_id"]
+        await first.until_step(run_id, "gate", "running")
+    async with start_live(journal_url, model=planner, tools=gated_tools(None), recover=False) as second, \
+            second.client() as client:
+        resumed = await client.post(f"/runs/{run_id}/resume")
+        assert resumed.status_code == 202, resumed.text
+        result = await second.wait(run_id)
+    error = str(result.state.records["ask"].error)
+    assert result.state.records["gate"].status == "succeeded"
+    assert "budget exceeded" in error and "of 5000" in error, error
