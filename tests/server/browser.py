@@ -54,3 +54,13 @@ async def browser_page(profile: Path, errors: list[str]) -> AsyncIterator[Page]:
             yield page
         finally:
             await context.close()
+
+
+async def log_in(page: Page, url: str, token: str, shown: str = "#main") -> None:
+    """Open the dashboard at ``url``, log in with ``token`` and wait until the element ``shown`` is visible."""
+    from playwright.async_api import expect
+
+    await page.goto(url)
+    await page.fill("#token-input", token)
+    await page.click("#login-button")
+    await expect(page.locator(shown)).to_be_visible()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .browser import browser_page, require_browser
+from .browser import browser_page, log_in, require_browser
 from .conftest import Live
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
@@ -42,12 +42,8 @@ async def test_the_dashboard_shows_a_run_progress_to_completion(live: Live, tmp_
 
     errors: list[str] = []
     async with browser_page(tmp_path / "profile", errors) as page:
-        await page.goto(live.url)
-
         # Log in once: the token is kept in localStorage.
-        await page.fill("#token-input", live.token)
-        await page.click("#login-button")
-        await expect(page.locator("#main")).to_be_visible()
+        await log_in(page, live.url, live.token)
 
         # Start a run from the dashboard and follow it live.
         await page.click("#new-run summary")

@@ -10,7 +10,7 @@ import pytest
 from planweave import extras
 from planweave.memory import Candidate, open_memory_store
 
-from .browser import browser_page, require_browser
+from .browser import browser_page, log_in, require_browser
 from .conftest import Live, chain_plan
 
 
@@ -34,10 +34,7 @@ async def test_the_memory_page_lists_entries_and_links_their_runs(live: Live, tm
 
     errors: list[str] = []
     async with browser_page(tmp_path / "profile", errors) as page:
-        await page.goto(live.url)
-        await page.fill("#token-input", live.token)
-        await page.click("#login-button")
-        await expect(page.locator("#main")).to_be_visible()
+        await log_in(page, live.url, live.token)
 
         await page.click("#memory-link")
         await expect(page.locator("#memory")).to_be_visible()
@@ -82,10 +79,7 @@ async def test_without_the_memory_extra_the_page_says_which_extra(live: Live, tm
     monkeypatch.setitem(extras.EXTRAS, "memory", ("planweave_no_such_module_h9",))
     errors: list[str] = []
     async with browser_page(tmp_path / "profile", errors) as page:
-        await page.goto(live.url + "#/memory")
-        await page.fill("#token-input", live.token)
-        await page.click("#login-button")
-        await expect(page.locator("#memory")).to_be_visible()
+        await log_in(page, live.url + "#/memory", live.token, shown="#memory")
         await expect(page.locator("#memory-error")).to_be_visible()
         await expect(page.locator("#memory-error")).to_contain_text(
             "GET /memory needs the 'memory' extra: pip install 'planweave[memory]'")

@@ -42,17 +42,14 @@ async def test_the_server_lists_a_runs_sub_plans_as_show_does(tree: str) -> None
 
 
 async def test_the_dashboard_lists_a_runs_sub_plans_with_links(tree: str, tmp_path: Path) -> None:
-    from .browser import browser_page, require_browser
+    from .browser import browser_page, log_in, require_browser
 
     require_browser()
     from playwright.async_api import expect
 
     errors: list[str] = []
     async with start_live(tree, recover=False) as live, browser_page(tmp_path / "profile", errors) as page:
-        await page.goto(live.url)
-        await page.fill("#token-input", live.token)
-        await page.click("#login-button")
-        await expect(page.locator("#main")).to_be_visible()
+        await log_in(page, live.url, live.token)
         await page.goto(f"{live.url}#/runs/root")
         box = page.locator("#run-subplans")
         await expect(box).to_be_visible()
