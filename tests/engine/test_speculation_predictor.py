@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
-from planweave import Toolbox, open_engine
+from planweave import Engine, Toolbox, open_engine
 from planweave.journal.memory import MemoryJournal
 from planweave.models.budget import Budget
 from planweave.models.openai import OpenAIChatClient, reset_server_compat
@@ -44,7 +45,10 @@ DOC = {"steps": [
 ]}
 
 
-async def run(mode: str, right: bool) -> tuple[dict[str, Any], list[Any]]:
+@asynccontextmanager
+async def served(right: bool, concurrency: int) -> AsyncIterator[tuple[Engine, OpenAIChatClient, MemoryJournal]]:
+    """An engine whose ``llm`` tool calls the main model (0.3 s), the predictor's client (0.02 s; ``right`` or not)
+    and the engine's journal, until the block ends."""
     reset_server_compat()
     main = ScriptedLLM(main_model, ttft=0.3, models=(MODEL,))
     cheap = ScriptedLLM(predictor_model(right), ttft=0.02, models=(MODEL,))
@@ -52,7 +56,12 @@ async def run(mode: str, right: bool) -> tuple[dict[str, Any], list[Any]]:
     async with main as main_url, cheap as cheap_url, \
             OpenAIChatClient(MODEL, base_url=main_url) as client, \
             OpenAIChatClient(MODEL, base_url=cheap_url) as small, \
-            open_engine(journal, tools=Toolbox({"llm": llm_tool(client)}), concurrency=4) as engine:
+            open_engine(journal, tools=Toolbox({"llm": llm_tool(client)}), concurrency=concurrency) as engine:
+        yield engine, small, journal
+
+
+async def run(mode: str, right: bool) -> tuple[dict[str, Any], list[Any]]:
+    async with served(right, concurrency=4) as (engine, small, journal):
         policy = SpeculationSpec(mode="safe" if mode != "off" else "off", max_extra_cost_usd=0.01)
         started = await engine.start(DOC, speculation=policy, predictor=ModelPredictor(small))
         result = await started.wait()
@@ -87,14 +96,7 @@ FAN = {"steps": [
 
 
 async def fan(mode: str, cap: float, budget: Budget | None = None) -> tuple[dict[str, Any], list[Any], float]:
-    reset_server_compat()
-    main = ScriptedLLM(main_model, ttft=0.3, models=(MODEL,))
-    cheap = ScriptedLLM(predictor_model(True), ttft=0.02, models=(MODEL,))
-    journal = MemoryJournal()
-    async with main as main_url, cheap as cheap_url, \
-            OpenAIChatClient(MODEL, base_url=main_url) as client, \
-            OpenAIChatClient(MODEL, base_url=cheap_url) as small, \
-            open_engine(journal, tools=Toolbox({"llm": llm_tool(client)}), concurrency=8) as engine:
+    async with served(True, concurrency=8) as (engine, small, journal):
         predictor = ModelPredictor(small, budget=budget)
         estimate = predictor.estimate_usd(Step(id="a0", tool="llm"), {"prompt": "colour 0", "max_tokens": 16})
         policy = SpeculationSpec(mode="safe" if mode != "off" else "off", max_extra_cost_usd=cap * estimate)
