@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
+from tests.cli.kill import sigkill_when
+from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env
 
 STEP_SECONDS = 0.2
 # chain -> [(step id, tool, idempotent override)]; the second step of each chain waits at the gate.
@@ -87,30 +87,13 @@ def outcomes(report: dict[str, Any], sid: str) -> list[str]:
 
 def kill_mid_plan(tmp_path: Path, url: str, plan: Path) -> None:
     """Start the run and SIGKILL it once the journal shows the first steps succeeded and the gated ones running."""
-    with subprocess.Popen(
+    sigkill_when(
         cli_command("run", str(plan), "--journal", url, "--run-id", "crash", "--json",
                     "--tools", "crashy_tools:toolbox"),
-        cwd=tmp_path, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    ) as proc:
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert time.monotonic() < deadline, "the run never reached the state to kill it in"
-                assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()}"
-                seen = journal_view(url, "crash")
-                if seen is not None and seen.state is not None:
-                    records = seen.state.records
-                    if all(records[s].status == "succeeded" for s in FIRST) and all(
-                        records[s].status == "running" for s in GATED
-                    ):
-                        break
-                time.sleep(0.02)
-            proc.kill()  # SIGKILL: no handler runs, nothing more reaches the journal
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-    assert proc.returncode == -9
+        cwd=tmp_path, env=subprocess_env(), url=url, run_id="crash",
+        ready=lambda state: all(state.records[s].status == "succeeded" for s in FIRST) and all(
+            state.records[s].status == "running" for s in GATED),
+        never="the run never reached the state to kill it in")
 
 
 @pytest.mark.slow

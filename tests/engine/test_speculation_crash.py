@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,8 @@ import yaml
 from planweave import Toolbox
 from planweave.journal import open_journal
 from tests.cli.crashy_tools import append_then_wait
-from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
+from tests.cli.kill import env_with_root, sigkill_when
+from tests.cli.test_cli import cli_command, sqlite_url
 
 
 async def echo(step: str, log: str, value: Any = None, gate: str | None = None, seconds: float = 0.0
@@ -52,38 +51,17 @@ def plan(log: Path, gate: Path, speculation: str, seconds: float = 0.0) -> dict[
 
 
 def planweave(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cli_command(*args), cwd=cwd, env=env(), capture_output=True, text=True, timeout=90)
-
-
-def env() -> dict[str, str]:
-    variables = subprocess_env()
-    root = str(Path(__file__).resolve().parents[2])
-    variables["PYTHONPATH"] = os.pathsep.join([root, variables["PYTHONPATH"]])
-    return variables
+    return subprocess.run(cli_command(*args), cwd=cwd, env=env_with_root(), capture_output=True, text=True, timeout=90)
 
 
 TOOLS = ("--tools", "tests.engine.test_speculation_crash:toolbox")
 
 
 def kill_while_speculating(cwd: Path, url: str, plan_file: Path) -> None:
-    with subprocess.Popen(cli_command("run", str(plan_file), "--journal", url, "--run-id", "crash", "--json", *TOOLS),
-                          cwd=cwd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                assert time.monotonic() < deadline, "the run never started speculating"
-                assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()}"
-                seen = journal_view(url, "crash")
-                if seen is not None and seen.state is not None and any(
-                        e["step"] == "b" and e["outcome"] == "running" for e in seen.state.speculations):
-                    break
-                time.sleep(0.02)
-            proc.kill()
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-    assert proc.returncode == -9
+    sigkill_when(cli_command("run", str(plan_file), "--journal", url, "--run-id", "crash", "--json", *TOOLS),
+                 cwd=cwd, env=env_with_root(), url=url, run_id="crash",
+                 ready=lambda state: any(e["step"] == "b" and e["outcome"] == "running" for e in state.speculations),
+                 never="the run never started speculating")
 
 
 async def outputs_and_kinds(url: str, run_id: str) -> tuple[dict[str, Any], list[tuple[str, str | None]]]:

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +23,8 @@ from planweave import Toolbox
 from planweave.journal import open_journal
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.cli.crashy_tools import append_then_wait
-from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
+from tests.cli.kill import env_with_root, sigkill_when
+from tests.cli.test_cli import cli_command, journal_view, sqlite_url
 from tests.threaded_llm import ThreadedLLM
 
 
@@ -59,10 +58,7 @@ def served_models(steps: list[dict[str, Any]]) -> ThreadedLLM:
 
 
 def env() -> dict[str, str]:
-    variables = {**subprocess_env(), "OPENAI_API_KEY": "sk-test"}
-    root = str(Path(__file__).resolve().parents[2])
-    variables["PYTHONPATH"] = os.pathsep.join([root, variables["PYTHONPATH"]])
-    return variables
+    return env_with_root(OPENAI_API_KEY="sk-test")
 
 
 @pytest.fixture
@@ -92,26 +88,11 @@ def test_a_goal_run_killed_mid_draft_resumes_to_the_plain_planners_outputs(tmp_p
     url, log = sqlite_url(tmp_path), tmp_path / "effects.log"
     with served_models(plan(log, gate)) as models:
         goal = ("run", "--goal", "echo twice", "--model", "main", "--base-url", models.url, "--journal", url, *TOOLS)
-        with subprocess.Popen(cli_command(*goal, "--draft-model", "draft", "--run-id", "crash", "--json"),
-                              cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) as proc:
-            try:
-                deadline = time.monotonic() + 60
-                while True:
-                    assert time.monotonic() < deadline, "the plan was never written with a's draft attempt running"
-                    assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()}"
-                    seen = journal_view(url, "crash")
-                    state = seen.state if seen is not None else None
-                    if state is not None and any(v.get("model_finished_at") for v in state.versions) and any(
-                            e["step"] == "a" and e["outcome"] == "running" for e in state.speculations):
-                        break
-                    time.sleep(0.02)
-                proc.kill()
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.communicate()
-        assert proc.returncode == -9
+        sigkill_when(cli_command(*goal, "--draft-model", "draft", "--run-id", "crash", "--json"),
+                     cwd=tmp_path, env=env(), url=url, run_id="crash",
+                     ready=lambda state: any(v.get("model_finished_at") for v in state.versions) and any(
+                         e["step"] == "a" and e["outcome"] == "running" for e in state.speculations),
+                     never="the plan was never written with a's draft attempt running")
         gate.touch()
         resumed = subprocess.run(cli_command("resume", "crash", "--model", "main", "--base-url", models.url,
                                              "--journal", url, *TOOLS),
