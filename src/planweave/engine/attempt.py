@@ -66,12 +66,14 @@ async def guarded(executor: Executor, call: ToolCall, step: Step, watchdogs: Wat
 
     While it runs, ``watchdogs[step id]`` holds the idle timer, which a heartbeat reschedules. A heartbeat that
     does not come in time raises a :class:`ToolError` of kind ``timeout`` naming it; the overall timeout raises
-    ``TimeoutError``.
+    ``TimeoutError``. An executor whose ``reports_start(call)`` is true (a remote task, queued before it runs) beats
+    once when the call starts: the idle timer is armed then, not on submission.
     """
     async with asyncio.timeout(step.timeout) as overall:
         if step.heartbeat is None:
             return await executor.execute(call)
-        idle = asyncio.timeout(step.heartbeat)
+        reports_start = getattr(executor, "reports_start", None)
+        idle = asyncio.timeout(None if reports_start is not None and reports_start(call) else step.heartbeat)
         sid = call.step_id
         try:
             async with idle:

@@ -11,9 +11,11 @@ in the engine's process (:mod:`planweave.engine.attempt`); :class:`RayExecutor` 
   be imported by a worker (a lambda, a closure, a function of ``__main__``, an MCP or ``llm`` tool bound to this
   process) is refused before anything is submitted: the step fails (kind ``arguments``) saying so and suggesting
   ``executor: local``.
-- **Reports stream back.** The task is a Ray streaming generator (``num_returns="streaming"``): it yields the
-  tool's heartbeats, progress and usage as they happen, then the outcome; the driver hands each report to the
-  step's sink, so ``current_step()`` works inside the Ray task, and a ``heartbeat:`` idle timer sees the beats.
+- **Reports stream back.** The task is a Ray streaming generator (``num_returns="streaming"``): it yields
+  ``("started",)`` when a worker runs it, then the tool's heartbeats, progress and usage as they happen, then the
+  outcome; the driver hands each report to the step's sink, so ``current_step()`` works inside the Ray task, and a
+  ``heartbeat:`` idle timer sees the beats. That timer starts at ``("started",)`` (:meth:`RayExecutor.reports_start`),
+  not when the task is submitted: a task waiting for Ray to schedule it (resources, a cold worker) is not "hung".
   A person's input (``ask``) cannot cross: it fails the step (run such steps with ``executor: local``).
 - **Cancellation.** When the awaiting task is cancelled (the attempt's timeout, a cancelled run, the engine
   closing) the Ray task is cancelled with ``ray.cancel`` (recursively: tasks the tool started go too); the
@@ -162,7 +164,7 @@ def ray_options(resources: Mapping[str, int], num_cpus: float) -> dict[str, Any]
 
 # -- the Ray task (worker side) -----------------------------------------------------------------------------------
 Report = tuple[Any, ...]
-"""What the task yields: ("heartbeat",), ("progress", fraction, message), ("usage", usage), then
+"""What the task yields: ("started",) first, ("heartbeat",), ("progress", fraction, message), ("usage", usage), then
 ("ok", output) or ("raise", exception)."""
 
 _worker_tools: dict[ToolRef, Tool] = {}
@@ -265,6 +267,7 @@ def run_step(ref: ToolRef, args: dict[str, Any], step: StepIdentity) -> Iterator
     ended = threading.Event()
     future = asyncio.run_coroutine_threadsafe(_invoke(ref, args, context, reports, ended), _loop_in_worker())
     try:
+        yield ("started",)
         while True:
             try:
                 report = reports.get(timeout=CANCEL_POLL_S)
@@ -312,6 +315,10 @@ class RayExecutor:
     def runs_on_ray(self, call: ToolCall) -> bool:
         """Whether ``call`` goes to Ray: its step says ``executor: ray``, or says nothing and the default is Ray."""
         return (call.context.executor or self.default) == "ray"
+
+    def reports_start(self, call: ToolCall) -> bool:
+        """Whether ``call`` beats once when it starts (a Ray task): the engine arms its heartbeat timer then."""
+        return self.runs_on_ray(call)
 
     def reference(self, tool: ToolSpec) -> ToolRef:
         """``tool``'s :class:`ToolRef` (found once per tool object), or the ToolError refusing it."""
@@ -390,7 +397,7 @@ class RayExecutor:
                     return report
                 if sink is None:
                     continue
-                if kind == "heartbeat":
+                if kind in ("heartbeat", "started"):
                     sink.step_heartbeat(sid)
                 elif kind == "progress":
                     sink.step_progress(sid, report[1], report[2])
