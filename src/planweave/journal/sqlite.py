@@ -202,14 +202,19 @@ class SQLiteJournal(GroupCommitJournal):
         return await self._call(_delete_runs, self.url, finished_before, statuses)
 
     async def _release(self) -> None:
+        closed = False
         try:
             await self._call(_close)
             if self._reader is not None:
                 await self._loop.run_in_executor(self._reader, _close_reader)
+            closed = True
         finally:
-            self._executor.shutdown(wait=False)
+            # Once their connections are closed the threads are idle: join them (at once), so that no thread of the
+            # journal outlives it (`planweave run` took one still ending for a tool's lingering thread and left with
+            # os._exit). After a failure, do not wait on a thread that may be stuck.
+            self._executor.shutdown(wait=closed)
             if self._reader is not None:
-                self._reader.shutdown(wait=False)
+                self._reader.shutdown(wait=closed)
 
 
 # -- everything below runs on the journal's thread ----------------------------------------------------------------
