@@ -3,7 +3,7 @@
 # figure the machine's load does not move (wall-clock figures on a shared machine vary by +-15-30 %).
 # It runs the plan 1 and 3 times in one process and divides the difference by 2 x the steps, so imports and
 # set-up cancel out. Repeat runs of the same code agree within about 3 %.
-#   benchmarks/count_instructions.sh [planweave|floor] [layered|fan] [STEPS] [JOURNAL URL]
+#   benchmarks/count_instructions.sh [planweave|floor|floor-fold] [layered|fan] [STEPS] [JOURNAL URL]
 # Compare two versions of the code with PYTHONPATH=/path/to/a/copy/of/src.
 set -euo pipefail
 SYSTEM=${1:-planweave}; SHAPE=${2:-layered}; STEPS=${3:-2000}; URL=${4:-null://}
@@ -11,17 +11,17 @@ PY=${PYTHON:-.venv/bin/python}
 SCRIPT=$(cat <<'PYEOF'
 import asyncio, gc, sys
 from planweave import open_engine
-from planweave.bench.peers import run_floor
+from planweave.bench.peers import run_floor, run_journaled_floor
 from planweave.bench.workloads import fan_out, layered, plan_document
 from planweave.plan.graph import parse_plan_document
 from planweave.tools import builtin_tools
 system, shape, steps, runs, url = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 async def main() -> None:
     w = layered(steps) if shape == "layered" else fan_out(steps)
-    if system == "floor":
+    if system in ("floor", "floor-fold"):
         for _ in range(runs):
             gc.collect()
-            await run_floor(w.deps)
+            await (run_floor if system == "floor" else run_journaled_floor)(w.deps)
         return
     spec = parse_plan_document(plan_document(w), w.name)
     async with open_engine(url, tools=builtin_tools(), concurrency=None) as engine:

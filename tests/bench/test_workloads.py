@@ -9,7 +9,7 @@ import pytest
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.bench import engine as bench_engine
-from planweave.bench.peers import SleepRecorder, run_floor
+from planweave.bench.peers import SleepRecorder, run_floor, run_journaled_floor
 from planweave.bench.workloads import (
     Workload,
     critical_path,
@@ -133,6 +133,24 @@ def test_the_floor_runs_every_step_once_after_its_parents() -> None:
     assert sorted(order) == sorted(w.deps)
     position = {sid: i for i, sid in enumerate(order)}
     assert all(position[p] < position[sid] for sid, parents in w.deps.items() for p in parents)
+
+
+def test_the_journaled_floor_runs_every_step_once_and_journals_its_start_before_its_end() -> None:
+    w = layered(200)
+    order: list[str] = []
+
+    async def work(sid: str) -> None:
+        order.append(sid)
+
+    log = run_virtual(run_journaled_floor(w.deps, work))
+
+    position = {sid: i for i, sid in enumerate(order)}
+    assert sorted(order) == sorted(w.deps)
+    assert all(position[p] < position[sid] for sid, parents in w.deps.items() for p in parents)
+    kinds: dict[str, list[str]] = {}
+    for event in log:
+        kinds.setdefault(event[3], []).append(event[1])
+    assert kinds == {sid: ["step_started", "step_succeeded"] for sid in w.deps}
 
 
 def test_sleep_recorder_records_every_step() -> None:

@@ -40,7 +40,14 @@ import typer
 
 from planweave import open_engine
 from planweave.bench.cli import parse_command_line
-from planweave.bench.peers import FloorSystem, LangGraphSystem, RaySystem, System, SystemUnavailable
+from planweave.bench.peers import (
+    FloorSystem,
+    JournaledFloorSystem,
+    LangGraphSystem,
+    RaySystem,
+    System,
+    SystemUnavailable,
+)
 from planweave.bench.workloads import Workload, critical_path, fan_out, latency_random, layered, plan_document, uneven
 from planweave.engine import Engine, Run
 from planweave.errors import PlanweaveError
@@ -56,12 +63,13 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("pw-sqlite", "planweave SQLite"),
     ("pw-postgres", "planweave PostgreSQL"),
     ("floor", "asyncio floor"),
+    ("floor-fold", "journaled floor"),
     ("langgraph", "LangGraph"),
     ("ray", "Ray (local)"),
 )
 """The systems in table order: key and column heading."""
 
-RUN_ORDER = ("floor", "pw-null", "pw-memory", "pw-sqlite", "pw-postgres", "langgraph", "ray")
+RUN_ORDER = ("floor", "floor-fold", "pw-null", "pw-memory", "pw-sqlite", "pw-postgres", "langgraph", "ray")
 """The order systems are measured in: the peers that start threads and processes (LangGraph, Ray) go last."""
 
 PEERS = frozenset({"langgraph", "ray"})
@@ -255,6 +263,7 @@ def _systems(settings: Settings, tmp: Path) -> dict[str, System[Any]]:
             "pw-postgres", "planweave PostgreSQL", lambda: pg_url, lambda: _drop_schema(settings.pg, schema)
         ),
         "floor": FloorSystem(),
+        "floor-fold": JournaledFloorSystem(),
         "langgraph": LangGraphSystem(),
         "ray": RaySystem(),
     }

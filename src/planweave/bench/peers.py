@@ -100,6 +100,99 @@ class SleepRecorder:
         self.actual[sid] = time.perf_counter() - started
 
 
+class _FloorRecord:
+    """A step's record in :func:`run_journaled_floor`: what a journaled engine must know of a step at the least."""
+
+    __slots__ = ("attempt", "finished_at", "started_at", "status")
+
+    def __init__(self) -> None:
+        self.status = "pending"
+        self.attempt = 0
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+
+
+def _fold_started(rec: _FloorRecord, event: tuple[Any, ...]) -> None:
+    rec.status, rec.attempt, rec.started_at = "running", event[4]["attempt"], event[2]
+
+
+def _fold_succeeded(rec: _FloorRecord, event: tuple[Any, ...]) -> None:
+    rec.status, rec.finished_at = "succeeded", event[2]
+
+
+_FLOOR_FOLD = {"step_started": _fold_started, "step_succeeded": _fold_succeeded}
+
+
+async def run_journaled_floor(deps: Deps, work: Callable[[str], Awaitable[None]] | None = None) -> list[Any]:
+    """:func:`run_floor` plus the least an engine that journals and resumes must do per step: a record per step,
+    and two events (started, succeeded) that are built, appended to a log and folded into the record through a
+    table of handlers, the way a resume folds them again; the output is kept. No validation, no priorities, no
+    capacities, no attempt context, no encoding: a lower bound for a journaled engine in pure Python, not a design.
+    Returns the log."""
+    children: dict[str, list[str]] = {sid: [] for sid in deps}
+    waiting: dict[str, int] = {}
+    for sid, parents in deps.items():
+        waiting[sid] = len(parents)
+        for parent in parents:
+            children[parent].append(sid)
+    records = {sid: _FloorRecord() for sid in deps}
+    outputs: dict[str, Any] = {}
+    log: list[Any] = []
+    now = time.time
+    started = {"attempt": 1}
+
+    def emit(kind: str, sid: str, data: Mapping[str, Any]) -> None:
+        event = ("run", kind, now(), sid, data)
+        log.append(event)
+        _FLOOR_FOLD[kind](records[sid], event)
+
+    async with asyncio.TaskGroup() as tg:
+
+        async def step(sid: str) -> None:
+            if work is not None:
+                await work(sid)
+            outputs[sid] = None  # what the step returned: the floor's work returns nothing
+            emit("step_succeeded", sid, {"attempt": 1, "output": None})
+            for child in children[sid]:
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    launch(child)
+
+        def launch(sid: str) -> None:
+            tg.create_task(step(sid))
+            emit("step_started", sid, started)
+
+        for sid, count in waiting.items():
+            if count == 0:
+                launch(sid)
+    return log
+
+
+class JournaledFloorSystem:
+    """:func:`run_journaled_floor` as a :class:`System` (no-op workloads; sleeping ones sleep as the floor's do)."""
+
+    key = "floor-fold"
+    label = "journaled floor"
+
+    async def open(self) -> None:
+        pass
+
+    async def prepare(self, workload: Workload) -> tuple[Deps, SleepRecorder | None]:
+        return workload.deps, SleepRecorder(workload.durations) if workload.durations else None
+
+    async def run(self, prepared: tuple[Deps, SleepRecorder | None]) -> object:
+        deps, recorder = prepared
+        await run_journaled_floor(deps, recorder)
+        return None
+
+    async def step_durations(self, prepared: tuple[Deps, SleepRecorder | None], trace: object) -> Mapping[str, float]:
+        recorder = prepared[1]
+        return dict(recorder.actual) if recorder is not None else {}
+
+    async def close(self) -> None:
+        pass
+
+
 class FloorSystem:
     """The asyncio ready-frontier floor (:func:`run_floor`) as a :class:`System`."""
 
