@@ -743,6 +743,21 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await state.memory.close()
 
 
+#: The status of an error a route raises, by its class (a subclass takes its nearest listed base's status; the
+#: errors that carry plan problems answer 422 with them instead: see the handlers in :func:`create_app`).
+_STATUS_OF: dict[type[Exception], int] = {
+    RunNotFound: 404, StepNotFound: 404, UnknownEntry: 404,  # no such run, step, or memory entry
+    RunError: 409,  # the run is not in a state that allows it (ended, already running, not waiting)
+    MissingExtra: 501,  # the feature's optional dependency is not installed here
+    JournalError: 503, MemoryStoreError: 503,  # the store behind it failed
+}
+
+
+async def _detail(request: Request, exc: Exception) -> JSONResponse:
+    status = next(_STATUS_OF[cls] for cls in type(exc).__mro__ if cls in _STATUS_OF)
+    return JSONResponse({"detail": str(exc)}, status_code=status)
+
+
 def create_app(
     engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None,
     model: ServerModel | None = None, caps: LimitCaps | None = None, queue: LeaseStore | None = None,
@@ -788,33 +803,8 @@ def create_app(
         ]
         return _problems(PlanInvalid(problems, f"{request.method} {request.url.path}"))
 
-    @app.exception_handler(RunNotFound)
-    async def _not_found(request: Request, exc: RunNotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(StepNotFound)
-    async def _no_step(request: Request, exc: StepNotFound) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(MissingExtra)
-    async def _no_extra(request: Request, exc: MissingExtra) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=501)
-
-    @app.exception_handler(UnknownEntry)
-    async def _no_entry(request: Request, exc: UnknownEntry) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=404)
-
-    @app.exception_handler(MemoryStoreError)
-    async def _memory_failed(request: Request, exc: MemoryStoreError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
-
-    @app.exception_handler(RunError)
-    async def _conflict(request: Request, exc: RunError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=409)
-
-    @app.exception_handler(JournalError)
-    async def _journal_failed(request: Request, exc: JournalError) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=503)
+    for kind in _STATUS_OF:
+        app.add_exception_handler(kind, _detail)
 
     @app.exception_handler(EventNotRecorded)
     async def _not_recordable(request: Request, exc: EventNotRecorded) -> JSONResponse:
