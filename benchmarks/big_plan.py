@@ -11,7 +11,6 @@ one-step plan) and, in this process, what reading and parsing the file costs per
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -20,7 +19,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Annotated
 
+import typer
 import yaml
 
 from planweave.bench.workloads import layered, plan_document
@@ -63,33 +64,33 @@ def parse_us_per_step(plan: Path, steps: int, repeats: int) -> tuple[float, floa
     return statistics.median(loads) / steps * 1e6, statistics.median(validations) / steps * 1e6
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--keep", type=Path, default=None, help="write the plan file here and keep it")
-    args = parser.parse_args()
+def main(
+    steps: Annotated[int, typer.Option(min=1, help="no-op steps in the plan file")] = 10_000,
+    repeats: Annotated[int, typer.Option(min=1, help="runs per journal")] = 3,
+    keep: Annotated[Path | None, typer.Option(help="write the plan file here and keep it")] = None,
+) -> None:
+    """Whole-process figures for a big plan file (``planweave run`` wall time, parsing per step)."""
     with tempfile.TemporaryDirectory(prefix="planweave-big-") as tmp:
-        plan = args.keep or Path(tmp) / "big.yaml"
-        write_plan(plan, args.steps)
+        plan = keep or Path(tmp) / "big.yaml"
+        write_plan(plan, steps)
         one = Path(tmp) / "one.yaml"
         one.write_text(yaml.safe_dump({"name": "one", "steps": [{"id": "a", "tool": "noop"}]}))
-        startup = [run_process(one, "null://") for _ in range(args.repeats)]
+        startup = [run_process(one, "null://") for _ in range(repeats)]
         rows = []
         for label, journal in (("null://", lambda i: "null://"),
                                ("SQLite", lambda i: f"sqlite:///{Path(tmp) / f'big-{i}.db'}")):
-            walls = [run_process(plan, journal(i)) for i in range(args.repeats)]
+            walls = [run_process(plan, journal(i)) for i in range(repeats)]
             rows.append((label, statistics.median(walls), min(walls)))
-        load_us, validate_us = parse_us_per_step(plan, args.steps, args.repeats)
-    print(f"plan file: {args.steps:,} no-op steps (layered, 20 layers); {args.repeats} runs each; "
+        load_us, validate_us = parse_us_per_step(plan, steps, repeats)
+    print(f"plan file: {steps:,} no-op steps (layered, 20 layers); {repeats} runs each; "
           f"load average {os.getloadavg()[0]:.1f}")
     print(f"planweave run of a one-step plan (start-up): median {statistics.median(startup):.2f} s")
     print("journal     wall (median)   wall (best)   per step (median, start-up included)")
     for label, median, best in rows:
-        print(f"{label:10s} {median:10.2f} s {best:11.2f} s {median / args.steps * 1e6:12.1f} us")
+        print(f"{label:10s} {median:10.2f} s {best:11.2f} s {median / steps * 1e6:12.1f} us")
     print(f"load_plan_file (read + YAML + checks + PlanSpec): {load_us:.1f} us/step; "
           f"validate_plan: {validate_us:.1f} us/step")
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

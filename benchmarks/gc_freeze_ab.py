@@ -8,12 +8,14 @@ floor of ``planweave bench engine``.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import statistics
 import tempfile
 import time
+from typing import Annotated
+
+import typer
 
 from planweave import Engine, builtin_tools
 from planweave.bench.peers import run_floor
@@ -43,24 +45,28 @@ async def _once(url: str, mode: str, workload: Workload) -> float:
         return elapsed
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("journal", nargs="?", default="null://", help="null:// or sqlite (a fresh file per run)")
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--shapes", default="fan,layered")
-    args = parser.parse_args()
-    for shape in args.shapes.split(","):
-        workload = fan_out(args.steps) if shape == "fan" else layered(args.steps)
+async def measure(journal: str, steps: int, repeats: int, shapes: str) -> None:
+    for shape in shapes.split(","):
+        workload = fan_out(steps) if shape == "fan" else layered(steps)
         times: dict[str, list[float]] = {"floor": [], "off": [], "freeze": []}
-        for _ in range(args.repeats):
+        for _ in range(repeats):
             for mode in times:
-                times[mode].append(await _once(args.journal, mode, workload))
-        med = {mode: statistics.median(t) / args.steps * 1e6 for mode, t in times.items()}
-        print(f"{args.journal} {workload.name}: median us/step floor {med['floor']:.1f}, policy off "
+                times[mode].append(await _once(journal, mode, workload))
+        med = {mode: statistics.median(t) / steps * 1e6 for mode, t in times.items()}
+        print(f"{journal} {workload.name}: median us/step floor {med['floor']:.1f}, policy off "
               f"{med['off']:.1f} ({med['off'] / med['floor']:.2f}x), big-run freeze {med['freeze']:.1f} "
               f"({med['freeze'] / med['floor']:.2f}x); freeze/off {med['freeze'] / med['off']:.2f}")
 
 
+def main(
+    journal: Annotated[str, typer.Argument(help="null:// or sqlite (a fresh file per run)")] = "null://",
+    steps: Annotated[int, typer.Option(min=1)] = 10_000,
+    repeats: Annotated[int, typer.Option(min=1)] = 5,
+    shapes: Annotated[str, typer.Option(help="comma-separated: fan, layered")] = "fan,layered",
+) -> None:
+    """A/B of the collector policy (freeze for big runs) against the asyncio floor, median us per step."""
+    asyncio.run(measure(journal, steps, repeats, shapes))
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    typer.run(main)

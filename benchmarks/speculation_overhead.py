@@ -12,13 +12,15 @@ its parent and every other one carries a right ``predict:`` (speculation has wor
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import cProfile
 import json
 import pstats
 import time
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
 
 from planweave import builtin_tools, open_engine
 from planweave.bench.workloads import layered, plan_document
@@ -64,29 +66,35 @@ def measure(spec: PlanSpec, modes: list[str], repeats: int, rounds: int) -> dict
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10_000)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", choices=["off", "safe", "eager"], default=None)
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-    spec = noop_plan(args.steps)
-    if args.profile:
+class Mode(StrEnum):
+    off = "off"
+    safe = "safe"
+    eager = "eager"
+
+
+def main(
+    steps: Annotated[int, typer.Option(min=1)] = 10_000,
+    repeats: Annotated[int, typer.Option(min=1)] = 3,
+    rounds: Annotated[int, typer.Option(min=1)] = 3,
+    profile: Annotated[Mode | None, typer.Option(help="cProfile one run of this mode instead")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="print the figures as JSON")] = False,
+) -> None:
+    """What speculation costs per step when nothing can be predicted, and what it saves on predicted chains."""
+    spec = noop_plan(steps)
+    if (profile.value if profile else None):
         profiler = cProfile.Profile()
         profiler.enable()
-        asyncio.run(once(spec, args.profile))
+        asyncio.run(once(spec, (profile.value if profile else None)))
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         return
     modes = ["off", "safe", "eager"]
-    rows = {"noop layered": measure(spec, modes, args.repeats, args.rounds),
-            "predicted chains": measure(predicted_chain_plan(args.steps), modes, args.repeats, args.rounds)}
-    if args.json:
-        print(json.dumps({"steps": args.steps, "us_per_step": rows}))
+    rows = {"noop layered": measure(spec, modes, repeats, rounds),
+            "predicted chains": measure(predicted_chain_plan(steps), modes, repeats, rounds)}
+    if json_output:
+        print(json.dumps({"steps": steps, "us_per_step": rows}))
         return
-    print(f"µs per step, {args.steps:,} no-op steps, best of {args.repeats}, {args.rounds} rounds")
+    print(f"µs per step, {steps:,} no-op steps, best of {repeats}, {rounds} rounds")
     for name, by_mode in rows.items():
         off = by_mode["off"]
         for mode, values in by_mode.items():
@@ -95,4 +103,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)
