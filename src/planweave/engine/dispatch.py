@@ -97,9 +97,7 @@ class Dispatcher:
 
     def release(self, claims: Claim | None) -> None:
         """Give back a started step's slot and claims; queued steps are admitted on the next loop turn."""
-        scheduler = self.scheduler
-        scheduler.release(claims)
-        if scheduler.has_waiting and not self._pump_soon:
+        if self.scheduler.release(claims) and not self._pump_soon:  # items wait for a slot
             # One loop turn later, not now: steps that finish at the same instant (ties on a virtual clock, a burst
             # of completions) all release their slots and queue their successors first, so the freed slots go by
             # priority instead of to the successor of whichever step happened to finish first.

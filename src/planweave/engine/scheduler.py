@@ -161,16 +161,16 @@ class Scheduler(Generic[T]):
             heapq.heappush(heap, entry)
         return admitted
 
-    def release(self, claim: Claim | None) -> None:
-        """Give back a slot and the claims of an item that finished."""
+    def release(self, claim: Claim | None) -> bool:
+        """Give back a slot and the claims of an item that finished; return whether items wait (:attr:`has_waiting`)."""
         self.running -= 1
-        if claim is None:
-            return
-        for name, amount in claim.amounts.items():
-            self.in_use[name] -= amount
-        for r in claim.reads:
-            self.readers[r] -= 1
-        self.writers.difference_update(claim.writes)
+        if claim is not None:
+            for name, amount in claim.amounts.items():
+                self.in_use[name] -= amount
+            for r in claim.reads:
+                self.readers[r] -= 1
+            self.writers.difference_update(claim.writes)
+        return bool(self._heap)
 
     def discard(self, keep: Callable[[T], bool]) -> int:
         """Drop queued items for which ``keep`` is false; return how many were dropped."""

@@ -175,7 +175,8 @@ class Tool:
         """Call the tool: async functions are awaited, sync ones run in a daemon worker thread, or in a worker
         process when the step says ``isolation: process`` (see :mod:`planweave.tools.isolation`)."""
         kwargs = self.bind(args)
-        isolation = _isolation()
+        step = current_step_var.get(None)  # the calling step's context (None outside a step)
+        isolation = step.isolation if step is not None else None
         if self.is_async:
             if isolation == "process":
                 raise ToolError(f"isolation: process runs synchronous Python functions only; tool '{self.name}' "
@@ -188,12 +189,6 @@ class Tool:
         if isinstance(result, BaseModel):
             return result.model_dump(mode="json")
         return result
-
-
-def _isolation() -> str | None:
-    """The calling step's ``isolation`` (None outside a step)."""
-    step = current_step_var.get(None)
-    return step.isolation if step is not None else None
 
 
 ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
@@ -218,6 +213,13 @@ class Toolbox(Mapping[str, Tool]):
 
     def __len__(self) -> int:
         return len(self._tools)
+
+    # Mapping's own get and __contains__ go through __getitem__ and a KeyError: the plain dict's are one call.
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._tools.get(name, default)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
 
     def add(self, item: Tool | ToolFunction, *, name: str | None = None, idempotent: bool = False,
             cache: CacheOption = None, version: str = "", speculate: bool = True) -> Tool:
