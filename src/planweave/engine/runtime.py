@@ -1,8 +1,9 @@
 """The engine: runs plans event-driven on an asyncio loop, journaling every state change.
 
 A step is launched from the event that made it ready (its last dependency's success), never by a polling loop.
-Every run owns a TaskGroup; cancelling the run cancels its steps. The engine owns the runs' TaskGroup and one
-:class:`~planweave.engine.scheduler.Scheduler`, so runs share capacities.
+Every run owns a TaskGroup (its timers and speculative attempts) and keeps its step attempts' tasks itself, with the
+same guarantee: cancelling the run cancels its steps, and it ends only once every attempt has. The engine owns the
+runs' TaskGroup and one :class:`~planweave.engine.scheduler.Scheduler`, so runs share capacities.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def _sealing(append: Callable[[Event], None], seal: PlanSeal) -> Callable[[Event
         append(seal.seal(event) if event[1] in _PLAN_KINDS else event)
 
     return append_sealed
-_new_event = tuple.__new__
+_new_tuple = tuple.__new__  # a NamedTuple of every field, without the Python-level call of its __new__
+_new_event = _new_tuple
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
 # Events whose data must be journaled exactly as given (plans, a person's input): refused, never scrubbed.
 _EXACT_KINDS = frozenset({"run_created", "steps_added", "plan_version", "input_given"})
@@ -159,7 +161,9 @@ class Run:
         self._cancel_reason: str | None = None
         self._listeners: list[EventListener] = list(host.listeners)
         self._durable = self._journal.durable
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # per step: its attempt's task (see launch)
+        self._cancelled: set[asyncio.Task[None]] = set()  # attempts cancelled, not ended yet: the run waits for them
+        self._closing = False  # the run is ending: no attempt starts any more
         self._holds = holds
         self._now = self._clock.now
         self._append = self._journal.append if host.seal is None else _sealing(self._journal.append, host.seal)
@@ -239,7 +243,7 @@ class Run:
         if timer is not None:
             timer.cancel()
         if task is not None:
-            task.cancel()
+            self._cancel_attempt(task)
         self._check_done()
         return True
 
@@ -297,22 +301,28 @@ class Run:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
                 try:
-                    self._emit(kind, None, data)
-                except EventNotRecorded as exc:
-                    self._refused = exc  # nothing was journaled or applied: _begin reports it, no run_finished
-                    return
+                    try:
+                        self._emit(kind, None, data)
+                    except EventNotRecorded as exc:
+                        self._refused = exc  # nothing was journaled or applied: _begin reports it, no run_finished
+                        return
+                    finally:
+                        self._ready.set()
+                    self._rewait()
+                    self._pump()
+                    if self._spec is not None:
+                        self._spec.schedule()
+                    self._check_done()
+                    await self._done.wait()
+                    if self._spec is not None:
+                        self._spec.close()
+                    for timer in self._timers.values():
+                        timer.cancel()
+                except BaseException:
+                    self._stop_attempts()  # as the TaskGroup does with its own tasks when it exits this way
+                    raise
                 finally:
-                    self._ready.set()
-                self._rewait()
-                self._pump()
-                if self._spec is not None:
-                    self._spec.schedule()
-                self._check_done()
-                await self._done.wait()
-                if self._spec is not None:
-                    self._spec.close()
-                for timer in self._timers.values():
-                    timer.cancel()
+                    await self._join_attempts()
         except asyncio.CancelledError:
             if self._cancel_reason is None:  # the engine is closing: leave the run resumable, record nothing
                 if not self._result.done():
@@ -344,6 +354,52 @@ class Run:
             RunResult(self.id, status, error, self.outputs, self.state)
         )
 
+    def _stop_attempts(self) -> None:
+        """The run is ending early (cancelled, interrupted, crashed): start no attempt, cancel those in flight."""
+        self._closing = True
+        for task in (*self._tasks.values(), *self._cancelled):
+            task.cancel()
+
+    async def _join_attempts(self) -> None:
+        """Wait until every attempt task of the run has ended; then no attempt starts any more.
+
+        The run keeps its attempts' tasks itself rather than in its TaskGroup: the group's done-callback is a
+        second loop callback per step (-8.6 % of a no-op step's instructions, layered DAG; docs/benchmarks.md,
+        "The engine at the floor"). As in a TaskGroup, a
+        cancellation of the run while it waits cancels the attempts and is raised once they have ended.
+        """
+        cancelled: asyncio.CancelledError | None = None
+        while live := [task for task in (*self._tasks.values(), *self._cancelled) if not task.done()]:
+            try:
+                await asyncio.wait(live)
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+                self._stop_attempts()
+        self._closing = True
+        if cancelled is not None:
+            raise cancelled
+
+    def _cancel_attempt(self, task: asyncio.Task[None]) -> None:
+        """Cancel an attempt the run goes on without (its step was cancelled or spliced out); the run still waits
+        for its task to end."""
+        task.cancel()
+        if not task.done():
+            self._cancelled.add(task)
+            task.add_done_callback(self._cancelled.discard)
+
+    def _crash(self, exc: BaseException) -> None:
+        """An attempt's task raised (an engine bug): hand the error to the run's TaskGroup, which ends the run with
+        it as it would for one of its own tasks (``internal error``, or the process's SystemExit)."""
+
+        async def reraise() -> None:
+            raise exc
+
+        try:
+            assert self._tg is not None
+            self._tg.create_task(reraise())
+        except (AssertionError, RuntimeError):  # the group is shutting down already: report it at least
+            self._loop.call_exception_handler({"message": f"an attempt of run '{self.id}' failed", "exception": exc})
+
     def interrupt(self) -> None:
         """Stop the run without deciding its outcome (the engine is closing): the journal keeps it resumable."""
         if self._task is not None:
@@ -363,82 +419,88 @@ class Run:
 
     def launch(self, rec: StepRecord, claims: Claim | None) -> None:
         """Start an attempt of step ``rec``, admitted with ``claims`` (the dispatcher calls this)."""
-        tg = self._tg
         sid = rec.id
-        if tg is None or self.state.records.get(sid) is not rec or rec.status != "ready":
+        if self._tg is None or self.state.records.get(sid) is not rec or rec.status != "ready":
             self._give_back(claims)  # stale queue entry: cancelled, replaced by a new version, or a duplicate
             return
-        attempt = rec.attempts + 1
-        attempt_coro = self._execute(rec, attempt, claims)
-        try:
-            task = tg.create_task(attempt_coro)
-        except RuntimeError:
-            # The run's TaskGroup is shutting down (the run is being cancelled or interrupted) and an admission
-            # arrived meanwhile: the step stays ready (a resume runs it) and the coroutine is closed, not leaked.
-            attempt_coro.close()
+        if self._closing:
+            # The run is being cancelled or interrupted and an admission arrived meanwhile: the step stays ready
+            # (a resume runs it).
             self._give_back(claims)
             return
+        attempt = rec.attempts + 1
+        # Not in the run's TaskGroup: the run waits for its attempts itself (_join_attempts).
+        task = self._loop.create_task(self._execute(rec, attempt, claims))
         # Emitted before the task first runs, so no second launch can see it ready. Event data is never mutated:
         # shared dicts are safe.
         self._emit("step_started", sid, _STARTED[attempt] if attempt < 4 else {"attempt": attempt})
         self._tasks[sid] = task
 
-    async def _execute(self, rec: StepRecord, attempt: int, claims: Claim | None) -> None:
+    async def _execute(  # noqa: C901 (each outcome of an attempt commented; the outer guard is the TaskGroup's)
+        self, rec: StepRecord, attempt: int, claims: Claim | None
+    ) -> None:
         """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome."""
         plan = self.state.plan
         sid = rec.id
         step = plan.steps[sid]
         try:
-            if self._durable and sid not in self.state.idempotent:
-                # Write-ahead: a non-idempotent step's start is durable before it can have effects.
-                await self._journal.flush()
-            tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
-            cached = self._cache.entry(plan, rec, tool, args) if self._caching or step.cache else None
-            if cached is not None and (hit := await self._cache.lookup(cached)) is not None:
-                if rec.status != "cancelled":  # a hit: the tool is not called (docs/caching.md)
-                    self.outputs[sid] = hit.value
-                    self._emit("step_succeeded", sid, {"attempt": attempt, "output": hit.ref, "cache": hit.source})
-                return
-            call = ToolCall(tool, args, StepContext(self.id, sid, attempt, self._clock, self, step.isolation,
-                                                    step.executor, step.resources, self.priority, plan.slack[sid]))
-            if step.timeout is None and step.heartbeat is None:
-                output = await self._executor.execute(call)
-            else:
-                output = await _attempt.guarded(self._executor, call, step, self._watchdogs)
-            host = self._host
-            output, ref = _attempt.store_output(output, sid, self._journal, limit=host.max_output_bytes,
-                                                redact=host.redact)
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # the run is cancelled, the step was spliced out, or the engine is closing
-            self._fail(rec, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
-        except JournalError as exc:
-            if isinstance(exc, EventNotRecorded):
+            try:
+                if self._durable and sid not in self.state.idempotent:
+                    # Write-ahead: a non-idempotent step's start is durable before it can have effects.
+                    await self._journal.flush()
+                tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
+                cached = self._cache.entry(plan, rec, tool, args) if self._caching or step.cache else None
+                if cached is not None and (hit := await self._cache.lookup(cached)) is not None:
+                    if rec.status != "cancelled":  # a hit: the tool is not called (docs/caching.md)
+                        self.outputs[sid] = hit.value
+                        self._emit("step_succeeded", sid, {"attempt": attempt, "output": hit.ref, "cache": hit.source})
+                    return
+                # Built as tuples directly, not through the NamedTuples' Python __new__ (as _emit builds events).
+                context = _new_tuple(StepContext, (self.id, sid, attempt, self._clock, self, step.isolation,
+                                                   step.executor, step.resources, self.priority, plan.slack[sid]))
+                call: ToolCall = _new_tuple(ToolCall, (tool, args, context))
+                if step.timeout is None and step.heartbeat is None:
+                    output = await self._executor.execute(call)
+                else:
+                    output = await _attempt.guarded(self._executor, call, step, self._watchdogs)
+                host = self._host
+                output, ref = _attempt.store_output(output, sid, self._journal, limit=host.max_output_bytes,
+                                                    redact=host.redact)
+            except asyncio.CancelledError as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # the run is cancelled, the step was spliced out, or the engine is closing
+                self._fail(rec, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
+            except JournalError as exc:
+                if isinstance(exc, EventNotRecorded):
+                    self._fail(rec, step, attempt, exc)
+                else:
+                    self._stop_unrecordable(exc)
+            except (Exception, SystemExit, KeyboardInterrupt) as exc:
+                # SystemExit and KeyboardInterrupt too: raised in a task they would escape the loop and end the
+                # process. A real Ctrl-C never arrives here: the CLI turns SIGINT into a cancellation of its main task.
+                if rec.status == "cancelled":
+                    return  # the run was stopped, and the step with it, a turn before its task saw the cancellation
                 self._fail(rec, step, attempt, exc)
             else:
-                self._stop_unrecordable(exc)
-        except (Exception, SystemExit, KeyboardInterrupt) as exc:
-            # SystemExit and KeyboardInterrupt too: raised in a task they would escape the loop and end the process.
-            # A real Ctrl-C never arrives here: the CLI turns SIGINT into a cancellation of its main task.
-            if rec.status == "cancelled":
-                return  # the run was stopped, and the step with it, in the turn before its task saw the cancellation
-            self._fail(rec, step, attempt, exc)
-        else:
-            if rec.status == "cancelled":
-                return  # as above: the outcome came too late, the step is over
-            self.outputs[sid] = output
-            self._emit("step_succeeded", sid, self._succeeded(sid, tool, args, cached, attempt, ref, output))
-        finally:
-            # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a replacement
-            # step (a new plan version: a new record) took it. Not `is asyncio.current_task()`, a Python function in
-            # 3.11: with the executor below, ~1% of a no-op step's instructions (docs/benchmarks.md, "Where
-            # planweave's time goes").
-            if rec.attempts == attempt and self.state.records.get(sid) is rec:
-                self._tasks.pop(sid, None)
-            self._give_back(claims)
-            if not self.state.active and not self._holds:
-                self._done.set()
+                if rec.status == "cancelled":
+                    return  # as above: the outcome came too late, the step is over
+                self.outputs[sid] = output
+                self._emit("step_succeeded", sid, self._succeeded(sid, tool, args, cached, attempt, ref, output))
+            finally:
+                # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a
+                # replacement step (a new plan version: a new record) took it. Not `is asyncio.current_task()`, a
+                # Python function in 3.11: with the executor below, ~1% of a no-op step's instructions
+                # (docs/benchmarks.md, "Where planweave's time goes").
+                if rec.attempts == attempt and self.state.records.get(sid) is rec:
+                    self._tasks.pop(sid, None)
+                self._give_back(claims)
+                if not self.state.active and not self._holds:
+                    self._done.set()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the run's own bookkeeping above failed (an engine bug): the run ends with it
+            self._crash(exc)
 
     # -- speculative attempts (engine/speculative.py drives them through these) ---------------------------------
     def _release_and_speculate(self, claims: Claim | None) -> None:
@@ -610,7 +672,7 @@ class Run:
                 self._emit("step_cancelled", rec.id, {"reason": reason, "resumable": True})
                 task = self._tasks.pop(rec.id, None)
                 if task is not None:
-                    task.cancel()
+                    self._cancel_attempt(task)
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
@@ -843,7 +905,7 @@ class Run:
             **diff.as_dict(), **meta,
         })
         for task in doomed:
-            task.cancel()
+            self._cancel_attempt(task)
         self._pump()
         if self._spec is not None:  # a new version: other producers, other steps to speculate on
             self._spec.schedule()
