@@ -12,9 +12,16 @@ def upward_ranks(
 
     ``order`` must be topological (parents before children).
     """
+    if not any(duration.values()):
+        # No step has an estimate (durations are never negative), as in most plan files: every rank is 0.
+        return dict.fromkeys(reversed(order), 0.0)
+    # max over map(), not over a generator expression per step: 4,600 instead of 8,600 instructions per step of a
+    # 2,000-step layered DAG with estimates (docs/benchmarks.md, "The engine at the floor").
     rank: dict[str, float] = {}
+    of = rank.__getitem__
     for step in reversed(order):
-        below = max((rank[c] for c in dependents.get(step, ())), default=0.0)
+        children = dependents.get(step)
+        below = max(map(of, children)) if children else 0.0
         rank[step] = duration[step] + below
     return rank
 

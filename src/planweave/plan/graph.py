@@ -120,16 +120,18 @@ def _plain_json(value: Any) -> Any:
 
 def _step_document(step: Step) -> dict[str, Any]:
     """One step as :meth:`Plan.to_document` writes it: by hand for a plain step, else pydantic's dump."""
-    if step.model_fields_set <= _PLAIN_STEP_KEYS:
-        args = _plain_json(step.args) if step.args else None
+    if step.__pydantic_fields_set__ <= _PLAIN_STEP_KEYS:
+        values = step.__dict__  # one read through pydantic's __getattr__ hook, not one per field (validate_plan)
+        args = values["args"]
+        args = _plain_json(args) if args else None
         if args is not _NOT_PLAIN:
-            written: dict[str, Any] = {"id": step.id, "tool": step.tool}
+            written: dict[str, Any] = {"id": values["id"], "tool": values["tool"]}
             if args:
                 written["args"] = args
-            if step.after:
-                written["after"] = list(step.after)
-            if step.description:
-                written["description"] = step.description
+            if values["after"]:
+                written["after"] = list(values["after"])
+            if values["description"]:
+                written["description"] = values["description"]
             return written
     written = _dump(step)
     for name, value in _explicit_defaults(step).items():
@@ -261,31 +263,52 @@ def validate_plan(
     """
     problems: list[PlanProblem] = []
     steps = passes.step_ids(spec, problems)
-    templates: dict[str, Compiled] = {}
-    fallbacks: dict[str, Compiled] = {}
-    refs: dict[str, tuple[Ref, ...]] = {}
+    # Filled for the common step (no arguments, no claims, no estimate); the loop overwrites the others.
+    templates: dict[str, Compiled] = dict.fromkeys(steps, passes.NO_ARGS)
+    refs: dict[str, tuple[Ref, ...]] = dict.fromkeys(steps, ())
+    claims: dict[str, Claim | None] = dict.fromkeys(steps)
+    durations: dict[str, float] = dict.fromkeys(steps, 0.0)
     deps: dict[str, tuple[str, ...]] = {}
-    durations: dict[str, float] = {}
-    claims: dict[str, Claim | None] = {}
+    fallbacks: dict[str, Compiled] = {}
+    clean_tools: set[str] = set()  # tools found whose check of no arguments reported nothing (checks are pure)
     writes = False
-    # One loop over the steps for every per-step pass and what the plan derives per step: validate_plan was 22 % of
-    # a no-op step's instructions (docs/benchmarks.md, "The engine at the floor").
+    # One loop over the steps for every per-step pass and what the plan derives per step, the common step handled
+    # inline: validate_plan was 22 % of a no-op step's instructions (docs/benchmarks.md, "The engine at the floor").
     for sid, step in steps.items():
-        links = passes.step_references(sid, step, steps, tools, problems)
-        templates[sid], refs[sid], deps[sid] = links.template, links.refs, links.deps
-        if links.fallback is not None:
-            fallbacks[sid] = links.fallback
-        if tools is not None:
-            passes.step_tool(sid, step, tools, links.deferred, problems)
-        estimate = step.estimate
-        durations[sid] = estimate.duration if estimate is not None else 0.0
-        if step.resources or step.reads or step.writes:
-            claims[sid] = Claim(step.resources, step.reads, step.writes)
-            writes = writes or bool(step.writes)
-            if capacities is not None and step.resources:
-                passes.step_claims(sid, step, capacities, problems)
+        # A step's values read from its __dict__: each attribute read goes through pydantic's __getattr__ hook
+        # (~500 instructions, against ~100 for a dictionary's item).
+        values = step.__dict__
+        args, after = values["args"], values["after"]
+        plain = not args and values["fallback"] is None and values["verifies"] is None
+        if plain:  # nothing to compile: its dependencies are its `after`, if every one names another step
+            for other in after:
+                if other == sid or other not in steps:
+                    plain = False
+                    break
+        if plain:
+            unique = len(after) < 2 or len(set(after)) == len(after)
+            deps[sid] = after if unique else tuple(dict.fromkeys(after))
+            deferred = passes.NO_DEFERRED
         else:
-            claims[sid] = None
+            links = passes.step_references(sid, step, steps, tools, problems)
+            templates[sid], refs[sid], deps[sid], deferred = links.template, links.refs, links.deps, links.deferred
+            if links.fallback is not None:
+                fallbacks[sid] = links.fallback
+        if tools is not None:
+            tool, cache = values["tool"], values["cache"]
+            if args or cache or tool not in clean_tools:
+                reported = len(problems)
+                passes.step_tool(sid, step, tools, deferred, problems)
+                if not args and not cache and len(problems) == reported:
+                    clean_tools.add(tool)
+        estimate = values["estimate"]
+        if estimate is not None:
+            durations[sid] = estimate.duration
+        if values["resources"] or values["reads"] or values["writes"]:
+            claims[sid] = Claim(values["resources"], values["reads"], values["writes"])
+            writes = writes or bool(values["writes"])
+            if capacities is not None and values["resources"]:
+                passes.step_claims(sid, step, capacities, problems)
     order, dependents = passes.topological_order(steps, deps, problems)
     if not problems and writes:
         problems.extend(passes.unordered_writers(steps, order, deps))

@@ -2,9 +2,10 @@
 
 A pass appends the problems it finds to a list and returns what later passes build on. ``validate_plan`` runs
 :func:`step_ids` once, then, step by step, :func:`step_references` (arguments, ``after``, the fallback's arguments
-and tool, ``verifies``), :func:`step_tool` and :func:`step_claims`, then :func:`topological_order` (cycles) and,
-only on an otherwise valid plan, :func:`unordered_writers`. Running the per-step passes step by step keeps the
-problems in the order of the steps, as a person reads the plan.
+and tool, ``verifies``; a step with none of these whose ``after`` names other steps only is handled inline),
+:func:`step_tool` and :func:`step_claims`, then :func:`topological_order` (cycles) and, only on an otherwise valid
+plan, :func:`unordered_writers`. Running the per-step passes step by step keeps the problems in the order of the
+steps, as a person reads the plan.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from planweave.plan.defaults import step_with_defaults
 from planweave.plan.model import PlanSpec, Step
 from planweave.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
 
-_NO_ARGS: dict[str, Compiled] = {}  # shared by steps without arguments: read-only by contract
-_NO_DEFERRED: frozenset[str] = frozenset()
+NO_ARGS: dict[str, Compiled] = {}  # the template of every step without arguments: read-only by contract
+NO_DEFERRED: frozenset[str] = frozenset()
 
 
 def step_ids(spec: PlanSpec, problems: list[PlanProblem]) -> dict[str, Step]:
@@ -38,19 +39,13 @@ def step_ids(spec: PlanSpec, problems: list[PlanProblem]) -> dict[str, Step]:
 
 
 class StepLinks(NamedTuple):
-    """What :func:`step_references` found for one step: its compiled arguments and what it depends on.
+    """What :func:`step_references` found for one step: its compiled arguments and what it depends on."""
 
-    A NamedTuple: one is built per step of every plan version validated, on the engine's start-up path.
-    """
-
-    template: dict[str, Compiled]  # the compiled arguments (shared and empty for a step without any: read-only)
+    template: dict[str, Compiled]  # the compiled arguments
     refs: tuple[Ref, ...]  # every reference, the fallback's included
     deps: tuple[str, ...]  # the steps it waits for, in the order they are named, each once
     deferred: frozenset[str]  # the arguments that hold references: checked against the tool's schema at call time
     fallback: Compiled | None = None  # the fallback's compiled arguments, if it has a fallback whose args compile
-
-
-_NO_LINKS = StepLinks(_NO_ARGS, (), (), _NO_DEFERRED)  # a step without arguments or dependencies: shared
 
 
 class _Deps:
@@ -72,16 +67,6 @@ def step_references(
     sid: str, step: Step, steps: Mapping[str, Step], tools: ToolCatalog | None, problems: list[PlanProblem]
 ) -> StepLinks:
     """Compile the step's arguments and check everything it names: references, ``after``, fallback, ``verifies``."""
-    after = step.after
-    if not step.args and step.fallback is None and step.verifies is None:
-        # The common case (no arguments, known dependencies): nothing to compile, nothing to allocate.
-        if not after:
-            return _NO_LINKS
-        if len(after) == 1:
-            if after[0] != sid and after[0] in steps:
-                return StepLinks(_NO_ARGS, (), after, _NO_DEFERRED)
-        elif sid not in after and all(a in steps for a in after):
-            return StepLinks(_NO_ARGS, (), tuple(dict.fromkeys(after)), _NO_DEFERRED)
     template, refs, deferred = _compile_step_args(sid, step, problems)
     deps = _Deps()
     _check_refs(sid, "args", refs, steps, deps, problems)
@@ -205,22 +190,22 @@ def topological_order(
     steps: Mapping[str, Step], deps: Mapping[str, tuple[str, ...]], problems: list[PlanProblem]
 ) -> tuple[list[str], dict[str, list[str]]]:
     """The steps in topological order (Kahn's, ties in plan order) and each step's dependents; every dependency
-    cycle among the steps left over is a problem, each reported once."""
+    cycle among the steps left over is a problem, each reported once.
+
+    ``deps`` holds every step of ``steps``, and names only steps of ``steps``, each once (as :func:`step_references`
+    gives them).
+    """
     dependents: dict[str, list[str]] = {sid: [] for sid in steps}
-    indegree = dict.fromkeys(steps, 0)
     for sid, ds in deps.items():
         for d in ds:
-            if d in steps:
-                dependents[d].append(sid)
-                indegree[sid] += 1
-    order: list[str] = [sid for sid in steps if indegree[sid] == 0]
-    i = 0
-    while i < len(order):
-        for child in dependents[order[i]]:
+            dependents[d].append(sid)
+    indegree = {sid: len(ds) for sid, ds in deps.items()}
+    order = [sid for sid in steps if indegree[sid] == 0]
+    for sid in order:  # the list grows while it is read: a step joins once its last dependency is placed
+        for child in dependents[sid]:
             indegree[child] -= 1
             if indegree[child] == 0:
                 order.append(child)
-        i += 1
     if len(order) < len(steps):
         problems.extend(_cycles(set(steps) - set(order), deps))
     return order, dependents
