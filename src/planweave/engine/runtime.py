@@ -78,7 +78,6 @@ def _sealing(append: Callable[[Event], None], seal: PlanSeal) -> Callable[[Event
         append(seal.seal(event) if event[1] in _PLAN_KINDS else event)
 
     return append_sealed
-_MAX_CHAINED = 8  # steps one attempt task runs in a row (successors) before the next gets a task: the loop's turn
 _new_tuple = tuple.__new__  # a NamedTuple of every field, without the Python-level call of its __new__
 _new_event = _new_tuple
 _STARTED = {n: {"attempt": n} for n in (1, 2, 3)}
@@ -165,10 +164,6 @@ class Run:
         self._tasks: dict[str, asyncio.Task[None]] = {}  # per step: its attempt's task (see launch)
         self._cancelled: set[asyncio.Task[None]] = set()  # attempts cancelled, not ended yet: the run waits for them
         self._closing = False  # the run is ending: no attempt starts any more
-        # While an attempt's task journals its success: that task and how many steps it ran before; a step the
-        # success makes ready may run next in that task (_next), instead of in a task of its own.
-        self._successor_of: tuple[asyncio.Task[None], int] | None = None
-        self._next: tuple[asyncio.Task[None], int, StepRecord, int, Claim | None] | None = None
         self._holds = holds
         self._now = self._clock.now
         self._append = self._journal.append if host.seal is None else _sealing(self._journal.append, host.seal)
@@ -434,26 +429,17 @@ class Run:
             self._give_back(claims)
             return
         attempt = rec.attempts + 1
-        task: asyncio.Task[None]
-        if (finishing := self._successor_of) is not None and self._next is None:
-            # A successor of the attempt finishing now: it runs next in that attempt's task, one task less per
-            # step (-6 % of a no-op step's instructions, layered DAG; docs/benchmarks.md, "The engine at the
-            # floor"). The tool sees that task as its current one, which is cancelled to cancel the step.
-            task, chained = finishing
-            self._next = (task, chained + 1, rec, attempt, claims)
-        else:
-            # Not in the run's TaskGroup: the run waits for its attempts itself (_join_attempts).
-            task = self._loop.create_task(self._execute(rec, attempt, claims))
+        # Not in the run's TaskGroup: the run waits for its attempts itself (_join_attempts).
+        task = self._loop.create_task(self._execute(rec, attempt, claims))
         # Emitted before the task first runs, so no second launch can see it ready. Event data is never mutated:
         # shared dicts are safe.
         self._emit("step_started", sid, _STARTED[attempt] if attempt < 4 else {"attempt": attempt})
         self._tasks[sid] = task
 
     async def _execute(  # noqa: C901 (each outcome of an attempt commented; the outer guard is the TaskGroup's)
-        self, rec: StepRecord, attempt: int, claims: Claim | None, chained: int = 0
+        self, rec: StepRecord, attempt: int, claims: Claim | None
     ) -> None:
-        """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome;
-        then the successor it made ready, if one runs in this task (``chained``: how many ran in it before)."""
+        """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome."""
         plan = self.state.plan
         sid = rec.id
         step = plan.steps[sid]
@@ -469,8 +455,7 @@ class Run:
                         self.outputs[sid] = hit.value
                         self._emit("step_succeeded", sid, {"attempt": attempt, "output": hit.ref, "cache": hit.source})
                     return
-                # Built as tuples directly, not through the NamedTuples' Python __new__ (as _emit builds events):
-                # -1.6 % of a no-op step's instructions (docs/benchmarks.md, "The engine at the floor").
+                # Built as tuples directly, not through the NamedTuples' Python __new__ (as _emit builds events).
                 context = _new_tuple(StepContext, (self.id, sid, attempt, self._clock, self, step.isolation,
                                                    step.executor, step.resources, self.priority, plan.slack[sid]))
                 call: ToolCall = _new_tuple(ToolCall, (tool, args, context))
@@ -501,17 +486,7 @@ class Run:
                 if rec.status == "cancelled":
                     return  # as above: the outcome came too late, the step is over
                 self.outputs[sid] = output
-                data = self._succeeded(sid, tool, args, cached, attempt, ref, output)
-                # This attempt's task, unless a later attempt or a replacement step took the entry (see finally).
-                task = self._tasks.get(sid) if chained < _MAX_CHAINED else None
-                if task is None or rec.attempts != attempt or self.state.records.get(sid) is not rec:
-                    self._emit("step_succeeded", sid, data)
-                else:
-                    self._successor_of = (task, chained)
-                    try:
-                        self._emit("step_succeeded", sid, data)
-                    finally:
-                        self._successor_of = None
+                self._emit("step_succeeded", sid, self._succeeded(sid, tool, args, cached, attempt, ref, output))
             finally:
                 # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a
                 # replacement step (a new plan version: a new record) took it. Not `is asyncio.current_task()`, a
@@ -526,13 +501,6 @@ class Run:
             raise
         except BaseException as exc:  # the run's own bookkeeping above failed (an engine bug): the run ends with it
             self._crash(exc)
-        if (successor := self._next) is not None:
-            self._next = None
-            task, chained, rec, attempt, claims = successor
-            if task.cancelling():
-                # The successor was cancelled before it began: in a task of its own it would never have run.
-                raise asyncio.CancelledError
-            await self._execute(rec, attempt, claims, chained)
 
     # -- speculative attempts (engine/speculative.py drives them through these) ---------------------------------
     def _release_and_speculate(self, claims: Claim | None) -> None:
