@@ -113,6 +113,12 @@ _STORE_FOLDED = (
 )
 _RUN_COLUMNS = "run_id, seq, status, started_at, finished_at, owner, source, summary"
 _INSERT_EVENT = "INSERT INTO events (run_id, at, kind, step, data) VALUES (?, ?, ?, ?, ?)"
+# A batch's events go in _ROWS_PER_INSERT at a time: one statement per row costs SQLite a statement's set-up and
+# AUTOINCREMENT's sqlite_sequence update per event, and the writer a GIL hand-over to the loop per event (27,000
+# -> 16,000 instructions per event; docs/benchmarks.md, "The engine at the floor"). Rows keep their order, so
+# their positions stay consecutive and in append order.
+_ROWS_PER_INSERT = _MAX_VARS // 5
+_INSERT_EVENTS = _INSERT_EVENT.replace("(?, ?, ?, ?, ?)", ", ".join(["(?, ?, ?, ?, ?)"] * _ROWS_PER_INSERT))
 _INSERT_BLOB = "INSERT OR IGNORE INTO blobs (ref, data) VALUES (?, ?)"
 _COLUMNS = "pos, run_id, at, kind, step, data"
 
@@ -268,7 +274,12 @@ def _write_batch(
     conn: sqlite3.Connection, url: str, events: list[tuple[Event, bytes]], blobs: dict[str, bytes],
     runs: list[BatchRun], cache: list[tuple[str, CachedOutput]],
 ) -> None:
-    rows = [(e.run_id, e.at, e.kind, e.step, data) for e, data in events]
+    # The data as a bytearray: stored as the same BLOB, but the sqlite3 module binds bytes only after asking its
+    # adapters about them (two failed attribute look-ups, each formatting an AttributeError: 3,300 instructions
+    # per event, the copy 1,000; docs/benchmarks.md, "The engine at the floor").
+    columns = [value for e, data in events for value in (e.run_id, e.at, e.kind, e.step, bytearray(data))]
+    width = 5 * _ROWS_PER_INSERT
+    whole = len(columns) - len(columns) % width
     try:
         # IMMEDIATE takes the write lock up front, waiting up to busy_timeout for other processes: the batch
         # never upgrades a read lock, the one case where SQLite answers SQLITE_BUSY without waiting.
@@ -276,11 +287,14 @@ def _write_batch(
         try:
             if blobs:
                 conn.executemany(_INSERT_BLOB, blobs.items())
-            if rows:
-                conn.executemany(_INSERT_EVENT, rows)
+            if events:
+                if whole:
+                    conn.executemany(_INSERT_EVENTS, (columns[i : i + width] for i in range(0, whole, width)))
+                if whole < len(columns):
+                    conn.executemany(_INSERT_EVENT, (columns[i : i + 5] for i in range(whole, len(columns), 5)))
                 if runs:
                     (last,) = conn.execute("SELECT last_insert_rowid()").fetchone()
-                    _write_summaries(conn, runs, last - len(rows) + 1)
+                    _write_summaries(conn, runs, last - len(events) + 1)
                 if cache:
                     conn.executemany(_INSERT_CACHE, [(k, e.at, e.run_id, e.step, e.output) for k, e in cache])
             conn.execute("COMMIT")
