@@ -54,11 +54,13 @@ def prepare(plan: Plan, rec: StepRecord, outputs: Mapping[str, Any], tools: Tool
     Raises :class:`RefResolutionError` when a reference does not resolve against ``outputs``.
     """
     sid = rec.id
-    step = plan.steps[sid]
-    if rec.fallback_active and step.fallback is not None:
-        return tools[step.fallback.tool], render(plan.fallbacks[sid], outputs)
+    if rec.fallback_active:
+        fallback = plan.steps[sid].fallback
+        if fallback is not None:
+            return tools[fallback.tool], render(plan.fallbacks[sid], outputs)
     # Without references the compiled template is the arguments themselves (with `$${` unescaped).
-    return tools[step.tool], render(plan.templates[sid], outputs) if plan.refs[sid] else plan.templates[sid]
+    tool = tools[plan.values[sid]["tool"]]
+    return tool, render(plan.templates[sid], outputs) if plan.refs[sid] else plan.templates[sid]
 
 
 async def guarded(executor: Executor, call: ToolCall, step: Step, watchdogs: Watchdogs) -> Any:

@@ -443,23 +443,25 @@ class Run:
         plan = self.state.plan
         sid = rec.id
         step = plan.steps[sid]
+        fields = plan.values[sid]  # the step's fields without pydantic's attribute hook (Plan.values)
         try:
             try:
                 if self._durable and sid not in self.state.idempotent:
                     # Write-ahead: a non-idempotent step's start is durable before it can have effects.
                     await self._journal.flush()
                 tool, args = _attempt.prepare(plan, rec, self.outputs, self._tools)
-                cached = self._cache.entry(plan, rec, tool, args) if self._caching or step.cache else None
+                cached = self._cache.entry(plan, rec, tool, args) if self._caching or fields["cache"] else None
                 if cached is not None and (hit := await self._cache.lookup(cached)) is not None:
                     if rec.status != "cancelled":  # a hit: the tool is not called (docs/caching.md)
                         self.outputs[sid] = hit.value
                         self._emit("step_succeeded", sid, {"attempt": attempt, "output": hit.ref, "cache": hit.source})
                     return
                 # Built as tuples directly, not through the NamedTuples' Python __new__ (as _emit builds events).
-                context = _new_tuple(StepContext, (self.id, sid, attempt, self._clock, self, step.isolation,
-                                                   step.executor, step.resources, self.priority, plan.slack[sid]))
+                context = _new_tuple(StepContext, (self.id, sid, attempt, self._clock, self, fields["isolation"],
+                                                   fields["executor"], fields["resources"], self.priority,
+                                                   plan.slack[sid]))
                 call: ToolCall = _new_tuple(ToolCall, (tool, args, context))
-                if step.timeout is None and step.heartbeat is None:
+                if fields["timeout"] is None and fields["heartbeat"] is None:
                     output = await self._executor.execute(call)
                 else:
                     output = await _attempt.guarded(self._executor, call, step, self._watchdogs)
@@ -1167,9 +1169,11 @@ class Engine:
             run_id = uuid.uuid4().hex[:12]
         elif run_id in self._runs or await self.journal.read(run_id):
             raise RunError(f"run id '{run_id}' is already in the journal {self.journal.url}")
+        fields = validated.values  # in topological order, as the journaled list always was
         idempotent = [
-            sid for sid, step in validated.steps.items()
-            if (step.idempotent if step.idempotent is not None else catalog[step.tool].idempotent)
+            sid for sid in validated.order
+            if (fields[sid]["idempotent"] if fields[sid]["idempotent"] is not None
+                else catalog[fields[sid]["tool"]].idempotent)
         ]
         state = RunState(run_id, validated, idempotent)
         on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")

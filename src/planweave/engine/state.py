@@ -212,8 +212,9 @@ class RunState:
         for child in self.plan.dependents[sid]:
             left = waiting[child] - 1
             waiting[child] = left
-            if left == 0 and records[child].status == "pending":
-                self._move(records[child], "ready", event)
+            if left == 0 and (rec := records[child]).status == "pending":
+                rec.status = "ready"  # the common transition, inlined (TRANSITIONS allows it): ready is active
+                self.active += 1
                 if ready is None:
                     ready = [child]
                 else:
@@ -397,7 +398,7 @@ class RunState:
     # -- people in the run --------------------------------------------------------------------------------------------
     @staticmethod
     def _approval_steps(plan: Plan) -> frozenset[str]:
-        return frozenset(sid for sid, step in plan.steps.items() if step.approval)
+        return frozenset(sid for sid, values in plan.values.items() if values["approval"])
 
     def needs_approval(self, sid: str) -> bool:
         """Whether ready step ``sid`` must wait for a person before it starts (its first attempt, not a fallback)."""

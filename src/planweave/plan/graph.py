@@ -44,6 +44,10 @@ class Plan:
     claims: Mapping[str, Claim | None]
     makespan_lower_bound: float
     critical_path: tuple[str, ...]
+    # Per step, its field values as pydantic keeps them (the step's ``__dict__``): the run reads a step's fields
+    # here on every attempt, not through pydantic's ``__getattr__`` hook (~480 instructions a read against ~60 for
+    # an item; 15 reads per no-op step: docs/benchmarks.md, "the fields of a step").
+    values: Mapping[str, Mapping[str, Any]]
     _meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
@@ -270,6 +274,7 @@ def validate_plan(
     durations: dict[str, float] = dict.fromkeys(steps, 0.0)
     deps: dict[str, tuple[str, ...]] = {}
     fallbacks: dict[str, Compiled] = {}
+    values_of: dict[str, Mapping[str, Any]] = {}
     clean_tools: set[str] = set()  # tools found whose check of no arguments reported nothing (checks are pure)
     writes = False
     # One loop over the steps for every per-step pass and what the plan derives per step, the common step handled
@@ -277,7 +282,7 @@ def validate_plan(
     for sid, step in steps.items():
         # A step's values read from its __dict__: each attribute read goes through pydantic's __getattr__ hook
         # (~500 instructions, against ~100 for a dictionary's item).
-        values = step.__dict__
+        values = values_of[sid] = step.__dict__
         args, after = values["args"], values["after"]
         plain = not args and values["fallback"] is None and values["verifies"] is None
         if plain:  # nothing to compile: its dependencies are its `after`, if every one names another step
@@ -333,4 +338,5 @@ def validate_plan(
         claims=claims,
         makespan_lower_bound=bound,
         critical_path=tuple(path),
+        values=values_of,
     )
