@@ -31,10 +31,11 @@ def step_ids(spec: PlanSpec, problems: list[PlanProblem]) -> dict[str, Step]:
     for step in spec.steps:
         if defaults is not None:
             step = step_with_defaults(step, defaults)
-        if step.id in steps:
-            problems.append(PlanProblem(step.id, "id", "duplicate step id"))
+        sid = step.__dict__["id"]  # one read through pydantic's __getattr__ hook, not two (graph.validate_plan)
+        if sid in steps:
+            problems.append(PlanProblem(sid, "id", "duplicate step id"))
         else:
-            steps[step.id] = step
+            steps[sid] = step
     return steps
 
 
