@@ -1,0 +1,30 @@
+"""An attempt's task is named by its step (a debugger, a stack dump or ``asyncio.all_tasks()`` says which step)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
+
+
+def test_an_attempts_task_is_named_by_its_step() -> None:
+    seen: dict[str, str] = {}  # recorded in the tool, asserted after the run
+
+    async def whoami(label: str) -> dict[str, Any]:
+        task = asyncio.current_task()
+        seen[label] = task.get_name() if task is not None else "<no task>"
+        return {}
+
+    async def go() -> str:
+        box = builtin_tools()
+        box.add(whoami)
+        async with open_engine("memory://", clock=VirtualClock(), tools=box) as engine:
+            run = await engine.start({"steps": [
+                {"id": "first", "tool": "whoami", "args": {"label": "first"}},
+                {"id": "second", "tool": "whoami", "args": {"label": "second"}, "after": ["first"]},
+            ]})
+            return (await run.wait()).status
+
+    assert run_virtual(go()) == "succeeded"
+    assert seen == {"first": "first", "second": "second"}
