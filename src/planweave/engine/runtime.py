@@ -46,7 +46,7 @@ from planweave.errors import (
     RunNotFound,
     did_you_mean,
 )
-from planweave.journal.base import Journal, scrub
+from planweave.journal.base import Journal, NullJournal, scrub
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
@@ -166,7 +166,10 @@ class Run:
         self._closing = False  # the run is ending: no attempt starts any more
         self._holds = holds
         self._now = self._clock.now
-        self._append = self._journal.append if host.seal is None else _sealing(self._journal.append, host.seal)
+        self._append: Callable[[Event], None] | None = (
+            self._journal.append if host.seal is None else _sealing(self._journal.append, host.seal))
+        if host.seal is None and isinstance(self._journal, NullJournal):
+            self._append = None  # a journal that keeps nothing: no call per event
         self._journal.track(run_id, state, host.redact)  # the run's summary: from this state, once per batch
         self._watchdogs: Watchdogs = {}
         self._loop = asyncio.get_running_loop()
@@ -255,15 +258,17 @@ class Run:
     def _emit(self, kind: EventKind, step: str | None, data: Mapping[str, Any]) -> None:
         # Hot path (several calls per step): the tuple is built directly rather than through Event's __new__.
         event: Event = _new_event(Event, (self.id, kind, self._now(), step, data, None))
-        try:
-            self._append(event)  # before the fold: an event the journal refuses changes nothing
-        except EventNotRecorded:
-            if kind in _EXACT_KINDS:
-                raise
-            # Text the engine passes on (tool errors, progress, model replies) may hold lone surrogates: record
-            # it with U+FFFD in their place rather than lose the event.
-            event = _new_event(Event, (self.id, kind, event[2], step, scrub(data), None))
-            self._append(event)
+        append = self._append
+        if append is not None:
+            try:
+                append(event)  # before the fold: an event the journal refuses changes nothing
+            except EventNotRecorded:
+                if kind in _EXACT_KINDS:
+                    raise
+                # Text the engine passes on (tool errors, progress, model replies) may hold lone surrogates: record
+                # it with U+FFFD in their place rather than lose the event.
+                event = _new_event(Event, (self.id, kind, event[2], step, scrub(data), None))
+                append(event)
         ready = self.state.apply(event)
         if self._listeners:
             for listener in self._listeners:
@@ -490,7 +495,9 @@ class Run:
                 if rec.status == "cancelled":
                     return  # as above: the outcome came too late, the step is over
                 self.outputs[sid] = output
-                self._emit("step_succeeded", sid, self._succeeded(sid, tool, args, cached, attempt, ref, output))
+                self._emit("step_succeeded", sid, {"attempt": attempt, "output": ref}
+                           if cached is None and self._spec is None  # the common case of _succeeded, inline
+                           else self._succeeded(sid, tool, args, cached, attempt, ref, output))
             finally:
                 # The step's entry is this attempt's unless a later attempt (a fallback launched above) or a
                 # replacement step (a new plan version: a new record) took it. Not `is asyncio.current_task()`, a
@@ -1186,11 +1193,14 @@ class Engine:
             run.subscribe(on_event)
         self._runs[run_id] = run
         self.collector.run_started(len(validated.steps))
+        # As a document, not the spec: a spec's dump drops a step's explicit `timeout: null` (no limit), and read
+        # back that step would take the plan's defaults.timeout. Journals check it in append. A journal that keeps
+        # nothing (null://), with nobody listening, gets the spec itself, as RunCreatedData allows in process: the
+        # document is for readers, and there are none (to_document: ~4 % of a no-op step, docs/benchmarks.md).
+        read = on_event is not None or bool(self._listeners) or not isinstance(self.journal, NullJournal)
         try:
             await run.begin("run_created", {
-                # As a document, not the spec: a spec's dump drops a step's explicit `timeout: null` (no limit),
-                # and read back that step would take the plan's defaults.timeout. Journals check it in append.
-                "plan": validated.to_document(),
+                "plan": validated.to_document() if read else spec,
                 "version": validated.version,
                 "idempotent": idempotent,
                 "source": source,
