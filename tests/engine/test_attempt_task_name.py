@@ -28,3 +28,21 @@ def test_an_attempts_task_is_named_by_its_step() -> None:
 
     assert run_virtual(go()) == "succeeded"
     assert seen == {"first": "first", "second": "second"}
+
+
+def test_a_task_factory_on_the_loop_builds_the_attempts_tasks() -> None:
+    made: list[asyncio.Task[Any]] = []  # the tasks the factory built (named after it returns), read after the run
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        made.append(task)
+        return task
+
+    async def go() -> str:
+        asyncio.get_running_loop().set_task_factory(factory)
+        async with open_engine("memory://", clock=VirtualClock(), tools=builtin_tools()) as engine:
+            run = await engine.start({"steps": [{"id": "one", "tool": "noop"}, {"id": "two", "tool": "noop"}]})
+            return (await run.wait()).status
+
+    assert run_virtual(go()) == "succeeded"
+    assert {"one", "two"} <= {task.get_name() for task in made}
