@@ -93,3 +93,15 @@ def test_an_async_tool_under_process_isolation_is_refused_on_the_direct_path() -
     failed = [e.data for e in events if e.kind == "step_failed"]
     assert [d["kind"] for d in failed] == ["arguments"]
     assert "is async" in failed[0]["error"]
+
+
+def test_a_tool_remade_with_another_function_derives_plain_output_again() -> None:
+    import dataclasses
+
+    plain = Tool.from_function(plain_dict)
+    assert plain.plain_output
+    remade = dataclasses.replace(plain, fn=sync_dict, is_async=False)
+    assert not remade.plain_output  # a sync function's result is no coroutine: invoke must not return it
+    assert not dataclasses.replace(plain, fn=model_out).plain_output
+    made = Tool(name="direct", fn=plain_dict)  # built directly, as the MCP and safety wrappers build theirs
+    assert made.plain_output

@@ -102,11 +102,13 @@ class Tool:
     version: str = ""
     speculate: bool = True
     """False: steps calling the tool never start speculatively, even when idempotent (docs/speculation.md)."""
-    plain_output: bool = False
+    plain_output: bool = field(init=False, compare=False)
     """The function is async and its return annotation says plain JSON data (no pydantic model to dump): its
-    coroutine is the call's (:meth:`invoke`), with no coroutine of the tool's own around it."""
+    coroutine is the call's (:meth:`invoke`), with no coroutine of the tool's own around it. Derived from ``fn``
+    whenever a tool is made (``dataclasses.replace`` with another ``fn`` included)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "plain_output", inspect.iscoroutinefunction(self.fn) and _returns_plain(self.fn))
         if self.cache is not None and not self.idempotent:
             raise ValueError(f"tool '{self.name}' cannot be cached: it is not idempotent (declare idempotent=True "
                              "if a call has no effects; a cached output is only reused for such a call)")
@@ -134,7 +136,6 @@ class Tool:
             cache=declared_policy(cache, tool=tool_name),
             version=version,
             speculate=speculate,
-            plain_output=inspect.iscoroutinefunction(fn) and _returns_plain(fn),
         )
 
     def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
