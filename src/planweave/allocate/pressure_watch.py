@@ -133,11 +133,13 @@ class PressureWatch:
 
 
 def forecast_and_watch(engine: Engine, run: Run, *, deadline_at: float | None, budget_usd: float | None,
-                       threshold: float | None = None, seam: AllocationSeam | None = None) -> PressureWatch | None:
+                       threshold: float | None = None, seam: AllocationSeam | None = None,
+                       planner: Replanner | None = None) -> PressureWatch | None:
     """Start ``run``'s live forecast (with a deadline at ``deadline_at`` on the engine's clock, or a dollar budget)
     and, with a deadline, the deadline pressure its plan's ``pressure:`` (``threshold`` in place of its
     ``p_deadline``) asks for, in the same loop turn: what ``planweave run`` does, for the runs a worker starts or
-    takes over and the runs a server recovers or resumes. The watch, or None (no pressure asked for)."""
+    takes over and the runs a server starts, recovers or resumes (a goal run's ``planner`` re-plans under
+    pressure). The watch, or None (no pressure asked for)."""
     created = run.state.created_at
     if created is None or (deadline_at is None and budget_usd is None):
         return None
@@ -150,4 +152,4 @@ def forecast_and_watch(engine: Engine, run: Run, *, deadline_at: float | None, b
     policy = policy_for(run.plan.spec.pressure, threshold)
     if policy is None or deadline_at is None:
         return None
-    return PressureWatch(run, policy, seam=seam)
+    return PressureWatch(run, policy, seam=seam, planner=planner)

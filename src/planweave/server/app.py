@@ -128,6 +128,11 @@ class RunSubmission(BaseModel):
         "frontier and outputs by reference, bounded) or summary (every step, cut at a fixed size); journaled.")
     subplans: bool = Field(True, description="False: a goal run's steps cannot say tool: plan (no child runs); "
                                              "journaled.")
+    deadline_pressure: float | None = Field(
+        None, gt=0, le=1, description="With a deadline: when the run's forecast gives it less than this chance of "
+        "ending in time, a goal run's planner re-plans with the time left, and a plan run takes its pressure: "
+        "actions (this in place of its p_deadline; without pressure:, the default actions); journaled, a resume "
+        "keeps it (docs/allocation.md).")
 
     def limits(self) -> RunLimits:
         """The limits the request asks for (before the server's caps)."""
@@ -335,6 +340,9 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
     if state.queue is not None:  # serve --queue: recorded for the workers, which run it
         return await _queue_run(state, submission, response)
     limits = state.caps.bound(submission.limits(), HTTP_SOURCE)
+    if submission.deadline_pressure is not None and limits.deadline is None:
+        raise PlanInvalid([PlanProblem("", "deadline_pressure", "acts when the forecast of the time left falls below "
+                                                                "it: give a deadline too")], HTTP_SOURCE)
     if submission.goal is not None:
         if submission.plan is not None or submission.plan_yaml is not None:
             raise PlanInvalid([PlanProblem("", "goal", "give a goal or a plan, not both")], HTTP_SOURCE)
@@ -345,18 +353,21 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
             raise PlanInvalid([PlanProblem("", "tiers", "tiers allocate a plan's llm steps saying model: auto: "
                                                         "POST a plan, not a goal")], HTTP_SOURCE)
         run = await state.model.start_goal(submission.goal, submission.run_id, limits, submission.priority,
-                                           context=submission.context, subplans=submission.subplans)
+                                           context=submission.context, subplans=submission.subplans,
+                                           pressure=submission.deadline_pressure)
     else:
         _check_plan_limits(submission, state.model)
         document = _checked_plan(submission)
         if state.model is None:
             run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE,
-                                           limits=limits.journaled(state.engine.clock.now()),
+                                           limits=limits.journaled(state.engine.clock.now(),
+                                                                   pressure=submission.deadline_pressure),
                                            priority=submission.priority)
-            watch_plan_pressure(run, limits)
+            watch_plan_pressure(run, limits, threshold=submission.deadline_pressure)
         else:
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
-                                               submission.priority, tiers=checked_tiers(submission.tiers))
+                                               submission.priority, tiers=checked_tiers(submission.tiers),
+                                               pressure=submission.deadline_pressure)
         start_deadline(state.engine, run, limits)
         if limits.deadline is not None or limits.budget_usd is not None:  # the dashboard shows its forecast
             from planweave.forecast.live import LiveOptions, start_live_forecast
@@ -379,6 +390,10 @@ async def _queue_run(state: AppState, submission: RunSubmission, response: Respo
         raise PlanInvalid([PlanProblem("", "goal", "this server queues plans for workers (--queue), which have no "
                                                    "planner: POST a plan")], HTTP_SOURCE)
     _check_plan_limits(submission, None)
+    if submission.deadline_pressure is not None:
+        raise PlanInvalid([PlanProblem("", "deadline_pressure", "a queued run has no deadline to be late for (start "
+                                                                "the server without --queue to use it)")],
+                          HTTP_SOURCE)
     rid = await queue_plan(state.queue, _checked_plan(submission), submission.run_id,
                            state.engine.tools or builtin_tools(), dict(state.engine.capacities),
                            deadline=submission.deadline, priority=submission.priority)

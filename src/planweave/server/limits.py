@@ -113,16 +113,17 @@ class ServerModel:
         return seam
 
     async def start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits,
-                         priority: float = 0.0, *, tiers: TierTable | None = None) -> Run:
+                         priority: float = 0.0, *, tiers: TierTable | None = None,
+                         pressure: float | None = None) -> Run:
         """Start a plan whose ``llm`` steps spend at most the run's budget, its ``model: auto`` steps allocated from
-        ``tiers`` (its limits and tiers journaled for a resume)."""
+        ``tiers`` (its limits, tiers and deadline-pressure threshold journaled for a resume)."""
         now = self.engine.clock.now()
         seam = self.allocation(tiers, None if limits.deadline is None else now + limits.deadline)
         run = await self.engine.start(document, tools=self.tools(limits.budget(), seam), run_id=run_id,
                                       source=source, priority=priority, limits=limits.journaled(
                                           now, self.client.model,
-                                          tiers=None if tiers is None else tiers.to_mapping()))
-        watch_plan_pressure(run, limits, seam)
+                                          tiers=None if tiers is None else tiers.to_mapping(), pressure=pressure))
+        watch_plan_pressure(run, limits, seam, threshold=pressure)
         return run
 
     def planning_loop(self, limits: RunLimits, *, context: Literal["references", "summary"] | None = None,
@@ -135,11 +136,22 @@ class ServerModel:
         return build_planning_loop(self.engine, self.client, self.base, limits, context=context, subplans=subplans)
 
     async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0, *,
-                         context: Literal["references", "summary"] | None = None, subplans: bool = True) -> Run:
-        """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans)."""
+                         context: Literal["references", "summary"] | None = None, subplans: bool = True,
+                         pressure: float | None = None) -> Run:
+        """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans).
+
+        With a deadline or a dollar budget the run's live forecast runs (the dashboard shows it), as a posted
+        plan's does; with a deadline and ``pressure`` (journaled for a resume), a forecast below that chance of
+        ending in time makes the planner re-plan with the time left, as ``planweave run --goal
+        --deadline-pressure`` does."""
         loop = self.planning_loop(limits, context=context, subplans=subplans)
         loop.origin = GOAL_ORIGIN  # journaled: this server's recovery resumes it (RunIndex.orphans)
-        return await loop.start(goal, run_id=run_id, priority=priority)
+        loop.pressure = pressure
+        run = await loop.start(goal, run_id=run_id, priority=priority)
+        created = run.state.created_at
+        deadline_at = None if limits.deadline is None or created is None else created + limits.deadline
+        _forecast_goal(self.engine, run, loop, deadline_at, limits.budget_usd, pressure)
+        return run
 
     async def resume_goal(self, run_id: str, recorded: JournaledLimits, *, retry_unknown: bool = False) -> Run:
         """Resume the goal run ``run_id`` with its planning loop rebuilt from the journal, as ``planweave resume RUN
@@ -161,7 +173,20 @@ class ServerModel:
                                    tiers=tiers, context=context, subplans=subplans)
         loop.origin = recorded.origin
         loop.pressure = recorded.pressure
-        return await loop.resume(run_id, retry_unknown=retry_unknown)
+        run = await loop.resume(run_id, retry_unknown=retry_unknown)
+        # Its live forecast again, and the deadline pressure it was started with (the planner re-plans under it).
+        _forecast_goal(self.engine, run, loop, recorded.deadline_at, kept.budget_usd, recorded.pressure)
+        return run
+
+
+def _forecast_goal(engine: Engine, run: Run, loop: PlanningLoop, deadline_at: float | None,
+                   budget_usd: float | None, pressure: float | None) -> None:
+    """A goal run's live forecast (with a deadline at ``deadline_at`` or a dollar budget) and, with a deadline and
+    a ``pressure`` threshold, its deadline pressure: re-plans by ``loop``, started in the same loop turn."""
+    from planweave.allocate.pressure_watch import forecast_and_watch
+
+    forecast_and_watch(engine, run, deadline_at=deadline_at, budget_usd=budget_usd, threshold=pressure,
+                       planner=loop)
 
 
 async def open_server_model(
@@ -190,10 +215,14 @@ def checked_tiers(doc: Any, *, where: str = "tiers") -> TierTable | None:
             from None
 
 
-def watch_plan_pressure(run: Run, limits: RunLimits, seam: AllocationSeam | None = None) -> None:
-    """Deadline pressure on a plan run with a deadline whose plan says ``pressure:`` (its live forecast, started
-    in the same loop turn, drives it; ``seam``: the allocator its ``faster_tiers`` hurries)."""
-    pressure = run.plan.spec.pressure
+def watch_plan_pressure(run: Run, limits: RunLimits, seam: AllocationSeam | None = None, *,
+                        threshold: float | None = None) -> None:
+    """Deadline pressure on a plan run with a deadline whose plan says ``pressure:`` or whose request gave a
+    ``threshold`` (``deadline_pressure``, in place of the plan's ``p_deadline``): its live forecast, started in the
+    same loop turn, drives it; ``seam``: the allocator its ``faster_tiers`` hurries."""
+    from planweave.allocate.pressure import policy_for
+
+    pressure = policy_for(run.plan.spec.pressure, threshold, where="deadline_pressure")
     if pressure is None or limits.deadline is None:
         return
     from planweave.allocate.pressure_watch import PressureWatch
