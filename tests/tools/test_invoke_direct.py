@@ -105,3 +105,23 @@ def test_a_tool_remade_with_another_function_derives_plain_output_again() -> Non
     assert not dataclasses.replace(plain, fn=model_out).plain_output
     made = Tool(name="direct", fn=plain_dict)  # built directly, as the MCP and safety wrappers build theirs
     assert made.plain_output
+
+
+def test_a_subclass_with_its_own_bind_takes_the_path_that_calls_it() -> None:
+    from planweave.errors import ToolError
+
+    class Checked(Tool):
+        def bind(self, args: Any) -> dict[str, Any]:
+            raise ToolError("refused by the subclass", kind="arguments", retryable=False)
+
+    checked = Checked(name="checked", fn=plain_dict)
+    assert not checked.plain_output
+
+    async def call() -> str:
+        try:
+            await checked.invoke({"n": 1})
+        except ToolError as exc:
+            return str(exc)
+        return "called"
+
+    assert run_virtual(call()) == "refused by the subclass"

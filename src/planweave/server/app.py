@@ -129,7 +129,8 @@ class RunSubmission(BaseModel):
     subplans: bool = Field(True, description="False: a goal run's steps cannot say tool: plan (no child runs); "
                                              "journaled.")
     deadline_pressure: float | None = Field(
-        None, gt=0, le=1, description="With a deadline: when the run's forecast gives it less than this chance of "
+        None, gt=0, le=1, description="With a deadline (the request's, else the server's --max-deadline): when the "
+        "run's forecast gives it less than this chance of "
         "ending in time, a goal run's planner re-plans with the time left, and a plan run takes its pressure: "
         "actions (this in place of its p_deadline; without pressure:, the default actions); journaled, a resume "
         "keeps it (docs/allocation.md).")
@@ -391,9 +392,9 @@ async def _queue_run(state: AppState, submission: RunSubmission, response: Respo
                                                    "planner: POST a plan")], HTTP_SOURCE)
     _check_plan_limits(submission, None)
     if submission.deadline_pressure is not None:
-        raise PlanInvalid([PlanProblem("", "deadline_pressure", "a queued run has no deadline to be late for (start "
-                                                                "the server without --queue to use it)")],
-                          HTTP_SOURCE)
+        raise PlanInvalid([PlanProblem("", "deadline_pressure", "the workers of a queue do not watch deadline "
+                                                                "pressure (start the server without --queue to use "
+                                                                "it)")], HTTP_SOURCE)
     rid = await queue_plan(state.queue, _checked_plan(submission), submission.run_id,
                            state.engine.tools or builtin_tools(), dict(state.engine.capacities),
                            deadline=submission.deadline, priority=submission.priority)

@@ -138,7 +138,11 @@ class Tool:
         """The function is async and its return annotation says plain JSON data (no pydantic model to dump): its
         coroutine is the call's (:meth:`invoke`), with no coroutine of the tool's own around it. Derived from
         ``fn`` on first use (resolving the annotation costs ~0.2 ms a tool, not paid at start-up for tools never
-        called), for every tool however it was made (``dataclasses.replace`` with another ``fn`` included)."""
+        called), for every tool however it was made (``dataclasses.replace`` with another ``fn`` included). A
+        subclass with its own ``bind`` takes the general path, which calls it. An annotation that says plain data
+        while the function returns a model is the function's error: its step fails the output check."""
+        if type(self).bind is not Tool.bind:
+            return False
         return inspect.iscoroutinefunction(self.fn) and _returns_plain(self.fn)
 
     def check_args(self, args: Mapping[str, Any], deferred: frozenset[str]) -> list[tuple[str, str]]:
@@ -196,7 +200,7 @@ class Tool:
         return self._invoke(args)
 
     async def _invoke(self, args: Mapping[str, Any]) -> Any:
-        kwargs = dict(args) if self.args_model is None else self.bind(args)
+        kwargs = self.bind(args)
         step = current_step_var.get(None)  # the calling step's context (None outside a step)
         isolation = step.isolation if step is not None else None
         if self.is_async:
