@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from planweave.engine.limits import JournaledLimits
 from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
+from tests.allocate.test_pressure_server import LATE
 from tests.server.conftest import start_live
 
 # 'first' ends after 0.5 s (the planner has written both lines by then): the forecast that follows sees 'slow'
@@ -21,13 +23,19 @@ SLOW = [{"id": "first", "tool": "sleep", "args": {"seconds": 0.5}, "estimate": {
 QUICK = [{"id": "gist", "tool": "noop", "args": {"v": "gist"}}]
 
 
-def script(request: RecordedRequest) -> Reply:
-    text = " ".join(str(m.get("content")) for m in request.messages)
-    if "If the results answer the goal" in text:
-        return Text(json.dumps({"answer": "the gist"}))
-    if "Why a new plan is needed" in text:
-        return Text(plan_lines(QUICK))
-    return Text(plan_lines(SLOW))
+def planner(first: list[dict[str, Any]]) -> Callable[[RecordedRequest], Reply]:
+    """The scripted model: the planner writes ``first``, a re-plan writes ``QUICK``, the joiner answers."""
+
+    def script(request: RecordedRequest) -> Reply:
+        text = " ".join(str(m.get("content")) for m in request.messages)
+        if "If the results answer the goal" in text:
+            return Text(json.dumps({"answer": "the gist"}))
+        return Text(plan_lines(QUICK if "Why a new plan is needed" in text else first))
+
+    return script
+
+
+script = planner(SLOW)
 
 
 @pytest.fixture
@@ -89,13 +97,7 @@ STOPPED = [{"id": "slow", "tool": "sleep", "args": {"seconds": 60}, "estimate": 
            {"id": "write", "tool": "sleep", "args": {"seconds": 1}, "after": ["slow"], "estimate": {"duration": 40}}]
 
 
-def stopped_script(request: RecordedRequest) -> Reply:
-    text = " ".join(str(m.get("content")) for m in request.messages)
-    if "If the results answer the goal" in text:
-        return Text(json.dumps({"answer": "the gist"}))
-    if "Why a new plan is needed" in text:
-        return Text(plan_lines(QUICK))
-    return Text(plan_lines(STOPPED))
+stopped_script = planner(STOPPED)
 
 
 async def test_a_recovered_goal_run_keeps_its_deadline_pressure(journal_url: str) -> None:
@@ -117,18 +119,9 @@ async def test_a_recovered_goal_run_keeps_its_deadline_pressure(journal_url: str
     assert report["answer"] == "the gist"
 
 
-def sleeping(sid: str, seconds: float, estimate: float, after: list[str], **extra: Any) -> dict[str, Any]:
-    return {"id": sid, "tool": "sleep", "args": {"seconds": seconds}, "after": after,
-            "estimate": {"duration": estimate}, **extra}
-
-
-# As tests/allocate/test_pressure_server.py: once 'a' ends (3 s, estimated 1), the optional 'extra' (3 s) no longer
-# fits before the 5 s deadline. The plan says no pressure:, the request's deadline_pressure asks for it.
-LATE = {"steps": [sleeping("a", 3, 1, []), sleeping("b", 1, 1, ["a"]),
-                  sleeping("extra", 3, 3, ["a"], optional=True)]}
-
-
 async def test_a_posted_plans_deadline_pressure_takes_the_default_actions(journal_url: str) -> None:
+    # LATE (tests/allocate/test_pressure_server.py): once 'a' ends, the optional 'extra' no longer fits before the
+    # 5 s deadline. The plan says no pressure:, the request's deadline_pressure asks for it.
     async with start_live(journal_url) as live, live.client() as client:
         accepted = await client.post("/runs", json={"plan": LATE, "deadline": 5, "deadline_pressure": 0.5})
         assert accepted.status_code == 201, accepted.text
