@@ -89,6 +89,10 @@ class Live:
 
     def client(self, token: str | None = TOKEN, **kwargs: Any) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        # An idle connection is not reused after 2 s: uvicorn closes idle keep-alive connections after 5 s, and a
+        # request sent on one as it closes fails with ReadError (a test that waited ~5 s for a run's deadline, then
+        # asked for the run, failed so about 1 run in 5).
+        kwargs.setdefault("limits", httpx.Limits(keepalive_expiry=2.0))
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=httpx.Timeout(30.0), **kwargs)
 
     async def journal_events(self, run_id: str | None = None, after: int = 0) -> list[Event]:
