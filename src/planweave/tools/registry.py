@@ -220,7 +220,6 @@ class Tool:
 
 
 _PLAIN_OUTPUTS = frozenset({dict, list, str, int, float, bool, type(None)})
-_PLAIN_ANNOTATIONS = (dict, list, str, int, float, bool, type(None))
 
 
 def _returns_plain(fn: Callable[..., Any]) -> bool:
@@ -232,7 +231,7 @@ def _returns_plain(fn: Callable[..., Any]) -> bool:
         return False
     if hint is None:
         return True
-    return (typing.get_origin(hint) or hint) in _PLAIN_ANNOTATIONS
+    return (typing.get_origin(hint) or hint) in _PLAIN_OUTPUTS
 
 
 ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
