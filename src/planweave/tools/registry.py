@@ -231,7 +231,7 @@ def _returns_plain(fn: Callable[..., Any]) -> bool:
         return False
     if hint is None:
         return True
-    return (typing.get_origin(hint) or hint) in _PLAIN_OUTPUTS
+    return any((typing.get_origin(hint) or hint) is kind for kind in _PLAIN_OUTPUTS)  # hints need not hash
 
 
 ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
