@@ -60,7 +60,7 @@ from planweave.engine.speculative import resolve_policy
 from planweave.errors import PlanInvalid, RunNotFound
 from planweave.journal import Journal, default_journal_url
 from planweave.plan.defaults import check_seconds, with_default_timeout
-from planweave.plan.graph import validate_plan
+from planweave.plan.graph import Plan, validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Toolbox
 
@@ -624,10 +624,12 @@ def run(
             session = replace(session, executor=session.executor.for_plan(spec))
             capacities = {**spec.capacities, **flags}
             speculation = with_predictor(spec, speculate, predictor_model)
+            checked: Plan | None = None
             if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
                 # engine validates at start.
-                # Check everything before the journal is opened: an invalid plan leaves no trace there.
-                validate_plan(spec, toolbox, capacities, source=str(file))
+                # Check everything before the journal is opened: an invalid plan leaves no trace there. The engine
+                # takes the checked plan as it is (Plan.checked_against): a plan file is validated once.
+                checked = validate_plan(spec, toolbox, capacities, source=str(file))
             limits = Limits(concurrency or spec.concurrency or DEFAULT_CONCURRENCY, capacities)
 
             async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
@@ -638,9 +640,9 @@ def run(
                 tools = await _plan_tools(plan_model, stack, base, budget)
                 seam = plan_model.allocation if plan_model is not None else None
                 predictor = await open_predictor(stack, resolve_policy(spec, speculation), base_url, budget)
-                started = await engine.start(spec, tools=tools, run_id=run_id, source=str(file),
-                                             on_failure=on_failure, priority=priority, speculation=speculation,
-                                             predictor=predictor,
+                started = await engine.start(spec if checked is None else checked, tools=tools, run_id=run_id,
+                                             source=str(file), on_failure=on_failure, priority=priority,
+                                             speculation=speculation, predictor=predictor,
                                              limits=run_limits.journaled(
                                                  engine.clock.now(), plan_model.model if plan_model else None,
                                                  tiers=None if seam is None else seam.table.to_mapping(),

@@ -313,7 +313,8 @@ class Run:
                         return
                     finally:
                         self._ready.set()
-                    self._rewait()
+                    if kind != "run_created":  # a new run has nobody to wait for yet
+                        self._rewait()
                     self._pump()
                     if self._spec is not None:
                         self._spec.schedule()
@@ -1151,6 +1152,10 @@ class Engine:
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
+        A :class:`Plan` that :func:`~planweave.plan.graph.validate_plan` checked against the same capacities and
+        the same tool objects (``Plan.checked_against``) is not checked again: validate a plan once and start it
+        many times (rollouts, benchmarks) without paying for the checks each time.
+
         ``priority`` orders the run's model calls against other runs' at a shared endpoint (higher first); it is
         journaled (``options.priority`` of ``run_created``) and a resume keeps it.
 
@@ -1177,17 +1182,16 @@ class Engine:
         else:
             spec = parse_plan_document(plan, source)
         self._dispatch.adopt(spec)
-        validated = validate_plan(spec, catalog, self.capacities, source=source)
+        if isinstance(plan, Plan) and plan.version == 1 and plan.parent is None and plan.checked_against(
+                catalog, self.capacities):
+            validated = plan  # validated against these tools and capacities already: not again (RL rollouts, CLI)
+        else:
+            validated = validate_plan(spec, catalog, self.capacities, source=source)
         if run_id is None:
             run_id = uuid.uuid4().hex[:12]
         elif run_id in self._runs or await self.journal.read(run_id):
             raise RunError(f"run id '{run_id}' is already in the journal {self.journal.url}")
-        fields = validated.values  # in topological order, as the journaled list always was
-        idempotent = [
-            sid for sid in validated.order
-            if (fields[sid]["idempotent"] if fields[sid]["idempotent"] is not None
-                else catalog[fields[sid]["tool"]].idempotent)
-        ]
+        idempotent = validated.idempotent_steps(catalog)
         state = RunState(run_id, validated, idempotent)
         on_failure = on_failure or spec.on_failure or ("continue" if hold else "stop")
         policy = resolve_policy(spec, speculation)

@@ -140,7 +140,7 @@ class RunState:
         self.plan = plan
         self.idempotent = frozenset(idempotent)
         self.records = {sid: StepRecord(sid) for sid in plan.order}
-        self.waiting = {sid: len(plan.deps[sid]) for sid in plan.order}
+        self.waiting = dict(plan.in_degrees)
         self.status: RunStatus = "running"
         self.created_at: float | None = None
         self.finished_at: float | None = None
@@ -158,7 +158,7 @@ class RunState:
         self.answer: str | None = None
         self.failed_by: str | None = None  # why the run was ended failed on purpose (Run.fail): final, no resume
         self.on_failure: OnFailure = "continue"  # what a final step failure does; set by run_created
-        self.approvals: frozenset[str] = self._approval_steps(plan)
+        self.approvals: frozenset[str] = plan.approval_steps
         # Speculative attempts, for timelines: step, started_at, finished_at, outcome (running, adopted,
         # discarded: <reason>, interrupted); the attempts in flight by step; the cost of the discarded ones.
         self.speculations: list[dict[str, Any]] = []
@@ -307,7 +307,7 @@ class RunState:
             "model_started_at": None, "model_finished_at": None, "spliced_at": event.at,
             "added": list(self.plan.order), "kept": [], "adopted": [], "cancelled": [], "dropped": [],
         })
-        ready = [sid for sid in self.plan.order if self.waiting[sid] == 0]
+        ready = list(self.plan.roots)  # as run_created finds them: no step has finished
         for sid in ready:
             self._move(self.records[sid], "ready", event)
         return ready
@@ -396,10 +396,6 @@ class RunState:
         return NOTHING_READY
 
     # -- people in the run --------------------------------------------------------------------------------------------
-    @staticmethod
-    def _approval_steps(plan: Plan) -> frozenset[str]:
-        return frozenset(sid for sid, values in plan.values.items() if values["approval"])
-
     def needs_approval(self, sid: str) -> bool:
         """Whether ready step ``sid`` must wait for a person before it starts (its first attempt, not a fallback)."""
         rec = self.records[sid]
@@ -511,7 +507,7 @@ class RunState:
                 self._retire(rec, old_version, event, data.get("version"))
         self.plan = new_plan
         self.records = records
-        self.approvals = self._approval_steps(new_plan)
+        self.approvals = new_plan.approval_steps
         if self.root_cause is not None and (
             self.root_cause not in records or records[self.root_cause].status != "failed"
         ):  # the failed step was replaced: the failure is repaired, not the run's cause any more
@@ -591,19 +587,21 @@ class RunState:
             return "cancelled", self.error
         if self.failed_by is not None:
             return "failed", self.failed_by
-        failed = [r for r in self.records.values() if r.status == "failed"]
+        # One pass for the common case: every step succeeded, nothing to report.
+        left = [r for r in self.records.values() if r.status != "succeeded"]
+        failed = [r for r in left if r.status == "failed"]
         if failed:
             root = self.records[self.root_cause] if self.root_cause else failed[0]
             more = f" ({len(failed) - 1} other step(s) failed too)" if len(failed) > 1 else ""
             return "failed", f"step '{root.id}' failed: {root.error}{more}"
-        unknown = self.unknown_steps()
+        unknown = [r.id for r in left if r.status == "unknown"]
         if unknown:
             names = ", ".join(f"'{u}'" for u in unknown)
             return "failed", (
                 f"step(s) {names} were running when the run was interrupted and are not idempotent: their outcome is "
                 f"unknown. Check their effects, then run `planweave resume {self.run_id} --retry-unknown`."
             )
-        blocked = [r.id for r in self.records.values() if r.status == "pending"]
+        blocked = [r.id for r in left if r.status == "pending"]
         if blocked:
             return "failed", f"{len(blocked)} step(s) could not start: " + ", ".join(blocked[:10])
         return "succeeded", None

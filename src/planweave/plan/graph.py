@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -65,6 +65,22 @@ class Plan:
             prints[sid] = _fingerprint(self.steps[sid], self.templates[sid], self.deps[sid], prints)
         return prints
 
+    # What every run of this plan starts from, derived once per plan (a plan validated once may start many runs).
+    @cached_property
+    def in_degrees(self) -> Mapping[str, int]:
+        """Per step, how many steps it depends on."""
+        return {sid: len(self.deps[sid]) for sid in self.order}
+
+    @cached_property
+    def roots(self) -> tuple[str, ...]:
+        """The steps that depend on none, in plan order."""
+        return tuple(sid for sid in self.order if not self.deps[sid])
+
+    @cached_property
+    def approval_steps(self) -> frozenset[str]:
+        """The steps that wait for a person's approval (``approval:``)."""
+        return frozenset(sid for sid, values in self.values.items() if values["approval"])
+
     @cached_property
     def slack(self) -> Mapping[str, float]:
         """Per step, the seconds it may start late without delaying the plan (0 on the critical path), from the
@@ -76,6 +92,34 @@ class Plan:
             return dict.fromkeys(self.order, 0.0)
         durations = {sid: self.steps[sid].duration_estimate for sid in self.order}
         return slacks(self.order, self.deps, self.rank, durations, self.makespan_lower_bound)
+
+    def checked_against(self, tools: ToolCatalog, capacities: Mapping[str, int]) -> bool:
+        """Whether :func:`validate_plan` checked this plan against these capacities and, for every tool the plan
+        names, the very tool ``tools`` holds under that name now (tools are immutable: the checks would agree)."""
+        checked = self._meta.get("checked")
+        if checked is None:
+            return False
+        return checked[0] == dict(capacities) and _same_tools(tools, checked[1])
+
+    def idempotent_steps(self, tools: ToolCatalog) -> list[str]:
+        """The steps that may run twice (a step's ``idempotent``, else its tool's), in plan order.
+
+        Kept on the plan for the next run of it when these are the tools it was checked against. The list is
+        journaled in ``run_created``, whose data is never mutated: runs may share it.
+        """
+        checked = self._meta.get("checked")
+        same = checked is not None and _same_tools(tools, checked[1])
+        if same and "idempotent" in self._meta:
+            return cast(list[str], self._meta["idempotent"])
+        fields = self.values
+        idempotent = [
+            sid for sid in self.order
+            if (fields[sid]["idempotent"] if fields[sid]["idempotent"] is not None
+                else tools[fields[sid]["tool"]].idempotent)
+        ]
+        if same:
+            self._meta["idempotent"] = idempotent
+        return idempotent
 
     def to_document(self) -> dict[str, Any]:
         """The plan as a JSON-ready plan-file document (as written: defaults are not folded into the steps).
@@ -93,6 +137,11 @@ class Plan:
         if spec.defaults.model_fields_set:
             document["defaults"] = {**_explicit_defaults(spec.defaults), **document.get("defaults", {})}
         return {"steps": steps, **document}
+
+
+def _same_tools(tools: ToolCatalog, checked: Mapping[str, Any]) -> bool:
+    """Whether ``tools`` holds, under every name in ``checked``, the very tool object kept there."""
+    return all(tools.get(name) is tool for name, tool in checked.items())
 
 
 _PLAIN_STEP_KEYS = frozenset({"id", "tool", "args", "after", "description"})
@@ -323,7 +372,7 @@ def validate_plan(
     frozen_dependents = {sid: tuple(v) for sid, v in dependents.items()}
     rank = upward_ranks(order, frozen_dependents, durations)
     bound, path = critical_path(order, deps, frozen_dependents, rank)
-    return Plan(
+    plan = Plan(
         spec=spec,
         version=version,
         parent=parent,
@@ -340,3 +389,17 @@ def validate_plan(
         critical_path=tuple(path),
         values=values_of,
     )
+    _record_checks(plan, tools, capacities)
+    return plan
+
+
+def _record_checks(plan: Plan, tools: ToolCatalog | None, capacities: Mapping[str, int] | None) -> None:
+    """Keep on ``plan`` what every check ran against (Plan.checked_against): the capacities and each tool it names.
+
+    Nothing when the tool or capacity checks did not run."""
+    if tools is None or capacities is None:
+        return
+    values = plan.values.values()
+    used = {fields["tool"] for fields in values}
+    used.update(fields["fallback"].tool for fields in values if fields["fallback"] is not None)
+    plan._meta["checked"] = (dict(capacities), {name: tools.get(name) for name in used})
