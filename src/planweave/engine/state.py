@@ -205,7 +205,7 @@ class RunState:
                 child.finished_at = event.at
                 stack.extend(self.plan.dependents[child.id])
 
-    def _release_dependents(self, sid: str, event: Event) -> Sequence[str]:
+    def _release_dependents(self, sid: str) -> Sequence[str]:
         ready: list[str] | None = None
         waiting = self.waiting
         records = self.records
@@ -236,35 +236,45 @@ class RunState:
     # One handler per kind of event, each given the event's payload as its kind's type (engine/events.py); _FOLD,
     # after the class, maps the kinds to them. The step events are the hot path: the engine folds several per step.
     def _step_started(self, event: Event, data: StepStartedData) -> Sequence[str]:
-        rec = self.records[event.step]  # type: ignore[index]
+        return self.step_started(event.step, event.at, data)  # type: ignore[arg-type]
+
+    def _step_succeeded(self, event: Event, data: StepSucceededData) -> Sequence[str]:
+        return self.step_succeeded(event.step, event.at, data)  # type: ignore[arg-type]
+
+    # The fold of the two events every attempt has, callable without the event: a run whose events nobody can see
+    # (a journal that keeps nothing, no listener) folds them without building them (Run._emit_step).
+    def step_started(self, sid: str, at: float, data: StepStartedData) -> Sequence[str]:
+        """Fold a ``step_started`` event of step ``sid`` at ``at``."""
+        rec = self.records[sid]
         if rec.status == "ready":  # the common transition, inlined: both states count as active
             rec.status = "running"
         else:
-            self._move(rec, "running", event)
+            self._move(rec, "running", Event(self.run_id, "step_started", at, sid, data))
         rec.attempts = data["attempt"]
         rec.retry_at = None
         if rec.started_at is None:
-            rec.started_at = event.at
-        entry: AttemptEntry = (rec.attempts, event.at, None, "running")
+            rec.started_at = at
+        entry: AttemptEntry = (rec.attempts, at, None, "running")
         if rec.attempt_log:
             rec.attempt_log.append(entry)
         else:
             rec.attempt_log = [entry]
         return NOTHING_READY
 
-    def _step_succeeded(self, event: Event, data: StepSucceededData) -> Sequence[str]:
-        rec = self.records[event.step]  # type: ignore[index]
+    def step_succeeded(self, sid: str, at: float, data: StepSucceededData) -> Sequence[str]:
+        """Fold a ``step_succeeded`` event of step ``sid`` at ``at``; return the steps it made ready."""
+        rec = self.records[sid]
         if rec.status == "running":  # the common transition, inlined
             rec.status = "succeeded"
             self.active -= 1
         else:
-            self._move(rec, "succeeded", event)
-        rec.finished_at = event.at
+            self._move(rec, "succeeded", Event(self.run_id, "step_succeeded", at, sid, data))
+        rec.finished_at = at
         rec.output_ref = data.get("output")
         rec.error = None
         rec.given = None
-        self._close_attempt(rec, event.at, "succeeded")
-        return self._release_dependents(rec.id, event)
+        self._close_attempt(rec, at, "succeeded")
+        return self._release_dependents(sid)
 
     def _step_failed(self, event: Event, data: StepFailedData) -> Sequence[str]:
         rec = self.records[event.step]  # type: ignore[index]
