@@ -297,6 +297,11 @@ class Run:
         approvals = self.state.approvals
         spec = self._spec
         left = len(ready)
+        if not approvals and spec is None:  # nobody approves and nothing speculates: every step is queued
+            for sid in ready:
+                enqueue(self, sid, now, left)
+                left -= 1
+            return
         for sid in ready:
             if approvals and sid in approvals and self.state.needs_approval(sid):
                 self._request_approval(sid)
@@ -473,7 +478,6 @@ class Run:
         """One attempt of a step (:mod:`planweave.engine.attempt`), from its write-ahead record to its outcome."""
         plan = self.state.plan
         sid = rec.id
-        step = plan.steps[sid]
         fields = plan.values[sid]  # the step's fields without pydantic's attribute hook (Plan.values)
         try:
             try:
@@ -495,7 +499,7 @@ class Run:
                 if fields["timeout"] is None and fields["heartbeat"] is None:
                     output = await self._executor.execute(call)
                 else:
-                    output = await _attempt.guarded(self._executor, call, step, self._watchdogs)
+                    output = await _attempt.guarded(self._executor, call, plan.steps[sid], self._watchdogs)
                 host = self._host
                 output, ref = _attempt.store_output(output, sid, self._journal, limit=host.max_output_bytes,
                                                     redact=host.redact)
@@ -503,10 +507,10 @@ class Run:
                 task = asyncio.current_task()
                 if task is not None and task.cancelling():
                     raise  # the run is cancelled, the step was spliced out, or the engine is closing
-                self._fail(rec, step, attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
+                self._fail(rec, plan.steps[sid], attempt, RuntimeError(f"tool raised CancelledError: {exc}"))
             except JournalError as exc:
                 if isinstance(exc, EventNotRecorded):
-                    self._fail(rec, step, attempt, exc)
+                    self._fail(rec, plan.steps[sid], attempt, exc)
                 else:
                     self._stop_unrecordable(exc)
             except (Exception, SystemExit, KeyboardInterrupt) as exc:
@@ -514,7 +518,7 @@ class Run:
                 # process. A real Ctrl-C never arrives here: the CLI turns SIGINT into a cancellation of its main task.
                 if rec.status == "cancelled":
                     return  # the run was stopped, and the step with it, a turn before its task saw the cancellation
-                self._fail(rec, step, attempt, exc)
+                self._fail(rec, plan.steps[sid], attempt, exc)
             else:
                 if rec.status == "cancelled":
                     return  # as above: the outcome came too late, the step is over

@@ -76,7 +76,7 @@ def canonical_output(value: Any, *, step: str, limit: int | None = None) -> Enco
     if (kind is dict or kind is list) and not value and (limit is None or limit >= 2):
         # {} or [] (what `noop` and many side-effect tools return): known bytes and reference, a fresh container
         # as decoding would give; no encoding, hash or decode (docs/benchmarks.md, "the empty output").
-        return EncodedOutput(*_EMPTY[kind], kind())
+        return _new_tuple(EncodedOutput, (*_EMPTY[kind], kind()))  # without the NamedTuple's Python __new__
     data = _dump_output(value, step)
     if limit is not None and len(data) > limit:
         raise OutputNotSerialisable(
@@ -88,6 +88,7 @@ def canonical_output(value: Any, *, step: str, limit: int | None = None) -> Enco
     return EncodedOutput(ref, data, decode_blob(data))
 
 
+_new_tuple = tuple.__new__
 _NONE = EncodedOutput(hashlib.sha256(b"null").hexdigest(), b"null", None)
 _EMPTY: dict[type, tuple[str, bytes]] = {
     t: (hashlib.sha256(b).hexdigest(), b) for t, b in ((dict, b"{}"), (list, b"[]"))
