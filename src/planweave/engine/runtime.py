@@ -297,11 +297,6 @@ class Run:
         approvals = self.state.approvals
         spec = self._spec
         left = len(ready)
-        if not approvals and spec is None:  # nobody approves and nothing speculates: every step is queued
-            for sid in ready:
-                enqueue(self, sid, now, left)
-                left -= 1
-            return
         for sid in ready:
             if approvals and sid in approvals and self.state.needs_approval(sid):
                 self._request_approval(sid)

@@ -588,9 +588,6 @@ class RunState:
         return ready
 
     # -- views -------------------------------------------------------------------------------------------------
-    def unknown_steps(self) -> list[str]:
-        return [r.id for r in self.records.values() if r.status == "unknown"]
-
     def outcome(self) -> tuple[RunStatus, str | None]:
         """The status and error a run that has no active step ends with."""
         if self.status == "cancelled":

@@ -68,7 +68,7 @@ from planweave.server.limits import (
     open_server_model,
     resume_within_limits,
     start_deadline,
-    watch_plan_pressure,
+    watch_plan,
 )
 from planweave.server.live import LiveServer, ServerError
 from planweave.server.memory import MemoryAccess
@@ -364,18 +364,12 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
                                            limits=limits.journaled(state.engine.clock.now(),
                                                                    pressure=submission.deadline_pressure),
                                            priority=submission.priority)
-            watch_plan_pressure(run, limits, threshold=submission.deadline_pressure)
+            watch_plan(state.engine, run, limits, threshold=submission.deadline_pressure)
         else:
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
                                                submission.priority, tiers=checked_tiers(submission.tiers),
                                                pressure=submission.deadline_pressure)
         start_deadline(state.engine, run, limits)
-        if limits.deadline is not None or limits.budget_usd is not None:  # the dashboard shows its forecast
-            from planweave.forecast.live import LiveOptions, start_live_forecast
-
-            start_live_forecast(state.engine, run, LiveOptions(
-                limits.deadline, limits.budget_usd, concurrency=state.engine.concurrency,
-                capacities=dict(state.engine.capacities)))
     # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
     await state.engine.journal.flush()
     response.headers["Location"] = f"/runs/{quote(run.id)}"

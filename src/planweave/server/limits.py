@@ -123,7 +123,7 @@ class ServerModel:
                                       source=source, priority=priority, limits=limits.journaled(
                                           now, self.client.model,
                                           tiers=None if tiers is None else tiers.to_mapping(), pressure=pressure))
-        watch_plan_pressure(run, limits, seam, threshold=pressure)
+        watch_plan(self.engine, run, limits, seam, threshold=pressure)
         return run
 
     def planning_loop(self, limits: RunLimits, *, context: Literal["references", "summary"] | None = None,
@@ -215,19 +215,17 @@ def checked_tiers(doc: Any, *, where: str = "tiers") -> TierTable | None:
             from None
 
 
-def watch_plan_pressure(run: Run, limits: RunLimits, seam: AllocationSeam | None = None, *,
-                        threshold: float | None = None) -> None:
-    """Deadline pressure on a plan run with a deadline whose plan says ``pressure:`` or whose request gave a
-    ``threshold`` (``deadline_pressure``, in place of the plan's ``p_deadline``): its live forecast, started in the
-    same loop turn, drives it; ``seam``: the allocator its ``faster_tiers`` hurries."""
-    from planweave.allocate.pressure import policy_for
+def watch_plan(engine: Engine, run: Run, limits: RunLimits, seam: AllocationSeam | None = None, *,
+               threshold: float | None = None) -> None:
+    """A posted plan run's live forecast (with a deadline or a dollar budget: the dashboard shows it) and, with a
+    deadline, the deadline pressure its plan's ``pressure:`` or the request's ``threshold`` (``deadline_pressure``,
+    in place of the plan's ``p_deadline``) asks for; ``seam``: the allocator its ``faster_tiers`` hurries."""
+    created = run.state.created_at
+    deadline_at = None if limits.deadline is None or created is None else created + limits.deadline
+    from planweave.allocate.pressure_watch import forecast_and_watch
 
-    pressure = policy_for(run.plan.spec.pressure, threshold, where="deadline_pressure")
-    if pressure is None or limits.deadline is None:
-        return
-    from planweave.allocate.pressure_watch import PressureWatch
-
-    PressureWatch(run, pressure, seam=seam)
+    forecast_and_watch(engine, run, deadline_at=deadline_at, budget_usd=limits.budget_usd, threshold=threshold,
+                       seam=seam)
 
 
 def start_deadline(engine: Engine, run: Run, limits: RunLimits) -> None:
