@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from planweave import RunNotFound, VirtualClock, __version__, open_engine, run_virtual
 from planweave.cli.main import JournaledRun, app, read_run
 from planweave.cli.views import LiveRunView, format_duration, live_view
+from planweave.engine import COMPILED
 from tests.processes import read_until, running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -743,7 +744,8 @@ def test_durations_read_naturally(seconds: float | None, text: str) -> None:
 def test_version() -> None:
     result = invoke("--version")
     assert result.exit_code == 0
-    assert result.stdout.strip() == f"planweave {__version__}"
+    build = "engine compiled with mypyc" if COMPILED else "pure Python"
+    assert result.stdout.strip() == f"planweave {__version__} ({build})"
 
 
 def test_bench_engine_forwards_its_options(monkeypatch: pytest.MonkeyPatch) -> None:

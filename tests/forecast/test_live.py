@@ -101,7 +101,7 @@ def test_the_runs_of_one_engine_share_one_budget() -> None:
             lives = [await task for task in tasks]
             for live in lives:
                 await live.wait()
-            budget = live_module._budgets[engine]
+            budget = engine.shared[live_module.ForecastBudget]
             alone = LiveForecast(runs[0], engine.clock, None, LiveOptions(runs=20))
             return lives, budget.spent_s, alone.allowance()
 

@@ -49,7 +49,7 @@ from planweave.bench.peers import (
     SystemUnavailable,
 )
 from planweave.bench.workloads import Workload, critical_path, fan_out, latency_random, layered, plan_document, uneven
-from planweave.engine import Engine, Run
+from planweave.engine import COMPILED, Engine, Run
 from planweave.errors import PlanweaveError
 from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.tools import builtin_tools
@@ -332,6 +332,7 @@ async def run_benchmark(settings: Settings, progress: Callable[[str], None] = _p
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": _machine(),
         "planweave": _version("pw-null"),
+        "engine": "engine compiled with mypyc" if COMPILED else "pure Python",
         "settings": {
             "sizes": list(settings.sizes),
             "repeats": settings.repeats,
@@ -562,7 +563,8 @@ def render_table(results: dict[str, Any]) -> str:  # noqa: C901 (a table: one br
     machine = results["machine"]
     notes = [
         "",
-        f"planweave {results['planweave']}, {results['date']} on {machine['cpus']} CPUs ({machine['cpu']}), "
+        f"planweave {results['planweave']} ({results.get('engine', 'pure Python')}), {results['date']} on "
+        f"{machine['cpus']} CPUs ({machine['cpu']}), "
         f"Python {machine['python']}, "
         f"{machine['platform']}; overhead best of {results['settings']['repeats']}, "
         f"makespan best of {results['settings']['latency_repeats']}, budget {results['settings']['budget_s']:g} s "

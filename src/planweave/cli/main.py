@@ -67,7 +67,9 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"planweave {__version__}")
+        from planweave.engine import COMPILED
+
+        typer.echo(f"planweave {__version__} ({'engine compiled with mypyc' if COMPILED else 'pure Python'})")
         raise typer.Exit()
 
 

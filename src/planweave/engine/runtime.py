@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Se
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import FrameType
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from planweave.clock import Clock, RealClock
 from planweave.engine import attempt as _attempt
@@ -33,6 +33,7 @@ from planweave.engine.dispatch import Dispatcher
 from planweave.engine.events import Event, EventKind
 from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
 from planweave.engine.loopwatch import LoopWatch
+from planweave.engine.protocols import Closable, PlanSeal
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.speculation import Predictor
 from planweave.engine.speculative import Speculator, resolve_policy
@@ -53,22 +54,6 @@ from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, Speculation
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
-
-
-@runtime_checkable
-class PlanSeal(Protocol):
-    """A ``redact`` that also keeps secrets out of the plans the journal keeps
-    (:class:`planweave.tools.safety.SecretRedactor`)."""
-
-    def __call__(self, value: Any) -> Any: ...
-
-    def seal(self, event: Event) -> Event:
-        """``event`` (``run_created``, ``plan_version`` or ``steps_added``) as it may be journaled."""
-        ...
-
-    def unseal(self, events: Sequence[Event]) -> list[Event]:
-        """Journaled events with the plans' secrets put back (raises RunError naming what is missing)."""
-        ...
 
 
 def _sealing(append: Callable[[Event], None], seal: PlanSeal) -> Callable[[Event], None]:
@@ -324,30 +309,16 @@ class Run:
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
+                failure: BaseException | None = None
                 try:
-                    try:
-                        self._emit(kind, None, data)
-                    except EventNotRecorded as exc:
-                        self._refused = exc  # nothing was journaled or applied: _begin reports it, no run_finished
-                        return
-                    finally:
-                        self._ready.set()
-                    if kind != "run_created":  # a new run has nobody to wait for yet
-                        self._rewait()
-                    self._pump()
-                    if self._spec is not None:
-                        self._spec.schedule()
-                    self._check_done()
-                    await self._done.wait()
-                    if self._spec is not None:
-                        self._spec.close()
-                    for timer in self._timers.values():
-                        timer.cancel()
-                except BaseException:
+                    await self._drive(kind, data)
+                except BaseException as exc:
                     self._stop_attempts()  # as the TaskGroup does with its own tasks when it exits this way
-                    raise
-                finally:
-                    await self._join_attempts()
+                    failure = exc
+                # Not in a `finally`: mypyc (setup.py) miscompiles an await there (a stale CancelledError came out).
+                await self._join_attempts()
+                if failure is not None:
+                    raise failure
         except asyncio.CancelledError:
             if self._cancel_reason is None:  # the engine is closing: leave the run resumable, record nothing
                 if not self._result.done():
@@ -363,6 +334,8 @@ class Run:
             crashed = exc
         finally:
             self._tg = None
+        if self._refused is not None:
+            return  # nothing was journaled or applied: begin reports it, and there is no run_finished
         status: RunStatus
         error: str | None
         if crashed is not None:
@@ -378,6 +351,27 @@ class Run:
         self._result.set_result(
             RunResult(self.id, status, error, self.outputs, self.state)
         )
+
+    async def _drive(self, kind: EventKind, data: Mapping[str, Any]) -> None:
+        """The run inside its TaskGroup: its first event, then until no step is active (or it is stopped)."""
+        try:
+            self._emit(kind, None, data)
+        except EventNotRecorded as exc:
+            self._refused = exc
+            return
+        finally:
+            self._ready.set()
+        if kind != "run_created":  # a new run has nobody to wait for yet
+            self._rewait()
+        self._pump()
+        if self._spec is not None:
+            self._spec.schedule()
+        self._check_done()
+        await self._done.wait()
+        if self._spec is not None:
+            self._spec.close()
+        for timer in self._timers.values():
+            timer.cancel()
 
     def _stop_attempts(self) -> None:
         """The run is ending early (cancelled, interrupted, crashed): start no attempt, cancel those in flight."""
@@ -1000,6 +994,10 @@ class Engine:
         self._control_task: asyncio.Task[None] | None = None
         self._loop_watch: LoopWatch | None = None
         self._spawned: set[asyncio.Task[Any]] = set()  # Engine.spawn's tasks still going: cancelled at close
+        # What the engine's adapters keep per engine, keyed by their own type (the live forecasts' shared refresh
+        # budget): it lives as long as the engine. Not a WeakKeyDictionary of engines: a compiled Engine (setup.py)
+        # cannot be weakly referenced.
+        self.shared: dict[type, Any] = {}
         self._host = RunHost(self.clock, journal, self.executor, self._dispatch, redact, self.seal, max_output_bytes,
                              self._listeners, self._start_run_task, self._forget, cache)
 
@@ -1078,11 +1076,12 @@ class Engine:
         run.warn_blocked(sid, {"tool": tool, "where": at}, since)
 
     def _blocking_step(self, task: asyncio.Task[object] | None, frame: FrameType | None) -> tuple[Run, str] | None:
-        """The (run, step) whose tool call ``frame`` is inside, if ``task`` is a step attempt of this engine."""
-        callee = None
-        while frame is not None and frame.f_code is not _EXECUTE_CODE:
-            callee, frame = frame, frame.f_back
-        if frame is None or callee is None or callee.f_code.co_name not in ("execute", "guarded"):
+        """The (run, step) whose tool is running in ``frame``, if ``task`` is a step attempt of this engine.
+
+        The innermost Python frame decides: in planweave's own code (bar the built-in tools) it is the engine's work,
+        not the tool's. Not a walk up to the attempt's frame: a compiled engine (setup.py) has no Python frames.
+        """
+        if frame is None or _own_code(frame.f_code.co_filename):
             return None  # not inside a tool call: the engine's own work (or none of ours) blocked the loop
         for run in list(self._runs.values()):
             sid = run.step_of(task)
@@ -1101,17 +1100,22 @@ class Engine:
         for task in list(self._spawned):  # e.g. a planner waiting for its run: it must not keep the engine open
             task.cancel()
         exc_type = exc_info[0]
+        failure: BaseException | None = None
         try:
             if exc_type is not None and not issubclass(exc_type, asyncio.CancelledError):
                 # Python 3.11's TaskGroup would wrap the body's exception in an ExceptionGroup: let it propagate.
                 await self._tg_cm.__aexit__(None, None, None)
-                return
-            await self._tg_cm.__aexit__(*exc_info)
-        finally:
-            if isinstance(self.tools, _Closable):  # e.g. a Toolbox: its http.* connection pool
-                await self.tools.aclose()
-            if isinstance(self.executor, _Closable):  # e.g. a ThreadExecutor's worker thread
-                await self.executor.aclose()
+            else:
+                await self._tg_cm.__aexit__(*exc_info)
+        except BaseException as exc:
+            failure = exc
+        # Not in a `finally`: mypyc (setup.py) miscompiles an await there (a stale CancelledError came out).
+        if isinstance(self.tools, Closable):  # e.g. a Toolbox: its http.* connection pool
+            await self.tools.aclose()
+        if isinstance(self.executor, Closable):  # e.g. a ThreadExecutor's worker thread
+            await self.executor.aclose()
+        if failure is not None:
+            raise failure
 
     def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str | None = None) -> asyncio.Task[Any]:
         """Run ``coro`` in the engine's task group (e.g. a planning loop): it is cancelled when the engine closes."""
@@ -1296,12 +1300,6 @@ _log = logging.getLogger("planweave.engine")
 _RECORDED: tuple[EventKind, ...] = ("model_call", "escalation", "answer", "warning", "allocation", "forecast")
 
 
-@runtime_checkable
-class _Closable(Protocol):
-    """A tool catalog holding resources (a :class:`~planweave.tools.Toolbox`): the engine closes its own."""
-
-    async def aclose(self) -> None: ...
-_EXECUTE_CODE = Run._execute.__code__
 
 
 def _journal_warning(run: Run, sid: str, data: Mapping[str, Any], since: float) -> None:
@@ -1311,6 +1309,15 @@ def _journal_warning(run: Run, sid: str, data: Mapping[str, Any], since: float) 
         message = (f"tool '{data['tool']}' blocked the event loop for {blocked_s:.1f}s (in {data['where']}): "
                    "an async tool must not block, and its timeout cannot fire while it does")
         run.record("warning", {**data, "message": message, "blocked_s": round(blocked_s, 3)}, sid)
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_TOOLS_DIR = os.path.join(_PACKAGE_DIR, "tools") + os.sep
+
+
+def _own_code(filename: str) -> bool:
+    """Whether ``filename`` is planweave's own code, the built-in tools excepted (they are tools like any other)."""
+    return filename.startswith(_PACKAGE_DIR) and not filename.startswith(_TOOLS_DIR)
 
 
 def _location(frame: FrameType | None) -> str:

@@ -476,7 +476,11 @@ class RunState:
         version = int(data.get("version", self.plan.version))
         # Lines of a planner that is still writing may land after a re-plan spliced a newer version in: they are
         # recorded on the version that wrote them, and extend whatever version is current.
-        entry = next((v for v in reversed(self.versions) if v["version"] == version), None)
+        entry: dict[str, Any] | None = None
+        for known in self.versions[::-1]:  # not reversed(): mypyc fails on it here (an internal error)
+            if known["version"] == version:
+                entry = known
+                break
         if entry is None:
             entry = {"version": version, "parent": self.plan.version if version != self.plan.version else None,
                      "trigger": data.get("trigger", "plan"), "model_started_at": None,

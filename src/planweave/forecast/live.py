@@ -19,7 +19,6 @@ import asyncio
 import functools
 import logging
 import time
-import weakref
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,9 +58,6 @@ class ForecastBudget:
 
     def allowance(self) -> float:
         return INITIAL_ALLOWANCE_S + self.share * (time.perf_counter() - self.began) - self.spent_s
-
-
-_budgets: weakref.WeakKeyDictionary[Any, ForecastBudget] = weakref.WeakKeyDictionary()  # engine -> its budget
 
 
 class ForecastedRun(Protocol):
@@ -253,8 +249,8 @@ def start_live_forecast(engine: Engine, run: Run, options: LiveOptions) -> async
     tasks of the engine's."""
     budget = None
     if options.share is not None:
-        budget = _budgets.get(engine)
+        budget = engine.shared.get(ForecastBudget)  # the runs of one engine share one budget
         if budget is None:
-            budget = _budgets[engine] = ForecastBudget(options.share)
+            budget = engine.shared[ForecastBudget] = ForecastBudget(options.share)
     return engine.spawn(watch_forecast(run, engine.clock, engine.journal, options, spawn=engine.spawn,
                                        budget=budget), name=f"planweave-forecast-{run.id}")
