@@ -20,7 +20,6 @@ from setuptools import setup
 COMPILED = [
     "src/planweave/engine/attempt.py",
     "src/planweave/engine/dispatch.py",
-    "src/planweave/engine/executor.py",
     "src/planweave/engine/runtime.py",
     "src/planweave/engine/scheduler.py",
     "src/planweave/engine/state.py",

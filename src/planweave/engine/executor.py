@@ -123,15 +123,14 @@ class ThreadExecutor:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
-        # Not `_thread`: mypyc (setup.py) names the attribute's C field after it, and `__thread` is a C keyword.
-        self._worker: threading.Thread | None = None
+        self._thread: threading.Thread | None = None
 
     def _worker_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="planweave-executor", daemon=True)
             thread.start()
-            self._loop, self._worker = loop, thread
+            self._loop, self._thread = loop, thread
         return self._loop
 
     async def execute(self, call: ToolCall) -> Any:
@@ -153,8 +152,8 @@ class ThreadExecutor:
 
     async def aclose(self) -> None:
         """Stop the worker loop and its thread (calls still running there are abandoned)."""
-        loop, thread = self._loop, self._worker
-        self._loop = self._worker = None
+        loop, thread = self._loop, self._thread
+        self._loop = self._thread = None
         if loop is None or thread is None:
             return
         loop.call_soon_threadsafe(loop.stop)
