@@ -129,7 +129,7 @@ def test_plan_versions_and_streamed_steps_rebase_the_records_and_record_each_ver
         None, frozenset({"a", "c"}), 2, {"a": 0, "k": 0, "b": 1, "c": 0})
     assert [(v, r.id, r.status, r.error, r.finished_at, r.attempt_log) for v, r in s.retired] == [
         (1, "a", "failed", "boom", 2.0, [(1, 1.0, 2.0, "failed")]),
-        (1, "b", "skipped", "dependency 'a' failed", 2.0, ()),
+        (1, "b", "skipped", "dependency 'a' failed", 2.0, []),
         (1, "w", "cancelled", "replaced by plan version 2", 5.0, [(1, 2.0, 5.0, "cancelled")]),
     ]
     assert s.versions[-1] == {

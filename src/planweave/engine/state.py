@@ -75,8 +75,11 @@ class StepRecord:
 
     __slots__ = (
         "approved",
-        "attempt_log",
+        "attempt_finished_at",
+        "attempt_outcome",
+        "attempt_started_at",
         "attempts",
+        "earlier_attempts",
         "error",
         "error_kind",
         "fallback_active",
@@ -116,9 +119,36 @@ class StepRecord:
         self.reply: Mapping[str, Any] | None = None  # a reply another process journaled, not applied yet
         self.resumable = False  # cancelled by a stopping run: a resume runs it again
         self.speculative = False  # its attempt started speculatively, on predicted inputs, and was adopted
-        # (attempt, started_at, finished_at or None, outcome) per attempt, for timelines.
-        # A shared empty tuple until the first attempt: a run of 10,000 steps should not start with 10,000 lists.
-        self.attempt_log: list[AttemptEntry] | tuple[()] = ()
+        # The attempts, for timelines (attempt_log). The current (or last) one in three fields, the earlier ones as
+        # (attempt, started_at, finished_at or None, outcome) entries: most steps have one attempt, and a list and
+        # two tuples per step were 12 % of a compiled no-op step at 10,000 steps (docs/benchmarks.md, "a compiled
+        # engine"). A shared empty tuple until a second attempt.
+        self.attempt_started_at: float | None = None
+        self.attempt_finished_at: float | None = None
+        self.attempt_outcome: AttemptOutcome = "running"
+        self.earlier_attempts: list[AttemptEntry] | tuple[()] = ()
+
+    @property
+    def attempt_log(self) -> list[AttemptEntry]:
+        """``(attempt, started_at, finished_at or None, outcome)`` per attempt, oldest first (a new list)."""
+        if self.attempt_started_at is None:
+            return list(self.earlier_attempts)
+        return [*self.earlier_attempts,
+                (self.attempts, self.attempt_started_at, self.attempt_finished_at, self.attempt_outcome)]
+
+    def _begin_attempt(self, attempt: int, at: float) -> None:
+        """Attempt ``attempt`` started at ``at``: the one before it (if any) joins the earlier ones."""
+        if self.attempt_started_at is not None:
+            entry: AttemptEntry = (self.attempts, self.attempt_started_at, self.attempt_finished_at,
+                                   self.attempt_outcome)
+            if self.earlier_attempts:
+                self.earlier_attempts.append(entry)
+            else:
+                self.earlier_attempts = [entry]
+        self.attempts = attempt
+        self.attempt_started_at = at
+        self.attempt_finished_at = None
+        self.attempt_outcome = "running"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -250,15 +280,14 @@ class RunState:
             rec.status = "running"
         else:
             self._move(rec, "running", Event(self.run_id, "step_started", at, sid, data))
-        rec.attempts = data["attempt"]
         rec.retry_at = None
         if rec.started_at is None:
             rec.started_at = at
-        entry: AttemptEntry = (rec.attempts, at, None, "running")
-        if rec.attempt_log:
-            rec.attempt_log.append(entry)
+        if rec.attempt_started_at is None:  # the first attempt, inlined: nothing to move to the earlier ones
+            rec.attempts = data["attempt"]
+            rec.attempt_started_at = at
         else:
-            rec.attempt_log = [entry]
+            rec._begin_attempt(data["attempt"], at)
         return NOTHING_READY
 
     def step_succeeded(self, sid: str, at: float, data: StepSucceededData) -> Sequence[str]:
@@ -381,11 +410,10 @@ class RunState:
         started = float(data.get("started_at", event.at))
         rec.speculative = True
         rec.started_at = started if rec.started_at is None else min(rec.started_at, started)
-        log = rec.attempt_log
         real_start = event.at
-        if isinstance(log, list) and log and log[-1][2] is None:
-            real_start = min(real_start, log[-1][1])  # when the step started on its real inputs
-            log[-1] = (log[-1][0], started, None, log[-1][3])
+        if rec.attempt_started_at is not None and rec.attempt_finished_at is None:
+            real_start = min(real_start, rec.attempt_started_at)  # when the step started on its real inputs
+            rec.attempt_started_at = started
         entry = self._speculating.pop(str(data.get("draft_step", rec.id)), None)  # a draft's id may differ
         if entry is not None:
             entry["outcome"] = "adopted"
@@ -556,9 +584,9 @@ class RunState:
         self.retired.append((version, rec))
 
     def _close_attempt(self, rec: StepRecord, at: float, outcome: AttemptOutcome) -> None:
-        log = rec.attempt_log
-        if isinstance(log, list) and log and log[-1][2] is None:
-            log[-1] = (log[-1][0], log[-1][1], at, outcome)  # tuples of atoms: the GC stops tracking them
+        if rec.attempt_started_at is not None and rec.attempt_finished_at is None:
+            rec.attempt_finished_at = at
+            rec.attempt_outcome = outcome
 
     def _run_resumed(self, event: Event, data: RunResumedData) -> Sequence[str]:
         retry_unknown = bool(data.get("retry_unknown"))
