@@ -4,6 +4,7 @@ model its llm steps call, and refuses flags that do not apply to the run."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -31,7 +32,12 @@ def journal(tmp_path: Path) -> str:
 
 
 def journal_bytes(tmp_path: Path) -> bytes:
-    return b"".join(f.read_bytes() for f in tmp_path.glob("runs.db*"))
+    """The journal's files as they are now: SQLite's rollback ``-journal`` may vanish between listing and reading."""
+    out = []
+    for f in tmp_path.glob("runs.db*"):
+        with contextlib.suppress(FileNotFoundError):
+            out.append(f.read_bytes())
+    return b"".join(out)
 
 
 async def killed_while(tmp_path: Path, marker: bytes, *args: str, env: dict[str, str] | None = None) -> None:

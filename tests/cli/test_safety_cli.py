@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -223,5 +224,10 @@ def test_a_secret_in_a_posted_plan_is_not_stored_nor_served(tmp_path: Path) -> N
 
 
 def journal_bytes(directory: Path) -> bytes:
-    """Every byte of the SQLite journal files (main file, WAL, shared memory)."""
-    return b"".join(f.read_bytes() for f in directory.glob("runs.db*"))
+    """Every byte of the SQLite journal files (main file, WAL, shared memory); a transient one (the rollback
+    ``-journal``) may vanish between listing and reading while a process writes."""
+    out = []
+    for f in directory.glob("runs.db*"):
+        with contextlib.suppress(FileNotFoundError):
+            out.append(f.read_bytes())
+    return b"".join(out)

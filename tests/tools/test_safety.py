@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -437,5 +438,10 @@ async def test_a_resumed_run_gets_the_secret_from_the_environment_of_the_resumin
 
 
 def journal_bytes(directory: Path) -> bytes:
-    """Every byte of the SQLite journal files (main file, WAL, shared memory)."""
-    return b"".join(f.read_bytes() for f in directory.glob("runs.db*"))
+    """Every byte of the SQLite journal files (main file, WAL, shared memory); a transient one (the rollback
+    ``-journal``) may vanish between listing and reading while a process writes."""
+    out = []
+    for f in directory.glob("runs.db*"):
+        with contextlib.suppress(FileNotFoundError):
+            out.append(f.read_bytes())
+    return b"".join(out)
