@@ -3,6 +3,7 @@ and never left behind, whatever the test asserts meanwhile."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,3 +44,13 @@ def read_until(proc: subprocess.Popen[str], needle: str, *, stream: Literal["std
         seen.append(line.rstrip("\n"))
         if line.startswith(needle) if at_start else needle in line:
             return seen
+
+
+def journal_bytes(directory: Path, name: str = "runs.db") -> bytes:
+    """Every byte of a SQLite journal's files in ``directory`` (main file, WAL, shared memory) as they are now; the
+    rollback ``-journal`` of a process writing meanwhile may vanish between listing and reading."""
+    out = []
+    for f in directory.glob(f"{name}*"):
+        with contextlib.suppress(FileNotFoundError):
+            out.append(f.read_bytes())
+    return b"".join(out)

@@ -4,7 +4,6 @@ model its llm steps call, and refuses flags that do not apply to the run."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -13,6 +12,7 @@ import time
 from pathlib import Path
 
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text
+from tests.processes import journal_bytes
 
 from .test_goal_and_mcp import planweave
 
@@ -29,15 +29,6 @@ LLM_TWICE = ("steps:\n"
 
 def journal(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'runs.db'}"
-
-
-def journal_bytes(tmp_path: Path) -> bytes:
-    """The journal's files as they are now: SQLite's rollback ``-journal`` may vanish between listing and reading."""
-    out = []
-    for f in tmp_path.glob("runs.db*"):
-        with contextlib.suppress(FileNotFoundError):
-            out.append(f.read_bytes())
-    return b"".join(out)
 
 
 async def killed_while(tmp_path: Path, marker: bytes, *args: str, env: dict[str, str] | None = None) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -14,6 +13,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.processes import journal_bytes
 
 SECRET = "sk-test-9f8e7d6c5b4a"
 
@@ -223,11 +224,3 @@ def test_a_secret_in_a_posted_plan_is_not_stored_nor_served(tmp_path: Path) -> N
     assert SECRET.encode() not in raw
 
 
-def journal_bytes(directory: Path) -> bytes:
-    """Every byte of the SQLite journal files (main file, WAL, shared memory); a transient one (the rollback
-    ``-journal``) may vanish between listing and reading while a process writes."""
-    out = []
-    for f in directory.glob("runs.db*"):
-        with contextlib.suppress(FileNotFoundError):
-            out.append(f.read_bytes())
-    return b"".join(out)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import re
@@ -32,6 +31,7 @@ from planweave.tools.safety import (
     redact,
     secret_values,
 )
+from tests.processes import journal_bytes
 
 
 @pytest.fixture
@@ -437,11 +437,3 @@ async def test_a_resumed_run_gets_the_secret_from_the_environment_of_the_resumin
     assert PLAN_SECRET.encode() not in raw and b"***$OPENAI_API_KEY#" in raw
 
 
-def journal_bytes(directory: Path) -> bytes:
-    """Every byte of the SQLite journal files (main file, WAL, shared memory); a transient one (the rollback
-    ``-journal``) may vanish between listing and reading while a process writes."""
-    out = []
-    for f in directory.glob("runs.db*"):
-        with contextlib.suppress(FileNotFoundError):
-            out.append(f.read_bytes())
-    return b"".join(out)
