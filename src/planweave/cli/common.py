@@ -136,10 +136,19 @@ def load_tools(specs: Iterable[str], confinement: Confinement | None = None) -> 
         except Exception as exc:  # importing user code can raise anything; say which flag it was
             raise UsageError(f"--tools {spec}: cannot import it: {type(exc).__name__}: {exc}") from None
         try:
-            box = box.merged(_as_toolbox(target, spec))
+            box = box.merged(_without_builtins(box, _as_toolbox(target, spec)))
         except ValueError as exc:
-            raise UsageError(f"--tools {spec}: {exc}") from None
+            raise UsageError(f"--tools {spec}: {exc} (name yours differently)") from None
     return box
+
+
+def _without_builtins(base: Toolbox, user: Toolbox) -> Toolbox:
+    """``user``'s tools less the built-ins ``base`` already has: a module that starts from ``builtin_tools()`` (as
+    the README's example does) merges with the command's own built-ins, whose ``shell`` and file tools are the ones
+    confined by ``--workdir``/``--allow-exec``/``--root`` and must stay so."""
+    from planweave.tools.builtins import is_builtin
+
+    return user.without(name for name, t in user.items() if name in base and is_builtin(t))
 
 
 # -- running ---------------------------------------------------------------------------------------------------

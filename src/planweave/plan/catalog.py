@@ -31,3 +31,16 @@ class ToolSpec(Protocol):
 
 
 ToolCatalog = Mapping[str, ToolSpec]
+
+
+# The names of the built-in tools (planweave.builtin_tools(); the CLI adds the file.* tools): for the hint when a
+# plan names one and the catalog has none of them, as a toolbox started with ``Toolbox()`` does.
+BUILTIN_TOOL_NAMES = ("noop", "sleep", "shell", "http.get", "http.post", "python", "human.input")
+
+
+def missing_builtin_hint(name: str, tools: ToolCatalog) -> str:
+    """A hint naming where a built-in comes from, when ``name`` is one and ``tools`` has it not (else "")."""
+    if name not in BUILTIN_TOOL_NAMES or name in tools:
+        return ""
+    return (f" ('{name}' is a built-in tool, and this toolbox has no built-ins: start it from "
+            "planweave.builtin_tools() rather than Toolbox(), or merge them in with toolbox.merged(builtin_tools()))")

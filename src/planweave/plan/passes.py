@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from planweave.errors import PlanProblem, did_you_mean
 from planweave.plan.cache import step_cache_problems
-from planweave.plan.catalog import ToolCatalog
+from planweave.plan.catalog import ToolCatalog, missing_builtin_hint
 from planweave.plan.defaults import step_with_defaults
 from planweave.plan.model import PlanSpec, Step
 from planweave.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
@@ -139,7 +139,7 @@ def _check_fallback(sid: str, step: Step, steps: Mapping[str, Step], tools: Tool
     if tools is not None:
         tool = tools.get(fallback.tool)
         if tool is None:
-            hint = did_you_mean(fallback.tool, tools)
+            hint = missing_builtin_hint(fallback.tool, tools) or did_you_mean(fallback.tool, tools)
             problems.append(PlanProblem(sid, "fallback.tool", f"unknown tool '{fallback.tool}'{hint}"))
         else:
             deferred = frozenset(k for k, v in fallback.args.items() if "${" in str(v))
@@ -165,7 +165,8 @@ def step_tool(sid: str, step: Step, tools: ToolCatalog, deferred: frozenset[str]
     ``cache:`` it asks for is safe (:func:`planweave.plan.cache.step_cache_problems`)."""
     tool = tools.get(step.tool)
     if tool is None:
-        problems.append(PlanProblem(sid, "tool", f"unknown tool '{step.tool}'{did_you_mean(step.tool, tools)}"))
+        hint = missing_builtin_hint(step.tool, tools) or did_you_mean(step.tool, tools)
+        problems.append(PlanProblem(sid, "tool", f"unknown tool '{step.tool}'{hint}"))
         return
     for fld, msg in tool.check_args(step.args, deferred):
         problems.append(PlanProblem(sid, f"args.{fld}" if fld else "args", msg))

@@ -8,6 +8,7 @@ import inspect
 import math
 import os
 import signal
+import weakref
 from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator
@@ -212,6 +213,7 @@ def http_tools(pool: HttpPool) -> tuple[Tool, Tool]:
         """HTTP POST of a JSON body (``json``) or a form (``data``); returns like http.get."""
         return await pool.request("POST", url, raise_for_status, timeout, json=json, data=data, headers=headers)
 
+    _BUILTIN_FUNCTIONS.update((http_get, http_post))
     return (Tool.from_function(http_get, name="http.get", idempotent=True),
             Tool.from_function(http_post, name="http.post"))
 
@@ -259,6 +261,16 @@ async def python(function: str, kwargs: dict[str, Any] | None = None) -> Any:
     return await run_in_thread(target, **(kwargs or {}))
 
 
+# The functions behind the built-in tools (the http.* ones are made per pool): a toolbox built from
+# builtin_tools() and merged with another toolbox's built-ins is the same tools twice, not a clash.
+_BUILTIN_FUNCTIONS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def is_builtin(t: Tool) -> bool:
+    """Whether ``t`` is one of the built-in tools (of any :func:`builtin_tools` toolbox, confined or not)."""
+    return t.fn in _BUILTIN_FUNCTIONS
+
+
 def builtin_tools(*, http_max_connections: int = HTTP_MAX_CONNECTIONS) -> Toolbox:
     """A toolbox with the built-in tools; its ``http.*`` tools share one pool of ``http_max_connections``."""
     pool = HttpPool(http_max_connections)
@@ -271,4 +283,5 @@ def builtin_tools(*, http_max_connections: int = HTTP_MAX_CONNECTIONS) -> Toolbo
         box.add(http_tool)
     box.add(python)
     box.add(human_input, name="human.input", idempotent=True)  # waiting has no effect: a resume asks again
+    _BUILTIN_FUNCTIONS.update(t.fn for t in box.values())
     return box

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -300,6 +300,13 @@ class Toolbox(Mapping[str, Tool]):
                 out.add(t)
             if isinstance(other, Toolbox):
                 out._closers += [c for c in other._closers if c not in out._closers]
+        return out
+
+    def without(self, names: Iterable[str]) -> Toolbox:
+        """A new toolbox with these tools less ``names``; it closes what this one closes."""
+        drop = set(names)
+        out = Toolbox({name: t for name, t in self._tools.items() if name not in drop})
+        out._closers = list(self._closers)
         return out
 
     def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
