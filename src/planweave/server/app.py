@@ -30,6 +30,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import uvicorn
 import yaml
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -271,9 +272,13 @@ _SSE: dict[int | str, dict[str, Any]] = {
 }
 
 api = APIRouter(dependencies=[Depends(require_token)], responses={401: _ERRORS[401]})
+#: The largest journal position (a signed 64-bit integer in SQLite and PostgreSQL): a cursor or ``Last-Event-ID``
+#: beyond it can name nothing stored, and would overflow the journal's query, so it is refused as invalid input.
+POSITION_MAX = 2**63 - 1
 LastEventId = Annotated[
     int | None,
-    Header(alias="Last-Event-ID", ge=0, description="Resume after this journal position (the last `id:` seen)."),
+    Header(alias="Last-Event-ID", ge=0, le=POSITION_MAX,
+           description="Resume after this journal position (the last `id:` seen)."),
 ]
 
 
@@ -425,7 +430,8 @@ async def list_runs(
     since: Annotated[str | None, Query(description="Only runs started since: an age (30m, 2h, 7d) or an ISO "
                                                    "date or time (UTC unless it says).")] = None,
     limit: Annotated[int | None, Query(ge=1, le=10_000, description="At most this many runs.")] = None,
-    cursor: Annotated[int | None, Query(ge=0, description="The `X-Next-Cursor` of the previous page.")] = None,
+    cursor: Annotated[int | None, Query(ge=0, le=POSITION_MAX,
+                                       description="The `X-Next-Cursor` of the previous page.")] = None,
 ) -> list[dict[str, Any]]:
     """Runs of the journal, newest first, read from their summaries: id, plan, status, times, error and step
     counts by state; filtered by ``status`` and ``since``, paged by ``limit`` and ``cursor``.
@@ -487,7 +493,9 @@ async def list_memory(
 
 @api.get("/memory/{entry_id}", response_model=dict[str, Any],
          responses={404: {"model": ErrorMessage, "description": "No such entry."}, **_MEMORY_ERRORS})
-async def get_memory(state: State, entry_id: int) -> dict[str, Any]:
+async def get_memory(
+    state: State, entry_id: Annotated[int, PathParam(ge=1, le=POSITION_MAX, description="The entry's id.")],
+) -> dict[str, Any]:
     """One memory entry as ``planweave memory show --json`` prints it."""
     return _shown(state, await _memory(state).entry(entry_id))
 
