@@ -11,6 +11,11 @@ one) with ``planweave.admission.*`` attributes: ``waited_s``, ``signal``, ``stat
 ``priority``, ``slack``, ``purpose``. Attributes:
 ``planweave.run_id``, ``planweave.step_id``, ``planweave.tool``, ``planweave.attempt``; a failed attempt or tool
 call has status ERROR with the error text, and ``error.type`` set to the failure kind.
+
+Spans leave the process (an exporter ships them to a collector), so every text they carry (name, attribute,
+event, status description, a tool's exception with its stack trace) passes through the run's redaction first, the
+one that hides secrets in the journal and the API: no tracing call here reaches an SDK span but through
+:class:`_SafeSpan`.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -28,6 +34,7 @@ try:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
     from opentelemetry.trace import Span, Status, StatusCode, Tracer
+    from opentelemetry.util.types import Attributes
 except ModuleNotFoundError:  # the OpenTelemetry SDK: name the extra that brings it
     from planweave.extras import require
 
@@ -41,6 +48,7 @@ from planweave.engine.runtime import Engine, Run
 from planweave.errors import PlanweaveError, RunError, RunNotFound
 from planweave.models.admission import EndpointScheduler, Outcome, Ticket, add_decision_listener
 from planweave.plan.catalog import ToolCatalog, ToolSpec
+from planweave.tools.safety import SecretRedactor
 
 __all__ = ["TelemetryError", "instrument", "tracer_provider_from_env"]
 
@@ -55,23 +63,79 @@ class TelemetryError(PlanweaveError):
     """The OpenTelemetry environment asks for an exporter planweave cannot set up."""
 
 
+Redact = Callable[[Any], Any]
+
+
+class _SafeSpan:
+    """An SDK span whose every text passes through ``redact`` before it is recorded (what exporters ship)."""
+
+    __slots__ = ("_redact", "span")
+
+    def __init__(self, span: Span, redact: Redact) -> None:
+        self.span = span  # the SDK's span: for contexts (parents) only, never to record text on
+        self._redact = redact
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        self.span.set_attribute(key, self._redact(value))
+
+    def add_event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        self.span.add_event(self._redact(name), _redacted(attributes, self._redact))
+
+    def set_status(self, status: Status) -> None:
+        description = status.description
+        self.span.set_status(Status(status.status_code, self._redact(description) if description else None))
+
+    def record_exception(self, exc: BaseException) -> None:
+        """The SDK's ``exception`` event (type, message, stack trace), with its texts redacted: the SDK's own
+        ``record_exception`` would record the message and the trace as they are."""
+        kind = type(exc)
+        name = kind.__qualname__
+        if kind.__module__ not in ("builtins", "__main__"):
+            name = f"{kind.__module__}.{name}"
+        self.add_event("exception", {"exception.type": name, "exception.message": str(exc),
+                                     "exception.stacktrace": "".join(traceback.format_exception(exc)),
+                                     "exception.escaped": False})
+
+    def end(self, end_time: int | None = None) -> None:
+        self.span.end(end_time=end_time)
+
+
+def _redacted(attributes: Mapping[str, Any] | None, redact: Redact) -> Attributes:
+    return {key: redact(value) for key, value in (attributes or {}).items()}
+
+
+class _SafeTracer:
+    """A tracer whose spans are :class:`_SafeSpan`: names and attributes redacted from the start."""
+
+    def __init__(self, tracer: Tracer, redact: Redact) -> None:
+        self._tracer = tracer
+        self._redact = redact
+
+    def start_span(self, name: str, context: otel_context.Context | None = None,
+                   attributes: Mapping[str, Any] | None = None, start_time: int | None = None) -> _SafeSpan:
+        span = self._tracer.start_span(self._redact(name), context=context,
+                                       attributes=_redacted(attributes, self._redact), start_time=start_time)
+        return _SafeSpan(span, self._redact)
+
+
 class _RunTracing:
     """The open spans of the engine's runs, driven by its events (the engine's listener)."""
 
-    def __init__(self, engine: Engine, tracer: Tracer) -> None:
+    def __init__(self, engine: Engine, tracer: _SafeTracer) -> None:
         self._engine = engine
         self._tracer = tracer
-        self._runs: dict[str, Span] = {}
-        self._attempts: dict[tuple[str, str], Span] = {}
+        self._runs: dict[str, _SafeSpan] = {}
+        self._attempts: dict[tuple[str, str], _SafeSpan] = {}
         self._watchers: set[asyncio.Future[None]] = set()
 
     # -- spans the tool wrapper needs ---------------------------------------------------------------------------
     def attempt_span(self, run_id: str, step_id: str) -> Span | None:
-        """The span of the attempt of ``step_id`` that is running now, if any."""
-        return self._attempts.get((run_id, step_id))
+        """The span of the attempt of ``step_id`` that is running now, if any (to parent spans on)."""
+        found = self._attempts.get((run_id, step_id))
+        return found.span if found is not None else None
 
     @property
-    def tracer(self) -> Tracer:
+    def tracer(self) -> _SafeTracer:
         return self._tracer
 
     # -- the listener --------------------------------------------------------------------------------------------
@@ -141,7 +205,7 @@ class _RunTracing:
             rec = run.state.records.get(event.step)
             on_fallback = rec is not None and rec.fallback_active and step.fallback is not None
             attributes[TOOL] = step.fallback.tool if on_fallback and step.fallback is not None else step.tool
-        context = trace.set_span_in_context(parent) if parent is not None else otel_context.Context()
+        context = trace.set_span_in_context(parent.span) if parent is not None else otel_context.Context()
         self._attempts[(event.run_id, event.step)] = self._tracer.start_span(
             f"step {event.step}", context=context, attributes=attributes
         )
@@ -159,7 +223,7 @@ class _RunTracing:
             attributes[STEP_ID] = event.step
         if data.get("purpose"):
             attributes["planweave.purpose"] = str(data["purpose"])
-        context = trace.set_span_in_context(parent) if parent is not None else otel_context.Context()
+        context = trace.set_span_in_context(parent.span) if parent is not None else otel_context.Context()
         span = self._tracer.start_span(f"model {data.get('model', '')}".strip(), context=context,
                                        attributes=attributes, start_time=_epoch_ns(data.get("started_at")))
         span.end(end_time=_epoch_ns(data.get("finished_at")))
@@ -258,7 +322,7 @@ class _TracedTool:
             parent = self._tracing.attempt_span(step.run_id, step.step_id)
         context = trace.set_span_in_context(parent) if parent is not None else None
         span = self._tracing.tracer.start_span(f"tool {self.name}", context=context, attributes=attributes)
-        token = otel_context.attach(trace.set_span_in_context(span))
+        token = otel_context.attach(trace.set_span_in_context(span.span))
         try:
             return await self._inner.invoke(args)
         except asyncio.CancelledError:
@@ -301,8 +365,11 @@ def instrument(engine: Engine, tracer_provider: trace.TracerProvider | None = No
 
     Spans go to ``tracer_provider`` (default: the global one, see :func:`opentelemetry.trace.set_tracer_provider`).
     Tool calls are traced for runs that use the engine's catalog (not for runs started with their own ``tools=``).
+    Every text of a span is redacted as the engine's runs redact what they journal (``Engine(redact=...)``); an
+    engine without a redaction still gets this process's secret variables hidden (:class:`SecretRedactor`).
     """
-    tracer = trace.get_tracer("planweave", __version__, tracer_provider=tracer_provider)
+    redact: Redact = engine.redact if engine.redact is not None else SecretRedactor()
+    tracer = _SafeTracer(trace.get_tracer("planweave", __version__, tracer_provider=tracer_provider), redact)
     tracing = _RunTracing(engine, tracer)
     engine.subscribe(tracing.on_event)
     if engine.tools is None:
