@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -25,6 +26,7 @@ from planweave.engine.events import Event
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine, Run, RunResult
 from planweave.engine.splice import StaleProposal
+from planweave.engine.state import RunState
 from planweave.errors import PlanInvalid, RunError
 from planweave.models import (
     Budget,
@@ -110,6 +112,7 @@ class _OpenCall:
     reservation: Reservation | None
     ended: bool = False  # charged or released (by the call itself, or by the run stopping under it)
     model: str | None = None  # the model called, when not the client's own (the planner's cascade tier)
+    reservation_id: str | None = None  # its journaled model_reserved (a budgeted call), settled by its model_call
 
 
 _DEFERRED = ("observation", "human", "deadline")  # triggers that are not failures to repair together
@@ -193,10 +196,13 @@ class PlanningLoop:
 
     async def resume(self, run_id: str, *, retry_unknown: bool = False) -> Run:
         """Resume an interrupted goal run and drive it again: finished work is kept, failures are repaired, the joiner
-        answers. The plan is complete already (the planner had written it), so no initial planning happens."""
+        answers. A plan the planner had not finished writing (the interruption cut its stream, or a repair of its
+        rejected lines) is finished first: the planner is asked again, shown the steps it had written and what they
+        did, and the steps it adds run; a finished step is never run again."""
         run = await self.engine.resume(run_id, tools=self.tools, retry_unknown=retry_unknown, hold=True)
         run.subscribe(self._on_event(run))
-        self._planning = False
+        written = plan_written(run.state)
+        self._planning = not written
         if self.cascade is not None:  # the planner goes on at the tier it had escalated to
             self.cascade.restore(run.id, run.state.escalations)
         goal = run.plan.spec.goal
@@ -212,7 +218,7 @@ class PlanningLoop:
         for qid, sid in self._questions.items():  # answered, but not acted on before the interruption
             if run.state.records[qid].status in ("succeeded", "failed") and _failed(run, sid):
                 self._triggers.append(_Trigger("human", sid, qid))
-        self.engine.spawn(self._drive(run, goal, plan=False), name=f"planweave-planner-{run.id}")
+        self.engine.spawn(self._drive(run, goal, plan=not written), name=f"planweave-planner-{run.id}")
         return run
 
     def _modes(self) -> dict[str, Any]:
@@ -314,6 +320,15 @@ class PlanningLoop:
 
     def _system(self) -> str:
         return prompts.planner_system(self.tools.values(), report=self.options.context == "references")
+
+    def _plan_lines(self, run: Run, sids: list[str]) -> str:
+        """Steps ``sids`` of the live plan as the planner's JSON Lines, with the engine's secrets hidden."""
+        hide = self.engine.redact
+        lines = []
+        for sid in sids:
+            obj: Any = run.plan.steps[sid].model_dump(mode="json", exclude_defaults=True)
+            lines.append(json.dumps(obj if hide is None else hide(obj), separators=(",", ":")))
+        return "\n".join(lines)
 
     def _restored(self, run: Run, step: dict[str, Any]) -> dict[str, Any]:
         """``step`` with the live plan's arguments when the model restated a step (same id and tool) with the
@@ -458,10 +473,16 @@ class PlanningLoop:
 
     # -- planning -----------------------------------------------------------------------------------------------
     async def _initial_plan(self, run: Run, goal: str) -> None:
+        """Write the initial plan; in a resumed run whose planner was cut off, finish the plan it had begun."""
         recalled = "" if self.recall is None else await self.recall(goal)
         messages = [Message("system", self._system()),
                     Message("user", prompts.initial_prompt(goal, memory=recalled))]
-        version = run.plan.version
+        begun = next((v for v in run.state.versions if v.get("trigger") == "initial"), None)
+        version = run.plan.version if begun is None else int(begun["version"])
+        written = [] if begun is None else [sid for sid in begun["added"] if sid in run.plan.steps]
+        if written:  # the lines it had written are its own answer so far; the state says what they did
+            messages += [Message("assistant", self._plan_lines(run, written)),
+                         Message("user", prompts.continue_prompt(goal, self._summary(run)))]
         accepted: list[str] = []
         first_started = self.engine.clock.now()
         draft: DraftSession | None = None if self._draft is None else self._draft.begin(run, messages)
@@ -504,8 +525,11 @@ class PlanningLoop:
             completion = await self._stream_lines(run, "plan", messages, admit, errors)
             for obj, number in held:  # whole-plan mode: admit only once the model has finished
                 admit_now(obj, number)
-            run.extend([], version=version, trigger="initial", model_started_at=first_started,
-                       model_finished_at=self.engine.clock.now())
+            if not errors or attempt == self.options.max_repairs:
+                # The plan is written: its end journaled after its last line, so a resume that finds it does not ask
+                # again (plan_written), and one that does not (killed mid-stream, or before a repair) finishes it.
+                run.extend([], version=version, trigger="initial", model_started_at=first_started,
+                           model_finished_at=self.engine.clock.now())
             if not errors:
                 self._planner_signal(run, "succeeded")
                 return
@@ -793,7 +817,7 @@ class PlanningLoop:
         request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema,
                                     model=None if self.cascade is None else model)
         prices = getattr(self.client, "prices", None)
-        reservation = None
+        reservation, reservation_id = None, None
         if self.budget is not None:
             table = prices if isinstance(prices, PriceTable) else _NO_PRICES
             usd, tokens = worst_case(request, model, table)
@@ -801,10 +825,11 @@ class PlanningLoop:
             reservation, request = await acquire_call(self.budget, request, usd or 0.0, tokens,
                                                       floor_tokens=floor_tokens,
                                                       usd_per_token=None if price is None else price.output / 1e6)
+            reservation_id = await _journal_reservation(run, self.budget, reservation, purpose, model)
         # The planner's and joiner's calls hold up the whole run: queued at its priority with no slack.
         call = CallClass(priority=run.priority, slack=0.0, run_id=run.id, purpose=purpose)
         open_call = _OpenCall(purpose, self.engine.clock.now(), StreamMeter(approx_prompt_tokens(
-            m.content for m in messages)), reservation, model=request.model)
+            m.content for m in messages)), reservation, model=request.model, reservation_id=reservation_id)
         self._open_calls.append(open_call)
         try:
             with call_context(call):
@@ -821,7 +846,8 @@ class PlanningLoop:
             self.budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
         self._journal_call(run, purpose, open_call.started, model=completion.model,
                            usage=Usage(completion.prompt_tokens, completion.completion_tokens,
-                                       completion.usage_source), cost=completion.cost_usd)
+                                       completion.usage_source), cost=completion.cost_usd,
+                           reservation=open_call.reservation_id)
         return completion
 
     def _planner_signal(self, run: Run, kind: SignalKind, detail: str = "", *, key: str = "") -> None:
@@ -838,6 +864,8 @@ class PlanningLoop:
         if not call.meter.received:
             if call.reservation is not None and self.budget is not None:
                 self.budget.release(call.reservation)
+            if call.reservation_id is not None:
+                run.record("model_released", {"reservation": call.reservation_id, "reason": cut})
             return
         usage = call.meter.spent()
         prices = getattr(self.client, "prices", None)
@@ -847,10 +875,10 @@ class PlanningLoop:
         if call.reservation is not None and self.budget is not None:
             self.budget.settle(call.reservation, cost or 0.0, usage.total_tokens)
         self._journal_call(run, call.purpose, call.started, model=model, usage=usage, cost=cost,
-                           cut=cut)
+                           cut=cut, reservation=call.reservation_id)
 
     def _journal_call(self, run: Run, purpose: str, started: float, *, model: str, usage: Usage,
-                      cost: float | None, cut: str | None = None) -> None:
+                      cost: float | None, cut: str | None = None, reservation: str | None = None) -> None:
         data: dict[str, Any] = {
             "purpose": purpose, "model": model, "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens, "cost_usd": cost or 0.0, "usage_source": usage.source,
@@ -861,7 +889,24 @@ class PlanningLoop:
             data["cut"] = cut  # the stream ended early (the exception that ended it): charged for what it sent
         if self.report != self._report_journaled:  # the report this call wrote: a resume reads the last one back
             data["report"] = self._report_journaled = self.report
+        if reservation is not None:
+            data["reservation"] = reservation  # settles the call's model_reserved
         run.record("model_call", data)
+
+
+async def _journal_reservation(run: Run, budget: Budget, reservation: Reservation, purpose: str, model: str) -> str:
+    """Journal a planner's or joiner's reserved worst case, durably, before its request goes out (a resume after a
+    kill counts it spent: docs/budgets.md); return its id. A failure to write it frees the reservation."""
+    call_id = secrets.token_hex(8)
+    try:
+        await run.record_reservation({"reservation": call_id, "purpose": purpose, "model": model,
+                                      "tokens": reservation.tokens, "cost_usd": reservation.usd})
+    except BaseException:
+        budget.release(reservation)
+        with contextlib.suppress(Exception):
+            run.record("model_released", {"reservation": call_id, "reason": "not sent"})
+        raise
+    return call_id
 
 
 async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[[str], None],
@@ -877,6 +922,13 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+def plan_written(state: RunState) -> bool:
+    """Whether the planner of goal run ``state`` finished writing its initial plan: the end of its last answer is
+    journaled (``model_finished_at`` of the initial version, set once the plan's last line was admitted). A run
+    interrupted before that has a plan the planner had not finished, which a resume finishes first."""
+    return any(v.get("trigger") == "initial" and v.get("model_finished_at") is not None for v in state.versions)
 
 
 def _journaled_replans(run: Run) -> int:

@@ -81,6 +81,15 @@ def initial_prompt(goal: str, memory: str = "") -> str:
     return f"Goal: {goal}\n\n{recalled}Write the plan."
 
 
+def continue_prompt(goal: str, summary: str) -> str:
+    """Ask the planner to finish an initial plan its answer so far (the assistant message before this one) left
+    unfinished: the run was interrupted while it wrote it, and the steps it had written exist and may have run."""
+    return (f"Goal: {goal}\n\nYour plan above was cut off: the run was interrupted while you wrote it. Its steps "
+            f"exist and may have run already. State of the run:\n{summary}\n\nContinue the plan: write only the "
+            "steps still missing, as lines; refer to the steps above by id instead of repeating them. If nothing is "
+            "missing, write [].")
+
+
 def replan_prompt(goal: str, summary: str, reason: str) -> str:
     return (f"Goal: {goal}\n\nState of the run:\n{summary}\n\nWhy a new plan is needed: {reason}\n\n"
             "Write the REMAINING plan only: steps still to run (new ones, or waiting/running ones you keep). Refer to "
