@@ -25,6 +25,7 @@ async def _run(path: Path) -> dict[str, Any]:
     from planweave.rollouts import RolloutEngine
     from planweave.rollouts.config import load_config, load_env
     from planweave.rollouts.sinks import open_sink
+    from planweave.tools.safety import SecretRedactor
 
     config = load_config(path)
     env = load_env(config.env, str(path))
@@ -39,7 +40,8 @@ async def _run(path: Path) -> dict[str, Any]:
                               episodes=config.episodes, max_turns=config.max_turns, seed=config.seed,
                               journal=config.journal, system=config.system, logprobs=config.policy.logprobs,
                               max_tokens=config.policy.max_tokens,
-                              temperature=config.policy.temperature) as rollouts:
+                              temperature=config.policy.temperature,
+                              redact=SecretRedactor()) as rollouts:  # as `planweave run`: no secret is stored
             async for batch in rollouts.batches(size=config.batch):
                 await sink.write(batch)
                 written += len(batch)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
 from planweave.clock import Clock, RealClock
 from planweave.errors import PlanweaveError
@@ -24,6 +24,8 @@ from planweave.models.base import Completion, CompletionRequest, Message, ModelC
 from planweave.rollouts.journal import InFlight, RolloutJournal, open_rollout_journal
 from planweave.rollouts.staleness import Backpressure, StalenessBound, StalePolicy, take_batch
 from planweave.rollouts.trajectory import Interruption, Trajectory, Turn
+
+_REDACTED = "***"  # what tools.safety's redaction puts in place of a secret
 
 
 class RolloutError(PlanweaveError):
@@ -120,7 +122,10 @@ class RolloutEngine:
     ``max_staleness`` versions bound every delivered trajectory (``on_stale``: ``partial`` or ``drop``, see
     :data:`StalePolicy`); at most ``concurrency`` episodes run; none starts while ``max_lag_batches`` batches wait for
     the consumer; ``episodes`` (None: no end) trajectories are produced in all; ``journal`` (``sqlite:///PATH``)
-    makes them durable. ``logprobs`` asks the endpoint for each token's top N logprobs.
+    makes them durable. ``logprobs`` asks the endpoint for each token's top N logprobs. ``redact`` (optional, e.g.
+    ``tools.safety.SecretRedactor()``, as ``planweave rollouts run`` passes) rewrites everything stored or delivered:
+    the journaled observations and turns, and the trajectories (observations, prompts, actions) handed to the
+    consumer and so to a sink; the live episode's own prompts keep what the environment and the policy said.
     """
 
     def __init__(
@@ -143,6 +148,7 @@ class RolloutEngine:
         reward: RewardFunction | None = None,
         max_failures: int = 8,
         clock: Clock | None = None,
+        redact: Callable[[Any], Any] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -165,10 +171,12 @@ class RolloutEngine:
         self.reward = reward
         self.max_failures = max_failures
         self.clock = clock or RealClock()
+        self.redact = redact
         self.stats = RolloutStats()
         self._journal_url = journal
         self._journal: RolloutJournal = open_rollout_journal(None)
         self._version = 0
+        self._rollout = ""  # the journal's id, in every trajectory's meta: how a sink knows one delivered again
         self._next_id = 0
         self._kept = 0  # acked + waiting + delivered-unacked: what counts toward ``episodes``
         self._running: dict[int, _Episode] = {}
@@ -207,6 +215,7 @@ class RolloutEngine:
         self._journal = open_rollout_journal(self._journal_url)
         found = self._journal.recover()
         self._version = found.version
+        self._rollout = found.rollout
         self._next_id = found.next_episode
         self._resume = list(found.in_flight)
         self._ready = [t for t in found.unacked if self._keep_waiting(t)]
@@ -373,23 +382,34 @@ class RolloutEngine:
         self._wake.set()
         self._fill()
 
+    def _hidden(self, value: Any) -> Any:
+        """``value`` as it may be stored (journal, consumer, sink): with :attr:`redact` applied."""
+        return value if self.redact is None else self.redact(value)
+
     async def _play(self, ep: _Episode) -> Trajectory:
         env = self.env(ep.seed)
         first = await env.reset()
-        if ep.observation is not None and first != ep.observation:
+        if ep.observation is not None and self._hidden(first) != ep.observation:
             raise RolloutError(f"episode {ep.episode} (seed {ep.seed}): reset() gave {first[:60]!r}, the journal "
                                f"has {ep.observation[:60]!r}: the environment is not deterministic in its seed")
-        if not ep.replay:
-            self._journal.started(ep.episode, ep.seed, first)
-        ep.observation = first
-        observation, done = first, False
+        done = False
         for turn in ep.replay:  # a resumed episode: replay its journaled actions, without model calls
             result = await env.step(turn.action)
-            if result.observation != turn.observation:
+            if self._hidden(result.observation) != turn.observation:
+                if self.redact is not None and _REDACTED in turn.action:
+                    # the journal keeps the action with its secret redacted, so it cannot be replayed: the episode
+                    # starts again from its first turn (same id and seed, a fresh environment)
+                    env, done = self.env(ep.seed), False
+                    first = await env.reset()
+                    ep.replay, ep.turns, ep.interruptions = (), [], []
+                    break
                 raise RolloutError(f"episode {ep.episode} turn {turn.index}: replaying {turn.action[:40]!r} gave "
                                    f"{result.observation[:60]!r}, the journal has {turn.observation[:60]!r}")
-            ep.turns.append(turn)
-            observation, done = result.observation, turn.done
+            ep.turns.append(replace(turn, observation=result.observation))  # the prompts see what the live run saw
+            done = turn.done
+        if not ep.turns:
+            self._journal.started(ep.episode, ep.seed, self._hidden(first))
+        ep.observation = first
         while not done and len(ep.turns) < self.max_turns:
             prompt = self._messages(ep, first)
             completion, version = await self._call(ep, prompt)
@@ -399,18 +419,23 @@ class RolloutEngine:
                         reward=float(result.reward), done=bool(result.done), prompt_tokens=completion.prompt_tokens,
                         completion_tokens=completion.completion_tokens, logprobs=completion.logprobs)
             ep.turns.append(turn)
-            self._journal.turn(ep.episode, turn, ep.interruptions)
-            observation, done = result.observation, result.done
-        del observation
+            self._journal.turn(ep.episode, self._stored(turn), ep.interruptions)
+            done = result.done
         trajectory = Trajectory(ep.episode, ep.seed, first, tuple(ep.turns), sum(t.reward for t in ep.turns),
                                 tuple(ep.interruptions), resumed=bool(ep.replay),
-                                meta={"finished_at": self.clock.now(), "version_at_finish": self._version})
+                                meta={"finished_at": self.clock.now(), "version_at_finish": self._version,
+                                      "rollout": self._rollout})
         if self.reward is not None:
             score = self.reward(trajectory)
             if not isinstance(score, int | float):
                 score = await score
             trajectory = replace(trajectory, reward=float(score))
-        return trajectory
+        if self.redact is None:
+            return trajectory
+        return Trajectory.from_json(self.redact(trajectory.to_json()), f"episode {ep.episode} redacted")
+
+    def _stored(self, turn: Turn) -> Turn:
+        return turn if self.redact is None else Turn.from_json(self.redact(turn.to_json()), f"turn {turn.index}")
 
     def _messages(self, ep: _Episode, first: str) -> list[Message]:
         messages = [Message("system", self.system)] if self.system else []

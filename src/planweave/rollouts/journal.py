@@ -4,13 +4,15 @@ SQLite, so a killed rollout process resumes its in-flight episodes and never re-
 An episode row moves ``running`` → ``finished`` → ``acked`` (or ``dropped``); its turns are journaled one by one,
 so a resumed episode replays them into a fresh environment (same seed: environments must be deterministic in their
 seed and actions) and carries on from there. Each write commits at once (WAL): a turn is durable before the next
-model call starts.
+model call starts. The journal has an id (``rollout_meta.id``, drawn when it is created) that every trajectory of it
+carries in ``meta["rollout"]``: with the episode, what a sink recognises a trajectory delivered again by.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,7 @@ class Recovered:
     in_flight: tuple[InFlight, ...]
     unacked: tuple[Trajectory, ...]  # finished, maybe delivered, not acknowledged: delivered (again)
     acked: int
+    rollout: str  # the journal's id (a fresh one without a journal)
 
 
 class RolloutJournal(Protocol):
@@ -67,7 +70,7 @@ class NoJournal:
     """Nothing is kept: a restarted process starts over."""
 
     def recover(self) -> Recovered:
-        return Recovered(0, 0, (), (), 0)
+        return Recovered(0, 0, (), (), 0, uuid.uuid4().hex)
 
     def set_version(self, version: int) -> None: ...
     def started(self, episode: int, seed: int, observation: str) -> None: ...
@@ -96,6 +99,7 @@ class SqliteRolloutJournal:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        self._db.execute("INSERT OR IGNORE INTO rollout_meta VALUES ('id', ?)", (uuid.uuid4().hex,))
 
     def recover(self) -> Recovered:
         db = self._db
@@ -117,15 +121,19 @@ class SqliteRolloutJournal:
             except json.JSONDecodeError as exc:
                 raise TrajectoryError(f"{self.path}: episode {ep}: trajectory is not JSON ({exc})") from None
         acked = db.execute("SELECT COUNT(*) FROM rollout_episodes WHERE status = 'acked'").fetchone()[0]
-        return Recovered(version, int(top), tuple(in_flight), tuple(unacked), int(acked))
+        rollout = db.execute("SELECT value FROM rollout_meta WHERE key = 'id'").fetchone()[0]
+        return Recovered(version, int(top), tuple(in_flight), tuple(unacked), int(acked), str(rollout))
 
     def set_version(self, version: int) -> None:
         self._db.execute("INSERT INTO rollout_meta VALUES ('version', ?) ON CONFLICT(key) DO UPDATE SET "
                          "value = excluded.value", (str(version),))
 
     def started(self, episode: int, seed: int, observation: str) -> None:
-        self._db.execute("INSERT OR REPLACE INTO rollout_episodes (id, seed, status, observation) "
-                         "VALUES (?, ?, 'running', ?)", (episode, seed, observation))
+        with self._db:  # also an episode started again from its first turn (its journaled turns could not replay)
+            self._db.execute("BEGIN")
+            self._db.execute("INSERT OR REPLACE INTO rollout_episodes (id, seed, status, observation) "
+                             "VALUES (?, ?, 'running', ?)", (episode, seed, observation))
+            self._db.execute("DELETE FROM rollout_turns WHERE episode = ?", (episode,))
 
     def turn(self, episode: int, turn: Turn, interruptions: Iterable[Interruption]) -> None:
         with self._db:
