@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from planweave.clock import Clock
 from planweave.plan.model import StepExecutor
@@ -23,6 +23,16 @@ class StepSink(Protocol):
     def step_progress(self, step_id: str, fraction: float | None, message: str) -> None: ...
 
     async def step_input(self, step_id: str, prompt: str, schema: Mapping[str, Any] | None) -> Any: ...
+
+
+@runtime_checkable
+class ReservationSink(Protocol):
+    """A sink that journals model calls' reservations durably (the run); others (a speculative attempt's, a Ray
+    worker's) keep none, and a call through them is not journaled before it goes out."""
+
+    async def step_reserved(self, step_id: str, reservation: Mapping[str, Any]) -> None: ...
+
+    def step_released(self, step_id: str, release: Mapping[str, Any]) -> None: ...
 
 
 class StepContext(NamedTuple):
@@ -53,6 +63,19 @@ class StepContext(NamedTuple):
         """Journal one model call (``model``, ``prompt_tokens``, ``completion_tokens``, ``cost_usd``, ...)."""
         if self.sink is not None:
             self.sink.step_usage(self.step_id, usage)
+
+    async def report_reservation(self, reservation: Mapping[str, Any]) -> None:
+        """Journal a budgeted model call's worst case (``model_reserved``: ``reservation``, a call id its
+        ``model_call`` repeats, ``tokens``, ``cost_usd``) and return once it is durable: call it before the request
+        goes out, so a resume after a kill counts the call (docs/budgets.md). Nothing outside a run."""
+        if isinstance(self.sink, ReservationSink):
+            await self.sink.step_reserved(self.step_id, reservation)
+
+    def report_release(self, release: Mapping[str, Any]) -> None:
+        """Journal that a reserved call ended having cost nothing (``model_released``: ``reservation``, ``reason``),
+        so no resume counts it; safe from a worker thread, nothing outside a run."""
+        if isinstance(self.sink, ReservationSink):
+            self.sink.step_released(self.step_id, release)
 
     def heartbeat(self) -> None:
         """Say the tool is alive: restarts the step's ``heartbeat`` idle timer."""

@@ -25,6 +25,8 @@ EventKind = Literal[
     "plan_version",  # data: plan (full spec), version, parent, trigger, seen, renamed, idempotent, the diff, meta
     "steps_added",  # data: steps, version, idempotent, meta (model_started_at, model_finished_at, trigger)
     "model_call",  # data: purpose, model, prompt_tokens, completion_tokens, cost_usd, started_at, finished_at, step
+    "model_reserved",  # data: reservation (a call id), purpose, model, tokens, cost_usd (a budgeted call's worst case)
+    "model_released",  # data: reservation, reason (a reserved call that cost nothing: its reservation freed)
     "escalation",  # data: rung (retry|fallback|local_repair|global_replan|fail|deadline_pressure), step, reason
     "answer",  # data: text (the run's final answer, from the joiner)
     "warning",  # data: message, blocked_s, tool, where (a tool blocked the event loop); changes no state
@@ -180,6 +182,25 @@ class ModelCallData(TypedDict):
     finished_at: NotRequired[float]
     replans: NotRequired[int]
     at: NotRequired[float]  # default: the event's time
+    reservation: NotRequired[str]  # the call's ``model_reserved`` (a budgeted call), which this settles
+
+
+class ModelReservedData(TypedDict):
+    """A budgeted model call's worst case, journaled (and durable) before its request goes out: a process killed
+    during the call leaves it without its ``model_call``, and a resume counts it spent at this worst case."""
+
+    reservation: str  # the call's id, repeated by the model_call (or model_released) that settles it
+    tokens: int
+    cost_usd: float
+    purpose: NotRequired[str]
+    model: NotRequired[str | None]
+
+
+class ModelReleasedData(TypedDict):
+    """A reserved call that ended having cost nothing (cut before its first token): its reservation is freed."""
+
+    reservation: str
+    reason: NotRequired[str]
 
 
 class EscalationData(TypedDict):
@@ -368,6 +389,8 @@ PAYLOADS: Mapping[EventKind, type] = {
     "plan_version": PlanVersionData,
     "steps_added": StepsAddedData,
     "model_call": ModelCallData,
+    "model_reserved": ModelReservedData,
+    "model_released": ModelReleasedData,
     "escalation": EscalationData,
     "answer": AnswerData,
     "warning": WarningData,

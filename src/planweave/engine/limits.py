@@ -5,7 +5,9 @@ absolute time ``deadline_at`` on the engine's clock), the model the run's ``llm`
 tier table its ``model: auto`` steps are allocated from and its deadline-pressure threshold. A resume
 (``planweave resume``, a server's recovery, ``POST /runs/{id}/resume``) reads them back with
 :meth:`JournaledLimits.from_events`: the deadline stays the time it was, and the budget is what is left after the
-run's journaled ``model_call`` usage. The edges enforce them; the engine only journals them.
+run's journaled ``model_call`` usage and the worst case of every ``model_reserved`` call that never settled (a
+process killed during it: the provider may have billed up to that). The edges enforce them; the engine only
+journals them.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class JournaledLimits:
     limits: RunLimits
     deadline_at: float | None = None  # the absolute end on the engine's clock (seconds since the epoch)
     model: str | None = None  # the model its llm steps called
-    spent_usd: float = 0.0
+    spent_usd: float = 0.0  # the model calls' usage, unsettled reservations included at their worst case
     spent_tokens: int = 0
     tiers: Mapping[str, Any] | None = None  # the tier table its model: auto steps were allocated from (as journaled)
     pressure: float | None = None  # the deadline-pressure threshold it was given (--deadline-pressure)
@@ -79,19 +81,33 @@ class JournaledLimits:
     context: str | None = None
     subplans: bool | None = None
     origin: str | None = None  # who started a goal run ("POST /runs": a server, whose recovery resumes it)
+    # Of the spend: the reserved worst case of the calls journaled as model_reserved and never settled (no
+    # model_call or model_released with their id: the process died during them).
+    unsettled_usd: float = 0.0
+    unsettled_tokens: int = 0
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
-        """The limits of ``run_created`` (none for runs journaled without them) and the usage of every
-        ``model_call``."""
+        """The limits of ``run_created`` (none for runs journaled without them), the usage of every ``model_call``
+        and the worst case of every ``model_reserved`` left unsettled (read before the run resumes: no call of it is
+        in flight, so an open reservation is one a killed process left)."""
         record: Mapping[str, Any] = {}
         usd, tokens = 0.0, 0
+        open_calls: dict[str, Mapping[str, Any]] = {}
         for event in events:
             if event.kind == "run_created":
                 record = (event.data.get("options") or {}).get("limits") or {}
             elif event.kind == "model_call":
                 usd += float(event.data.get("cost_usd") or 0.0)
                 tokens += int(event.data.get("prompt_tokens") or 0) + int(event.data.get("completion_tokens") or 0)
+                open_calls.pop(str(event.data.get("reservation")), None)
+            elif event.kind == "model_reserved":
+                open_calls[str(event.data.get("reservation"))] = event.data
+            elif event.kind == "model_released":
+                open_calls.pop(str(event.data.get("reservation")), None)
+        unsettled_usd = sum(float(d.get("cost_usd") or 0.0) for d in open_calls.values())
+        unsettled_tokens = sum(int(d.get("tokens") or 0) for d in open_calls.values())
+        usd, tokens = usd + unsettled_usd, tokens + unsettled_tokens
         limits = RunLimits(**{f.name: record.get(f.name) for f in fields(RunLimits)})
         tiers = record.get("tiers")
         return JournaledLimits(limits, record.get("deadline_at"), record.get("model"), usd, tokens,
@@ -100,7 +116,8 @@ class JournaledLimits:
                                record.get("planner") if isinstance(record.get("planner"), str) else None,
                                record.get("context") if isinstance(record.get("context"), str) else None,
                                record.get("subplans") if isinstance(record.get("subplans"), bool) else None,
-                               record.get("origin") if isinstance(record.get("origin"), str) else None)
+                               record.get("origin") if isinstance(record.get("origin"), str) else None,
+                               unsettled_usd, unsettled_tokens)
 
     def planning_modes(self, run_id: str) -> tuple[Literal["references", "summary"] | None, bool]:
         """The context and sub-plans a resumed goal run was started with (None, True: journaled before they were,

@@ -715,6 +715,26 @@ class Run:
     def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None:
         self._in_loop(self._emit, "model_call", step_id, dict(usage))
 
+    async def step_reserved(self, step_id: str, reservation: Mapping[str, Any]) -> None:
+        """Journal a step's model call's reservation and wait until it is durable (ReservationSink; a tool on a
+        worker thread's loop waits for the run's loop to write it)."""
+        if threading.get_ident() == self._loop_thread:
+            await self.record_reservation(reservation, step_id)
+        else:
+            await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(
+                self.record_reservation(reservation, step_id), self._loop))
+
+    def step_released(self, step_id: str, release: Mapping[str, Any]) -> None:
+        self._in_loop(self._emit, "model_released", step_id, dict(release))
+
+    async def record_reservation(self, reservation: Mapping[str, Any], step: str | None = None) -> None:
+        """Journal a ``model_reserved`` event (a budgeted call's id and worst case) and return once the journal holds
+        it durably: a call journals this before its request goes out, so a process killed during the call leaves a
+        reservation a resume counts as spent (docs/budgets.md, "Across crashes")."""
+        self._emit("model_reserved", step, reservation)
+        if self._durable:
+            await self._journal.flush()
+
     def step_heartbeat(self, step_id: str) -> None:
         self._in_loop(self._beat, step_id)
 
@@ -1297,7 +1317,8 @@ class Engine:
 
 
 _log = logging.getLogger("planweave.engine")
-_RECORDED: tuple[EventKind, ...] = ("model_call", "escalation", "answer", "warning", "allocation", "forecast")
+_RECORDED: tuple[EventKind, ...] = ("model_call", "model_released", "escalation", "answer", "warning", "allocation",
+                                    "forecast")
 
 
 

@@ -20,6 +20,8 @@ from planweave.engine.events import (
     InputGivenData,
     InputRequestedData,
     ModelCallData,
+    ModelReleasedData,
+    ModelReservedData,
     OnFailure,
     PlanVersionData,
     RunCancelledData,
@@ -182,8 +184,12 @@ class RunState:
         self.retired: list[tuple[int, StepRecord]] = []  # (version, record) of steps later versions replaced
         self.versions: list[dict[str, Any]] = []  # one entry per plan version: trigger, times and its diff
         self.model_calls: list[dict[str, Any]] = []
-        self.tokens = 0
+        self.tokens = 0  # the model calls' usage, and the worst case of those a crash left unsettled
         self.cost_usd = 0.0
+        # Budgeted model calls by reservation id: those in flight (model_reserved, not settled yet), and those a
+        # process died during (open at a run_resumed: counted in tokens and cost at their reserved worst case).
+        self.reserved: dict[str, dict[str, Any]] = {}
+        self.unsettled: dict[str, dict[str, Any]] = {}
         self.escalations: list[dict[str, Any]] = []
         self.answer: str | None = None
         self.failed_by: str | None = None  # why the run was ended failed on purpose (Run.fail): final, no resume
@@ -380,7 +386,26 @@ class RunState:
         self.model_calls.append(call)
         self.tokens += int(data.get("prompt_tokens", 0)) + int(data.get("completion_tokens", 0))
         self.cost_usd += float(data.get("cost_usd", 0.0))
+        if "reservation" in data:
+            self._settled(data["reservation"])
         return NOTHING_READY
+
+    def _model_reserved(self, event: Event, data: ModelReservedData) -> Sequence[str]:
+        self.reserved[data["reservation"]] = {"at": event.at, "step": event.step, **data}
+        return NOTHING_READY
+
+    def _model_released(self, event: Event, data: ModelReleasedData) -> Sequence[str]:
+        self._settled(data["reservation"])
+        return NOTHING_READY
+
+    def _settled(self, reservation: str) -> None:
+        """Reservation ``reservation`` ended (its model_call, or released): no longer in flight. One counted unsettled
+        at a resume (a process still running it, that lost the run, settled it late) is counted as settled instead."""
+        self.reserved.pop(reservation, None)
+        late = self.unsettled.pop(reservation, None)
+        if late is not None:
+            self.tokens -= int(late.get("tokens", 0))
+            self.cost_usd -= float(late.get("cost_usd", 0.0))
 
     def _escalation(self, event: Event, data: EscalationData) -> Sequence[str]:
         self.escalations.append({"at": event.at, "step": event.step, **data})
@@ -594,6 +619,13 @@ class RunState:
         for entry in self._speculating.values():  # died with the process: nothing of them is kept
             entry["finished_at"], entry["outcome"] = event.at, "interrupted"
         self._speculating.clear()
+        # Model calls in flight died with the process, which never journaled what they cost: a provider may have
+        # billed up to their worst case, so they count spent at it (docs/budgets.md, "Across crashes").
+        for rid, held in self.reserved.items():
+            self.unsettled[rid] = held
+            self.tokens += int(held.get("tokens", 0))
+            self.cost_usd += float(held.get("cost_usd", 0.0))
+        self.reserved.clear()
         self.status = "running"
         self.finished_at = None
         self.error = None
@@ -674,6 +706,18 @@ class RunState:
             ],
             **({"speculation": self.speculation_summary()}
                if self.speculations or any(c.get("speculative") for c in self.model_calls) else {}),
+            **({"reserved_unsettled": self.unsettled_summary()} if self.unsettled else {}),
+        }
+
+    def unsettled_summary(self) -> dict[str, Any]:
+        """The model calls a crash left unsettled, counted in ``tokens`` and ``cost_usd`` at their reserved worst
+        case: how many, their tokens and cost, and each (purpose, model, step, reservation id)."""
+        return {
+            "calls": len(self.unsettled),
+            "tokens": sum(int(u.get("tokens", 0)) for u in self.unsettled.values()),
+            "cost_usd": round(sum(float(u.get("cost_usd", 0.0)) for u in self.unsettled.values()), 8),
+            "each": [{k: u.get(k) for k in ("reservation", "purpose", "model", "step", "tokens", "cost_usd")}
+                     for u in self.unsettled.values()],
         }
 
     def speculation_summary(self) -> dict[str, Any]:
@@ -744,6 +788,8 @@ _FOLD: Mapping[EventKind, Fold] = {
     "plan_version": RunState._plan_version,
     "steps_added": RunState._steps_added,
     "model_call": RunState._model_call,
+    "model_reserved": RunState._model_reserved,
+    "model_released": RunState._model_released,
     "escalation": RunState._escalation,
     "answer": RunState._answer,
     "warning": RunState._no_change,

@@ -269,6 +269,12 @@ class ScriptedLLM:
         return f"http://{self.host}:{self.port}/v1"
 
     @property
+    def billed_tokens(self) -> int:
+        """Every token the server has billed so far: each chat call's prompt and the tokens it sent (cut streams
+        and calls still streaming included), as a provider's invoice would count them."""
+        return sum(call.tokens for call in self.served)
+
+    @property
     def chat_requests(self) -> list[RecordedRequest]:
         """The chat completion requests received, in order."""
         return [r for r in self.requests if r.path.endswith("/chat/completions")]

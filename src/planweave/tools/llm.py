@@ -8,6 +8,8 @@ and budget, so the CLI decides which model serves plan steps.
 
 from __future__ import annotations
 
+import contextlib
+import secrets
 from collections.abc import Callable, Mapping
 from contextlib import aclosing
 from typing import Any, Literal
@@ -66,7 +68,8 @@ def tool_error(exc: ModelError | BudgetExceeded) -> ToolError:
     return ToolError(str(exc), kind=kind, retryable=retryable)
 
 
-def _report(model: str, usage: Usage, cost: float | None, *, cut: str | None = None) -> None:
+def _report(model: str, usage: Usage, cost: float | None, *, cut: str | None = None,
+            reservation: str | None = None) -> None:
     """Journal a call through the step running it (the run counts its tokens and cost); nothing outside a run."""
     try:
         step = current_step()
@@ -78,7 +81,33 @@ def _report(model: str, usage: Usage, cost: float | None, *, cut: str | None = N
     }
     if cut is not None:
         data["cut"] = cut  # the stream ended early (the exception that ended it): charged for what it sent
+    if reservation is not None:
+        data["reservation"] = reservation  # settles the call's model_reserved
     step.report_usage(data)
+
+
+async def _journal_reservation(reservation: Reservation, model: str) -> str | None:
+    """Journal a budgeted call's worst case through the step running it, durably, before its request goes out (so a
+    resume after a kill counts it spent); return the call's id for its ``model_call``, None outside a run."""
+    try:
+        step = current_step()
+    except LookupError:
+        return None
+    call_id = secrets.token_hex(8)
+    try:
+        await step.report_reservation({"reservation": call_id, "purpose": "llm_step", "model": model,
+                                       "tokens": reservation.tokens, "cost_usd": reservation.usd})
+    except BaseException:  # cancelled while it was written, or refused: the call never goes out
+        with contextlib.suppress(Exception):
+            step.report_release({"reservation": call_id, "reason": "not sent"})
+        raise
+    return call_id
+
+
+def _journal_release(call_id: str | None, reason: str) -> None:
+    """Journal that the reserved call ``call_id`` cost nothing (no resume counts it)."""
+    if call_id is not None:
+        current_step().report_release({"reservation": call_id, "reason": reason})
 
 
 def llm_tool(  # noqa: C901 (builds the tool and its nested call)
@@ -131,7 +160,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                                   usd_per_token=None if price is None else price.output / 1e6)
 
     def settle(reservation: Reservation | None, request: CompletionRequest, meter: StreamMeter,
-               completion: Completion | None, cut: BaseException | None) -> None:
+               completion: Completion | None, cut: BaseException | None, call_id: str | None) -> None:
         """Charge the call the moment it ends; a stream cut by an error or a cancellation is charged, and journaled
         (``cut``, usage ``estimated`` unless the server's counts cover it), for what it had cost."""
         if completion is not None:
@@ -141,13 +170,14 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         if not meter.received:
             if reservation is not None and budget is not None:
                 budget.release(reservation)
+            _journal_release(call_id, type(cut).__name__ if cut is not None else "ended")
             return
         usage = meter.spent()
         model = request.model or client.model
         cost = table.cost(model, usage.prompt_tokens, usage.completion_tokens)
         if reservation is not None and budget is not None:
             budget.settle(reservation, cost or 0.0, usage.total_tokens)
-        _report(model, usage, cost, cut=type(cut).__name__ if cut is not None else "ended")
+        _report(model, usage, cost, cut=type(cut).__name__ if cut is not None else "ended", reservation=call_id)
 
     async def llm(
         prompt: str,
@@ -216,6 +246,13 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             reservation, request = await reserve(request, chosen)
         except BudgetExceeded as exc:
             raise tool_error(exc) from None
+        call_id = None
+        if reservation is not None and budget is not None:
+            try:
+                call_id = await _journal_reservation(reservation, chosen)
+            except BaseException:
+                budget.release(reservation)
+                raise
         if on_chunk is not None:
             on_chunk()  # a wait for budget room is not the model being silent
         meter = StreamMeter(approx_prompt_tokens(m.content for m in request.messages))
@@ -236,7 +273,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             cut = exc
             raise
         finally:
-            settle(reservation, request, meter, completion, cut)
+            settle(reservation, request, meter, completion, cut, call_id)
         if completion is None:
             raise ToolError(f"model '{chosen}': the stream ended without a completion", kind="provider_error")
         result: dict[str, Any] = {"json": completion.parsed} if schema is not None else {"text": completion.text}
@@ -251,7 +288,7 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         if logprobs is not None:
             result["logprobs"] = [list(top) for top in completion.logprobs or ()]
         _report(completion.model, Usage(completion.prompt_tokens, completion.completion_tokens,
-                                        completion.usage_source), completion.cost_usd)
+                                        completion.usage_source), completion.cost_usd, reservation=call_id)
         return result
 
     return Tool.from_function(llm, name=name, idempotent=True)
