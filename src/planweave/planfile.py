@@ -4,22 +4,26 @@ Every input either gives a :class:`PlanSpec` or raises :class:`PlanInvalid` (a :
 and, where known, the line and column: undecodable bytes, syntax errors, nesting deeper than
 :data:`~planweave.plan.document.MAX_DEPTH`, YAML aliases that refer to themselves or expand past
 :data:`~planweave.plan.document.MAX_VALUES`, integers longer than Python's 4,300-digit limit, lone surrogates,
-files larger than :data:`MAX_PLAN_BYTES`.
+files larger than :data:`MAX_PLAN_BYTES`, keys given twice in one object. The limits are checked while the text is
+read, before a document's Python objects are built: a file of millions of values is refused in about a second, with
+the position where the limit was crossed, not after building them all.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.composer import ComposerError
-from yaml.nodes import Node, ScalarNode
+from yaml.error import Mark
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 from planweave.errors import PlanInvalid, PlanProblem
-from planweave.plan.document import MAX_DEPTH, document_problems
+from planweave.plan.document import MAX_DEPTH, MAX_VALUES, document_problems
 from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
 
@@ -27,15 +31,79 @@ MAX_PLAN_BYTES = 16 * 1024 * 1024
 """The largest plan file read (16 MiB): a plan is a program, not a data set."""
 
 _YAML_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+# A document refused by libyaml is read again by the pure-Python loader for its messages only up to this size: the
+# pure-Python parser takes about 4 s a MiB.
+_REREAD_BYTES = 256 * 1024
+_CHECK_EVERY = 4096  # values read between two looks at the clock
 
 
-class _PlanYamlLoader(yaml.SafeLoader):
+class _Refused(ComposerError):
+    """The text breaks a limit of plan documents (values, time) or gives a key twice: reported as it is, never read
+    again by another parser."""
+
+
+class _Reading:
+    """What a document read so far has cost: its values (as :func:`document_problems` counts them, aliases once) and
+    the time, against :data:`MAX_VALUES` and an optional time limit."""
+
+    def __init__(self, time_limit: float | None) -> None:
+        self.values = 0
+        self.time_limit = time_limit
+        self.deadline = None if time_limit is None else time.monotonic() + time_limit
+
+    def count(self, n: int, mark: Any) -> None:
+        """Add ``n`` values read at ``mark``; raise :class:`_Refused` past a limit."""
+        before = self.values
+        self.values += n
+        if self.values > MAX_VALUES:
+            raise _Refused(None, None, f"the document holds more than {MAX_VALUES:,} values (the limit of plan "
+                                       "documents): a plan is a program, not a data set", mark)
+        if self.deadline is not None and before // _CHECK_EVERY != self.values // _CHECK_EVERY:
+            self.check_time(mark)
+
+    def check_time(self, mark: Any) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _Refused(None, None, f"reading the document took longer than {self.time_limit:g} s (the limit "
+                                       "of plan documents here); it stopped", mark)
+
+
+class _StrictMappings:
+    """The constructor side of both YAML loaders: a key given twice in one mapping is refused at its line (a later
+    value would silently replace the earlier: ``steps:`` twice ran only the second list). Merge keys (``<<``) may
+    still be overridden: that is what they are for."""
+
+    reading: _Reading | None = None
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Mark] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == _MERGE_TAG or not isinstance(key_node, ScalarNode):
+                continue  # a merge, or a key that is not text (refused by document_problems)
+            key = self.construct_object(key_node)  # type: ignore[attr-defined]  # scalars: cached by the node
+            try:
+                first = seen.get(key)
+            except TypeError:
+                continue  # unhashable: SafeConstructor's own message
+            if first is not None:
+                raise _Refused("while reading a mapping", node.start_mark,
+                               f"the key {key!r} is given twice in this object (first on line {first.line + 1}): "
+                               "remove one", key_node.start_mark)
+            seen[key] = key_node.start_mark
+        if self.reading is not None:
+            self.reading.check_time(node.start_mark)
+        return super().construct_mapping(node, deep)  # type: ignore[misc, no-any-return]
+
+
+class _PlanYamlLoader(_StrictMappings, yaml.SafeLoader):
     """PyYAML's safe loader with the limits and the YAML 1.2 core scalars plans need.
 
     - only ``true``/``false`` are booleans (YAML 1.1 also reads ``on``, ``yes``, ``no``, ``off``: the retry key
       ``on:`` would become ``True``);
     - dates stay text (``2001-02-30`` would otherwise raise a bare ``ValueError``; JSON has no dates);
-    - nesting deeper than :data:`MAX_DEPTH` is a syntax error at its position, before Python's recursion limit.
+    - nesting deeper than :data:`MAX_DEPTH` is a syntax error at its position, before Python's recursion limit;
+    - more than :data:`MAX_VALUES` values, or more time than ``reading`` allows, stop the composition there;
+    - a key given twice in one mapping is refused at its position.
     """
 
     _depth = 0
@@ -45,6 +113,10 @@ class _PlanYamlLoader(yaml.SafeLoader):
         try:
             if self._depth > MAX_DEPTH:
                 raise ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", self.get_mark())
+            # A value: an item of a sequence, or a mapping's value (its key is composed with index None).
+            if self.reading is not None and parent is not None and (index is not None
+                                                                    or not isinstance(parent, MappingNode)):
+                self.reading.count(1, self.get_mark())
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
@@ -65,11 +137,13 @@ _PlanYamlLoader.add_constructor("tag:yaml.org,2002:timestamp", _PlanYamlLoader.c
 
 # libyaml's parser, when PyYAML was built with it: a 10,000-step plan file read in ~58 us a step instead of ~240
 # (docs/benchmarks.md, "Whole process"). The same resolvers and constructors as _PlanYamlLoader; its depth limit is
-# a first pass over libyaml's events (its composer recurses in C, past Python's recursion limit). Anything libyaml
-# refuses, or a document nested too deep, is read again by _PlanYamlLoader: errors keep its messages and positions.
+# a first pass over libyaml's events (its composer recurses in C, past Python's recursion limit), which also counts
+# the values and looks at the clock, so that a document too large is refused before its nodes are built. Anything
+# libyaml refuses, or a document nested too deep, is read again by _PlanYamlLoader when it is small: errors keep its
+# messages and positions.
 _CLoader: type[Any] | None = None
 if getattr(yaml, "__with_libyaml__", False):
-    class _CPlanYamlLoader(yaml.CSafeLoader):
+    class _CPlanYamlLoader(_StrictMappings, yaml.CSafeLoader):
         """libyaml's safe loader with :class:`_PlanYamlLoader`'s scalars (no depth check: see :func:`_parse_yaml`)."""
 
     _CPlanYamlLoader.yaml_implicit_resolvers = _PlanYamlLoader.yaml_implicit_resolvers
@@ -80,28 +154,59 @@ _OPENS = (yaml.MappingStartEvent, yaml.SequenceStartEvent)
 _CLOSES = (yaml.MappingEndEvent, yaml.SequenceEndEvent)
 
 
-def _within_depth(text: str) -> bool:
-    """True if no collection in ``text`` is nested deeper than :data:`MAX_DEPTH` (libyaml's events, no nodes)."""
-    depth = 0
+_NODES = (yaml.ScalarEvent, yaml.AliasEvent, *_OPENS)
+_KEY, _VALUE, _ITEM = 0, 1, 2  # what the next node of an open collection is
+
+
+def _within_limits(text: str, reading: _Reading) -> bool:
+    """True if no collection in ``text`` is nested deeper than :data:`MAX_DEPTH` (libyaml's events, no nodes);
+    raises :class:`_Refused` where the document passes :data:`MAX_VALUES` values or its time runs out."""
+    expect: list[int] = []  # per open collection
     for event in yaml.parse(text, Loader=yaml.CSafeLoader):
-        if isinstance(event, _OPENS):
-            depth += 1
-            if depth > MAX_DEPTH:
-                return False
+        if isinstance(event, _NODES):
+            if expect:
+                top = expect[-1]
+                if top == _KEY:
+                    expect[-1] = _VALUE
+                else:
+                    if top == _VALUE:
+                        expect[-1] = _KEY
+                    reading.count(1, event.start_mark)
+            if isinstance(event, _OPENS):
+                expect.append(_KEY if isinstance(event, yaml.MappingStartEvent) else _ITEM)
+                if len(expect) > MAX_DEPTH:
+                    return False
         elif isinstance(event, _CLOSES):
-            depth -= 1
+            expect.pop()
     return True
 
 
-def _parse_yaml(text: str) -> Any:
-    """YAML through libyaml when it is there and the document is fine; else (and for every error) PyYAML's own."""
+def _parse_yaml(text: str, reading: _Reading | None = None) -> Any:
+    """YAML through libyaml when it is there and the document is fine; else (and for every error in a small
+    document) PyYAML's own."""
+    reading = reading or _Reading(None)
     if _CLoader is not None:
         try:
-            if _within_depth(text):
-                return yaml.load(text, Loader=_CLoader)  # a SafeLoader's constructors: no arbitrary objects
+            if _within_limits(text, reading):
+                return _load(_CLoader, text, reading)  # a SafeLoader's constructors: no arbitrary objects
+        except _Refused:
+            raise  # the pure-Python loader would say the same, slower
         except (yaml.YAMLError, ValueError, RecursionError):
-            pass  # read again below, for the message the pure-Python parser gives (or its result)
-    return yaml.load(text, Loader=_PlanYamlLoader)  # a SafeLoader subclass
+            if len(text) > _REREAD_BYTES:
+                raise
+            # read again below, for the message the pure-Python parser gives (or its result)
+        reading = _Reading(reading.time_limit) if reading.deadline is None else reading
+        reading.values = 0
+    return _load(_PlanYamlLoader, text, reading)  # a SafeLoader subclass
+
+
+def _load(loader_class: type[Any], text: str, reading: _Reading) -> Any:
+    loader = loader_class(text)
+    loader.reading = reading
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 def _problem(message: str) -> list[PlanProblem]:
@@ -134,15 +239,85 @@ def _decode(raw: bytes, source: str) -> str:
         ) from None
 
 
-def _parse_text(text: str, as_json: bool) -> Any:
+class _DuplicateJsonKey(ValueError):
+    """A JSON object gives a key twice; the message names it and, where found, its line and column."""
+
+
+class _JsonObjects:
+    """``object_pairs_hook`` for :func:`json.loads`: counts the values of objects and refuses a key given twice."""
+
+    def __init__(self, text: str, reading: _Reading) -> None:
+        self.text = text
+        self.reading = reading
+
+    def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            keys: set[str] = set()
+            twice = next(k for k, _ in pairs if k in keys or keys.add(k))  # type: ignore[func-returns-value]
+            raise _DuplicateJsonKey(_json_duplicate(self.text) or f"the key {twice!r} is given twice in one object: "
+                                                                  "remove one")
+        try:
+            self.reading.count(len(pairs), None)
+        except _Refused as exc:
+            raise ValueError(exc.problem) from None
+        return obj
+
+
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]')
+
+
+def _json_duplicate(text: str) -> str | None:
+    """Where the first key given twice in one object of the JSON ``text`` is, as a problem, or None.
+
+    A second pass over the tokens (strings and punctuation), only once a duplicate is known: the JSON parser tells
+    no position to its object hook.
+    """
+    frames: list[tuple[dict[str, int], list[bool]] | None] = []  # per open object: its keys' offsets, expecting a key
+    for token in _JSON_TOKEN.finditer(text):
+        t = token.group()
+        if t == "{":
+            frames.append(({}, [True]))
+        elif t == "[":
+            frames.append(None)
+        elif t in "}]":
+            if frames:
+                frames.pop()
+        elif frames and frames[-1] is not None:
+            keys, expecting = frames[-1]
+            if t == ",":
+                expecting[0] = True
+            elif t != ":" and expecting[0]:
+                expecting[0] = False
+                key = json.loads(t)
+                if key in keys:
+                    line, column = _line_column(text, token.start())
+                    first, _ = _line_column(text, keys[key])
+                    return (f"line {line}, column {column}: the key {key!r} is given twice in this object (first on "
+                            f"line {first}): remove one")
+                keys[key] = token.start()
+    return None
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    """The 1-based line and column of ``offset`` in ``text``."""
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _parse_text(text: str, as_json: bool, reading: _Reading | None = None) -> Any:
     """Parse JSON or YAML; syntax errors become :class:`PlanProblem` lists via the exceptions below."""
-    return json.loads(text) if as_json else _parse_yaml(text)
+    reading = reading or _Reading(None)
+    if as_json:
+        return json.loads(text, object_pairs_hook=_JsonObjects(text, reading))
+    return _parse_yaml(text, reading)
 
 
 def _syntax_problem(exc: Exception) -> str:
     """The message for a parse failure, with line and column where the parser knows them."""
     if isinstance(exc, json.JSONDecodeError):
         return f"line {exc.lineno}, column {exc.colno}: {exc.msg}"
+    if isinstance(exc, _DuplicateJsonKey) or (isinstance(exc, ValueError) and "a plan is a program" in str(exc)):
+        return str(exc)
     if isinstance(exc, yaml.YAMLError):
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -154,17 +329,32 @@ def _syntax_problem(exc: Exception) -> str:
     return f"cannot parse the file: {exc}"
 
 
+def plan_document(text: str, source: str, *, as_json: bool = False, time_limit: float | None = None,
+                  field: str = "") -> Any:
+    """The plan document a plan file's text holds, checked (:func:`document_problems`); raise :class:`PlanInvalid`
+    naming ``source`` (and ``field``, the problems' field: the server's ``plan_yaml``) and the line where known.
+
+    Refused before the document is built: text longer than :data:`MAX_PLAN_BYTES`, more than :data:`MAX_VALUES`
+    values, a key given twice in one object, and (``time_limit`` seconds, checked while reading) a read that takes
+    longer. JSON is read as YAML when ``as_json`` is false (YAML holds it).
+    """
+    if len(text) > MAX_PLAN_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_PLAN_BYTES:
+        raise PlanInvalid([PlanProblem("", field, f"the plan is larger than {MAX_PLAN_BYTES // (1024 * 1024)} MiB "
+                                                  "(the limit of plan documents)")], source)
+    try:
+        data = _parse_text(text, as_json, _Reading(time_limit))
+    except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
+        raise PlanInvalid([PlanProblem("", field, _syntax_problem(exc))], source) from None
+    if isinstance(data, dict):  # other top levels get parse_plan_document's message
+        problems = document_problems(data)
+        if problems:
+            raise PlanInvalid(problems, source)
+    return data
+
+
 def load_plan_file(path: str | Path) -> PlanSpec:
     """Read and parse a plan file; raise :class:`PlanInvalid` naming the file (and line, for syntax errors)."""
     p = Path(path)
     source = str(path)
     text = _decode(_read_bytes(p, source), source)
-    try:
-        data = _parse_text(text, p.suffix == ".json")
-    except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise PlanInvalid(_problem(_syntax_problem(exc)), source) from None
-    if isinstance(data, dict):  # other top levels get parse_plan_document's message
-        problems = document_problems(data)
-        if problems:
-            raise PlanInvalid(problems, source)
-    return parse_plan_document(data, source)
+    return parse_plan_document(plan_document(text, source, as_json=p.suffix == ".json"), source)

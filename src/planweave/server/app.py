@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TextIO, TypeVar, cast
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
-import yaml
 from fastapi import APIRouter, Body, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
@@ -60,6 +60,7 @@ from planweave.plan.defaults import with_default_timeout
 from planweave.plan.document import document_problems
 from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
+from planweave.planfile import plan_document
 from planweave.runview import list_overviews, parse_since
 from planweave.server.limits import (
     LimitCaps,
@@ -282,12 +283,25 @@ LastEventId = Annotated[
 ]
 
 
-def _checked_plan(submission: RunSubmission) -> PlanSpec:
-    """The submitted plan with the plan file loader's document checks and the safe default step timeout.
+#: Posted plans are read and checked on these threads, two at a time at most (a plan read holds its whole document
+#: meanwhile), never on the event loop that serves every run and stream: a 15 MB ``plan_yaml`` held it for 51 s.
+_PLAN_READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="planweave-plan-reader")
+#: How long reading a posted ``plan_yaml`` may take, checked while it is read (bytes and values are bounded too:
+#: :func:`~planweave.planfile.plan_document`); reading stops there and the POST gets its 422.
+PLAN_READ_SECONDS = 10.0
+
+
+async def _checked_plan(submission: RunSubmission) -> PlanSpec:
+    """The submitted plan with the plan file loader's document checks and the safe default step timeout, read off
+    the event loop (:data:`_PLAN_READERS`).
 
     Like a plan file run from the CLI, a step with no timeout of its own and no plan ``defaults.timeout`` gets
     :data:`~planweave.plan.defaults.DEFAULT_STEP_TIMEOUT`; ``timeout: null`` keeps "no limit".
     """
+    return await asyncio.get_running_loop().run_in_executor(_PLAN_READERS, _read_plan, submission)
+
+
+def _read_plan(submission: RunSubmission) -> PlanSpec:
     document = _plan_document(submission)
     if isinstance(document, dict):
         problems = document_problems(document)
@@ -302,17 +316,8 @@ def _plan_document(submission: RunSubmission) -> Any:
                                                    "'goal' (text)")], HTTP_SOURCE)
     if submission.plan is not None:
         return submission.plan
-    try:
-        return yaml.safe_load(submission.plan_yaml or "")
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise PlanInvalid([PlanProblem("", "plan_yaml", f"{where}{problem}")], HTTP_SOURCE) from None
-    except (ValueError, RecursionError) as exc:  # int('9' * 5000): more digits than Python reads
-        problem = ("a number has more than 4,300 digits (Python's limit for integers)" if "digits" in str(exc)
-                   else f"nested too deep or unreadable: {exc}")
-        raise PlanInvalid([PlanProblem("", "plan_yaml", problem)], HTTP_SOURCE) from None
+    # The plan file loader's reading: YAML 1.2 scalars, keys given twice refused, limits checked while reading.
+    return plan_document(submission.plan_yaml or "", HTTP_SOURCE, time_limit=PLAN_READ_SECONDS, field="plan_yaml")
 
 
 def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> None:
@@ -363,7 +368,7 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
                                            pressure=submission.deadline_pressure)
     else:
         _check_plan_limits(submission, state.model)
-        document = _checked_plan(submission)
+        document = await _checked_plan(submission)
         if state.model is None:
             run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE,
                                            limits=limits.journaled(state.engine.clock.now(),
@@ -394,7 +399,7 @@ async def _queue_run(state: AppState, submission: RunSubmission, response: Respo
         raise PlanInvalid([PlanProblem("", "deadline_pressure", "the workers of a queue do not watch deadline "
                                                                 "pressure (start the server without --queue to use "
                                                                 "it)")], HTTP_SOURCE)
-    rid = await queue_plan(state.queue, _checked_plan(submission), submission.run_id,
+    rid = await queue_plan(state.queue, await _checked_plan(submission), submission.run_id,
                            state.engine.tools or builtin_tools(), dict(state.engine.capacities),
                            deadline=submission.deadline, priority=submission.priority)
     response.headers["Location"] = f"/queue/{quote(rid)}"
