@@ -1,6 +1,6 @@
 """An environment for the redaction tests, named by a rollouts config (``tests.rollouts.leaky:Leaky``): three turns
-whose observations quote this process's ``OPENAI_API_KEY`` and the action, so a replayed action that the journal
-kept redacted gives another observation."""
+whose observations quote this process's ``OPENAI_API_KEY``; an action is right (reward 1) when it says the key, so
+an action the journal kept redacted replays as a wrong one."""
 
 from __future__ import annotations
 
@@ -20,5 +20,7 @@ class Leaky:
 
     async def step(self, action: str) -> StepResult:
         self.left -= 1
-        return StepResult(f"you said {action!r}; {self.left} turns left (key {os.environ['OPENAI_API_KEY']})", 1.0,
+        key = os.environ["OPENAI_API_KEY"]
+        right = key in action
+        return StepResult(f"{'right' if right else 'wrong'}; {self.left} turns left (key {key})", float(right),
                           self.left <= 0)

@@ -129,14 +129,24 @@ def test_no_secret_said_by_the_environment_or_the_policy_is_stored(tmp_path: Pat
 
     def after_kill() -> None:
         assert secret.encode() not in journal_bytes(tmp_path, "r.db") + sink.stored()
+        db = sqlite3.connect(tmp_path / "r.db")
+        try:
+            turns.append(db.execute("SELECT COUNT(*) FROM rollout_turns").fetchone()[0])
+        finally:
+            db.close()
+
+    turns: list[int] = []
 
     with server.serving() as url:
         config = _config(tmp_path, url, sink, "tests.rollouts.leaky:Leaky", episodes=12)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": secret}
         _run(config, server, [18], env, after_kill)  # 36 calls in all: killed half way, a resume replays turns
+    assert turns[0] > 0, "no journaled turn to replay at the kill"
     assert any(secret in prompt for prompt in server.prompts)  # the policy was shown the secret: it was live
     got = sink.read()
     assert sorted(t.episode for t in got) == list(range(12))
+    # every action said the key: an episode whose redacted actions could not be replayed was played again, live
+    assert [t.reward for t in got] == [3.0] * 12
     assert all("***" in t.observation and all("***" in turn.action for turn in t.turns) for t in got)
     assert secret not in json.dumps([t.to_json() for t in got])
     assert secret.encode() not in sink.stored()

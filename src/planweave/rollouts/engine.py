@@ -390,8 +390,9 @@ class RolloutEngine:
         env = self.env(ep.seed)
         first = await env.reset()
         if ep.observation is not None and self._hidden(first) != ep.observation:
-            raise RolloutError(f"episode {ep.episode} (seed {ep.seed}): reset() gave {first[:60]!r}, the journal "
-                               f"has {ep.observation[:60]!r}: the environment is not deterministic in its seed")
+            raise RolloutError(f"episode {ep.episode} (seed {ep.seed}): reset() gave {self._hidden(first)[:60]!r}, "
+                               f"the journal has {ep.observation[:60]!r}: the environment is not deterministic in "
+                               f"its seed")
         done = False
         for turn in ep.replay:  # a resumed episode: replay its journaled actions, without model calls
             result = await env.step(turn.action)
@@ -404,7 +405,8 @@ class RolloutEngine:
                     ep.replay, ep.turns, ep.interruptions = (), [], []
                     break
                 raise RolloutError(f"episode {ep.episode} turn {turn.index}: replaying {turn.action[:40]!r} gave "
-                                   f"{result.observation[:60]!r}, the journal has {turn.observation[:60]!r}")
+                                   f"{self._hidden(result.observation)[:60]!r}, the journal has "
+                                   f"{turn.observation[:60]!r}")
             ep.turns.append(replace(turn, observation=result.observation))  # the prompts see what the live run saw
             done = turn.done
         if not ep.turns:
