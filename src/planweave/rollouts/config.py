@@ -8,7 +8,7 @@
     on_stale: partial                          # or drop
     concurrency: 64
     journal: sqlite:///rollouts.db             # optional: resumable
-    sink: trajectories.jsonl                   # .jsonl, .parquet or redis://host:6379/0#stream
+    sink: trajectories.jsonl                   # .jsonl, .parquet (a directory) or redis://host:6379/0#stream
 """
 
 from __future__ import annotations
