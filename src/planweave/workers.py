@@ -134,6 +134,10 @@ class Worker:
     The caller owns ``engine`` (open, on ``journal``), ``journal`` and ``store``; :meth:`serve` sets the journal's
     fence. ``log`` receives one line per claim, end, loss and hand-back.
 
+    Secrets: ``engine``'s ``redact`` (a :class:`~planweave.tools.safety.SecretRedactor`, as ``planweave run``
+    gives its engine) also hides them in what the worker writes to the queue (errors) and logs; its seal puts back
+    the secrets ``submit`` sealed in the queued plan (:meth:`~planweave.journal.leases.QueuedRun.sealed`).
+
     A queued run's limits (``options.limits`` of its queue row: budget and deadline, as ``planweave submit`` gives
     them) and the model its ``llm`` steps call (``options.model``) are applied as ``planweave run`` applies them:
     ``run_tools`` gives the run its catalog (``llm`` bound to that model within that budget), the deadline counts
@@ -154,7 +158,9 @@ class Worker:
         self.run_tools = run_tools
         self.tally = WorkerTally()
         self.fence = Fence(options.name, self._refused)
-        self._log = log
+        # What the engine keeps out of the journal stays out of the queue and the log too (errors name values).
+        self._hide: Callable[[Any], Any] = engine.redact or _same
+        self._print = log
         self._wake = asyncio.Event()
         self._stopping = False
         self._claims: dict[str, Claim] = {}  # held now
@@ -166,6 +172,9 @@ class Worker:
     @property
     def name(self) -> str:
         return self.options.name
+
+    def _log(self, line: str) -> None:
+        self._print(self._hide(line))
 
     @property
     def holding(self) -> Mapping[str, int]:
@@ -253,6 +262,7 @@ class Worker:
             except PlanweaveError as exc:  # e.g. the plan needs tools this worker lacks: say so in the queue
                 outcome, error = "error", str(exc)
             self._ending.add(rid)
+            error = None if error is None else self._hide(error)
             if await self.store.finish(claim, self.name, outcome, error):
                 self.tally.finished[outcome] = self.tally.finished.get(outcome, 0) + 1
                 detail = f": {error}" if error else ""
@@ -322,7 +332,8 @@ class Worker:
                                 "its queued tiers")
         tools = await self._tools_for(claim.run_id, model, limits.budget(), seam)
         journaled = limits.journaled(now, model, tiers=tiers) if queued or model else None
-        run = await self.engine.start(claim.run.plan, tools=tools, run_id=claim.run_id, source=claim.run.source,
+        plan = claim.run.unsealed_plan(self.engine.seal)  # sealed by submit; the engine seals what it journals
+        run = await self.engine.start(plan, tools=tools, run_id=claim.run_id, source=claim.run.source,
                                       on_failure=options.get("on_failure"), limits=journaled,
                                       priority=float(options.get("priority") or 0.0))
         if limits.deadline is not None:
@@ -406,6 +417,10 @@ class Worker:
                 self._log(f"worker {self.name}: handed run {claim.run_id} back to the queue")
             self._claims.clear()
             await self.store.retire(self.name)
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def _outcome(events: Sequence[Event]) -> str | None:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -54,14 +54,17 @@ class WorkerProcess:
         self._stream.close()
 
 
-def start_worker(url: str, name: str, tmp: Path, *extra: str) -> WorkerProcess:
+def start_worker(url: str, name: str, tmp: Path, *extra: str, env: Mapping[str, str] | None = None) -> WorkerProcess:
+    """``planweave worker`` as ``name``: its stderr to ``tmp/NAME.log``, its stdout to ``tmp/NAME.out``; ``env``
+    instead of this process's environment (less ``PLANWEAVE_JOURNAL``)."""
     log = tmp / f"{name}.log"
     stream = log.open("wb")
-    env = {k: v for k, v in os.environ.items() if k != "PLANWEAVE_JOURNAL"}
+    env = {k: v for k, v in (os.environ if env is None else env).items() if k != "PLANWEAVE_JOURNAL"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     argv = [sys.executable, "-m", "planweave.cli.main", "worker", "--journal", url, "--name", name,
             "--tools", TOOLS, *extra]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=stream)
+    with (tmp / f"{name}.out").open("wb") as out:
+        proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=out, stderr=stream)
     return WorkerProcess(name, proc, log, stream)
 
 

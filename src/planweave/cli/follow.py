@@ -33,7 +33,7 @@ from planweave.engine.runtime import (
 )
 from planweave.engine.state import RunState
 from planweave.extras import require
-from planweave.journal import Journal, default_journal_url, open_journal
+from planweave.journal import Journal, default_journal_url, open_journal, redact_url
 from planweave.runview import run_report
 from planweave.tools import Toolbox
 from planweave.tools.isolation import ToolThreads
@@ -66,10 +66,10 @@ class Session:
     cache: bool = True  # ``--no-cache``: no step reuses a cached output (docs/caching.md)
 
     def resume_command(self, run_id: str) -> str:
-        """The command that continues ``run_id`` with the same journal and tools."""
+        """The command that continues ``run_id`` with the same journal (its password as ``***``) and tools."""
         parts = ["planweave", "resume", run_id]
         if self.journal_url != default_journal_url():
-            parts += ["--journal", self.journal_url]
+            parts += ["--journal", redact_url(self.journal_url)]
         for flag in self.tool_flags:
             parts += ["--tools", flag]
         for flag in self.mcp_flags:
@@ -305,8 +305,9 @@ def report_outcome(outcome: Outcome, session: Session) -> None:
     if outcome.report.get("answer"):
         out.print(Text("answer: ", style="bold green") + Text(str(outcome.report["answer"])))
     if outcome.status != "succeeded":
+        url = session.journal_url
         out.print(f"details: planweave show {outcome.run_id}"
-                  + (f" --journal {session.journal_url}" if session.journal_url != default_journal_url() else ""),
+                  + (f" --journal {redact_url(url)}" if url != default_journal_url() else ""),
                   markup=False, style="dim")
 
 

@@ -31,7 +31,7 @@ from planweave.engine.runtime import (
 )
 from planweave.engine.state import RunState
 from planweave.errors import JournalError, PlanweaveError, RunNotFound
-from planweave.journal import default_journal_url, open_journal
+from planweave.journal import default_journal_url, open_journal, redact_url
 from planweave.journal.summary import RunSummary
 from planweave.runtree import child_ids, parent_link, run_tree
 from planweave.runview import list_overviews, parse_since, run_overview, run_report, stored_outputs
@@ -381,7 +381,7 @@ def show(
         console.print(Text(f"root cause: step '{state.root_cause}'", style="red"))
     if found.status == "interrupted":
         console.print(f"interrupted: resume with planweave resume {run_id}"
-                      + (f" --journal {url}" if url != default_journal_url() else ""), markup=False)
+                      + (f" --journal {redact_url(url)}" if url != default_journal_url() else ""), markup=False)
     if state.answer:  # a run that did not succeed has no answer: its joiner's text is only partial
         label, style = ("answer: ", "bold green") if state.status == "succeeded" else ("partial answer: ", "yellow")
         console.print(Text(label, style=style) + Text(state.answer))

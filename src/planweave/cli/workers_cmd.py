@@ -41,7 +41,7 @@ from planweave.cli.common import (
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.cli.run_cmd import NoCacheOption
 from planweave.extras import require
-from planweave.journal import default_journal_url
+from planweave.journal import default_journal_url, redact_url
 
 if TYPE_CHECKING:
     from planweave.allocate import AllocationSeam
@@ -59,7 +59,7 @@ def _queue_url(url: str | None, command: str) -> str:
     url = url or default_journal_url()
     if not url.startswith(("postgresql://", "postgres://")):
         raise UsageError(f"planweave {command} needs a postgresql:// journal that the workers share (--journal or "
-                         f"$PLANWEAVE_JOURNAL), got {url}")
+                         f"$PLANWEAVE_JOURNAL), got {redact_url(url)}")
     require("postgres", f"planweave {command}")
     return url
 
@@ -127,6 +127,7 @@ def submit(
         from planweave.plan.defaults import with_default_timeout
         from planweave.plan.graph import validate_plan
         from planweave.planfile import load_plan_file
+        from planweave.tools.safety import SecretRedactor
 
         url = _queue_url(journal, "submit")
         if model is None:
@@ -159,14 +160,16 @@ def submit(
                         options["model"] = model
                     if table is not None:
                         options["tiers"] = table
-                    await store.submit(QueuedRun(rid, plan.to_document(), str(file), options))
+                    # Its secrets sealed as `run` seals a journaled plan; the worker running it puts them back.
+                    queued = QueuedRun(rid, plan.to_document(), str(file), options)
+                    await store.submit(queued.sealed(SecretRedactor()))
 
         asyncio.run(go())
     if json_output:
-        print_json({"status": "queued", "run_id": rid, "journal": url})
+        print_json({"status": "queued", "run_id": rid, "journal": redact_url(url)})
     else:
         typer.echo(rid)
-        typer.echo(f"queued run {rid}: a worker (planweave worker --journal {url}) runs it", err=True)
+        typer.echo(f"queued run {rid}: a worker (planweave worker --journal {redact_url(url)}) runs it", err=True)
 
 
 def _tiers_flag(path: Path | None) -> dict[str, Any] | None:
@@ -256,6 +259,7 @@ def worker(
 async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[str, ...], concurrency: int,
                 executor: Executor, base_url: str | None, *, cache: bool = True) -> dict[str, Any]:
     from planweave.engine.runtime import Engine
+    from planweave.tools.safety import SecretRedactor
     from planweave.workers import Worker
 
     def log(line: str) -> None:
@@ -265,8 +269,10 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
     async with AsyncExitStack() as stack:
         box = await open_mcp(stack, mcp, toolbox)
         journal, store = await stack.enter_async_context(_queue(url))
+        # As `planweave run`'s engine: secrets out of outputs, errors, summaries and (sealed) plans; the worker
+        # redacts its queue rows and log lines with it too.
         engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency,
-                                                            executor=executor, cache=cache))
+                                                            executor=executor, cache=cache, redact=SecretRedactor()))
         runner = Worker(engine, journal, store, options, tools=box, log=log,
                         run_tools=_ModelTools(stack, box, base_url).tools)
         # Installed until the loop closes (which removes them), not just while serving: a second SIGTERM arriving
@@ -321,7 +327,7 @@ def workers(
         found, counts = asyncio.run(go())
     shown = [w for w in found if all_workers or not w.stopped]
     if json_output:
-        print_json({"journal": url, "runs": counts, "workers": [
+        print_json({"journal": redact_url(url), "runs": counts, "workers": [
             {**asdict(w), "alive": w.alive, "runs": [asdict(r) for r in w.runs]} for w in shown]})
         return
     typer.echo(f"runs: {', '.join(f'{k} {v}' for k, v in sorted(counts.items())) or 'none queued'}")

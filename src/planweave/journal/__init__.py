@@ -11,8 +11,9 @@ from planweave.errors import JournalError
 from planweave.extras import require
 from planweave.journal.base import Journal, NullJournal
 from planweave.journal.memory import MemoryJournal
+from planweave.journal.urls import redact_url
 
-__all__ = ["Journal", "MemoryJournal", "NullJournal", "default_journal_url", "open_journal"]
+__all__ = ["Journal", "MemoryJournal", "NullJournal", "default_journal_url", "open_journal", "redact_url"]
 
 
 def default_journal_url() -> str:

@@ -1,6 +1,7 @@
 """Leases on runs in a PostgreSQL journal: a queue of submitted runs that workers claim, renew and hand over.
 
-A run submitted to the queue has a row in ``planweave_leases``: its plan document and options, its ``state``
+A run submitted to the queue has a row in ``planweave_leases``: its plan document (its secrets sealed as the
+journal seals a run's plan: :meth:`QueuedRun.sealed`, put back by the worker running it) and options, its ``state``
 (``queued``, ``running`` or ``done``), and while it runs the ``holder`` (a worker's name), the ``epoch`` and the
 ``expires_at`` of its lease. A worker claims runs that are queued or whose lease expired (``FOR UPDATE SKIP
 LOCKED``: workers never wait for each other's claims) and renews its leases; every claim increments the epoch.
@@ -23,15 +24,19 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from planweave.engine.events import Event
 from planweave.errors import JournalError, RunError, RunNotFound
 from planweave.journal.postgres import parse_url
+
+if TYPE_CHECKING:
+    from planweave.engine.protocols import PlanSeal
 
 __all__ = ["DEFAULT_LEASE_S", "Claim", "Fence", "LeaseStore", "LeaseView", "QueuedRun", "WorkerView", "queued_state"]
 
@@ -43,6 +48,8 @@ _LOCK_CLASS = 0x706C_7776  # the journal's advisory lock class ("plwv")
 _DDL_KEY = 0  # the journal's DDL key: table creation takes turns with the journal's own
 
 LeaseState = Literal["queued", "running", "done"]
+#: The option of a queued run whose plan was sealed: what the seal recorded beside the plan (its nonce).
+_PLAN_SEAL = "plan_seal"
 
 _TABLES = (
     """CREATE TABLE IF NOT EXISTS planweave_leases (
@@ -127,6 +134,31 @@ class QueuedRun:
     plan: Mapping[str, Any]
     source: str
     options: Mapping[str, Any]
+
+    def sealed(self, seal: PlanSeal | None) -> QueuedRun:
+        """This run as the queue may keep it: the secrets in its plan sealed by ``seal`` as the journal seals a
+        ``run_created`` plan (what the seal records beside the plan is kept under ``options.plan_seal``)."""
+        if seal is None:
+            return self
+        created = Event(self.run_id, "run_created", 0.0, None, {"plan": dict(self.plan)})
+        data = seal.seal(created).data
+        if data is created.data:
+            return self  # no secret in it
+        kept = {k: v for k, v in data.items() if k != "plan"}
+        return replace(self, plan=data["plan"], options={**self.options, _PLAN_SEAL: kept})
+
+    def unsealed_plan(self, seal: PlanSeal | None) -> Mapping[str, Any]:
+        """The plan to run: the secrets :meth:`sealed` hid put back from this process's environment by ``seal``;
+        raises RunError naming what is missing (a variable not set here, or no seal at all)."""
+        kept = self.options.get(_PLAN_SEAL)
+        if not isinstance(kept, Mapping):
+            return self.plan
+        if seal is None:
+            raise RunError(f"run '{self.run_id}': its queued plan holds sealed secrets, and this worker's engine "
+                           "has no seal to put them back (give the engine redact=SecretRedactor())")
+        (event,) = seal.unseal([Event(self.run_id, "run_created", 0.0, None, {**kept, "plan": self.plan})])
+        plan: Mapping[str, Any] = event.data["plan"]
+        return plan
 
 
 @dataclass(frozen=True)

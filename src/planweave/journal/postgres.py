@@ -25,6 +25,7 @@ from planweave.errors import JournalError
 from planweave.journal.base import CachedOutput, cache_entries, decode_blob, encode_data, encode_event
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
+from planweave.journal.urls import redact_url as redact  # the URL shown in messages (kept under its old name)
 
 if TYPE_CHECKING:
     from planweave.journal.leases import Fence
@@ -142,20 +143,6 @@ def parse_url(url: str) -> tuple[str, str | None, str]:
         raise JournalError(f"journal URL '{redact(url)}' has an empty schema parameter")
     conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(kept), parts.fragment))
     return conninfo, schema, redact(url)
-
-
-def redact(url: str) -> str:
-    """``url`` with any password (in the authority or the query) replaced by ``***``."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    if any(k == "password" for k, _ in query):
-        query = [(k, "***" if k == "password" else v) for k, v in query]
-        return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), parts.fragment))
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class PostgresJournal(GroupCommitJournal):

@@ -17,6 +17,7 @@ from planweave.journal.leases import LeaseStore, LeaseView, QueuedRun
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.graph import validate_plan
 from planweave.plan.model import PlanSpec
+from planweave.tools.safety import SecretRedactor
 
 __all__ = ["QUEUE_SOURCE", "queue_plan", "queued_run", "worker_listing"]
 
@@ -34,7 +35,8 @@ async def queue_plan(store: LeaseStore, spec: PlanSpec, run_id: str | None, tool
                           QUEUE_SOURCE)
     plan = validate_plan(spec, tools, {**spec.capacities, **capacities}, source=QUEUE_SOURCE)
     rid = run_id or uuid.uuid4().hex[:12]
-    await store.submit(QueuedRun(rid, plan.to_document(), QUEUE_SOURCE, {"priority": priority} if priority else {}))
+    queued = QueuedRun(rid, plan.to_document(), QUEUE_SOURCE, {"priority": priority} if priority else {})
+    await store.submit(queued.sealed(SecretRedactor()))  # as `planweave submit`: the worker puts the secrets back
     return rid
 
 
