@@ -4,13 +4,20 @@ long-tailed episodes and the staleness bound checked from the delivered trajecto
 from __future__ import annotations
 
 import asyncio
+import json
+from functools import partial
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from planweave.models.openai import OpenAIChatClient
 from planweave.rollouts import RolloutEngine, StalePolicy, Trajectory
 from planweave.rollouts.toy import Countdown, pareto_length
+from planweave.testing import ScriptedLLM, Text
+from planweave.tools.safety import redact
+from tests.processes import journal_bytes
 from tests.rollouts.helpers import ok_policy, violations
 
 
@@ -141,3 +148,17 @@ async def test_bad_options_are_refused_naming_them(bad: dict[str, object]) -> No
     async with ok_policy() as (_, client):
         with pytest.raises(ValueError, match=next(iter(bad))):
             RolloutEngine(client, countdown, **bad)  # type: ignore[arg-type]
+
+
+async def test_redact_rewrites_what_is_delivered_and_journaled_not_what_the_policy_sees(tmp_path: Path) -> None:
+    secret = "sk-unit-0123456789abcdef"
+    server = ScriptedLLM(default=Text(f"ok {secret}"))
+    async with server as url, OpenAIChatClient("scripted", base_url=url, api_key="test") as client, \
+            RolloutEngine(client, lambda s: Countdown(s, turns=2), episodes=3, journal=f"sqlite:///{tmp_path / 'r.db'}",
+                          system=f"the key is {secret}", redact=partial(redact, secrets=[secret])) as rollouts:
+        got = [t async for batch in rollouts.batches(size=3) for t in batch]
+    assert len(got) == 3 and secret not in json.dumps([t.to_json() for t in got])
+    assert all(turn.action == "ok ***" and turn.prompt[0] == ("system", "the key is ***") for t in got
+               for turn in t.turns)
+    assert all(secret in json.dumps(r.body) for r in server.chat_requests)  # the live prompts were not rewritten
+    assert secret.encode() not in journal_bytes(tmp_path, "r.db")

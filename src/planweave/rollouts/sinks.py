@@ -34,10 +34,16 @@ Identity = tuple[str, int]
 """A trajectory's (rollout journal id, episode): unique across the resumes of one journaled rollout."""
 
 
+def rollout_of(trajectory: Trajectory) -> str:
+    """The id of the rollout journal ``trajectory`` came from (``meta["rollout"]``), or "" if it has none."""
+    rollout = trajectory.meta.get("rollout")
+    return rollout if isinstance(rollout, str) else ""
+
+
 def identity(trajectory: Trajectory) -> Identity | None:
     """What a sink recognises ``trajectory`` by; None for one without a rollout id (never taken for a duplicate)."""
-    rollout = trajectory.meta.get("rollout")
-    return (rollout, trajectory.episode) if isinstance(rollout, str) and rollout else None
+    rollout = rollout_of(trajectory)
+    return (rollout, trajectory.episode) if rollout else None
 
 
 def _fresh(trajectories: Iterable[Trajectory], held: set[Identity]) -> list[Trajectory]:
@@ -53,14 +59,17 @@ def _fresh(trajectories: Iterable[Trajectory], held: set[Identity]) -> list[Traj
     return out
 
 
-def _held_in_json(texts: Iterable[str | bytes]) -> set[Identity]:
+def _held_in_jsonl(path: Path, lines: Iterable[bytes]) -> set[Identity]:
     held = set()
-    for text in texts:
-        obj = json.loads(text)
-        meta = obj.get("meta") or {}
-        rollout = meta.get("rollout") if isinstance(meta, dict) else None
-        if isinstance(rollout, str) and rollout:
-            held.add((rollout, int(obj["episode"])))
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            key = identity(Trajectory.from_json(json.loads(line), f"{path}:{number}"))
+        except json.JSONDecodeError as exc:
+            raise TrajectoryError(f"{path}:{number}: not JSON ({exc.msg})") from None
+        if key is not None:
+            held.add(key)
     return held
 
 
@@ -85,7 +94,7 @@ class JsonlSink:
             whole = data.rfind(b"\n") + 1
             if whole < len(data):
                 os.truncate(self.path, whole)
-            self._held = _held_in_json(line for line in data[:whole].splitlines() if line.strip())
+            self._held = _held_in_jsonl(self.path, data[:whole].splitlines())
         self._file = self.path.open("a", encoding="utf-8")
 
     async def write(self, trajectories: Iterable[Trajectory]) -> None:
@@ -171,7 +180,7 @@ class ParquetSink:
             "episode": [t.episode for t in rows], "seed": [t.seed for t in rows], "reward": [t.reward for t in rows],
             "turns": [len(t.turns) for t in rows], "versions": [list(t.versions) for t in rows],
             "interrupted": [bool(t.interruptions) for t in rows],
-            "rollout": [(identity(t) or ("", 0))[0] or None for t in rows],
+            "rollout": [rollout_of(t) or None for t in rows],
             "trajectory": [json.dumps(t.to_json()) for t in rows]}
         number, self._next = self._next, self._next + 1
         await asyncio.to_thread(self._write_part, pa.table(columns, schema=_parquet_schema()), number)
@@ -241,7 +250,7 @@ class RedisStreamSink:
             return
         async with self._redis.pipeline(transaction=True) as pipe:
             for t in rows:
-                fields = {"episode": t.episode, "rollout": (identity(t) or ("", 0))[0],
+                fields = {"episode": t.episode, "rollout": rollout_of(t),
                           "trajectory": json.dumps(t.to_json())}
                 pipe.xadd(self.key, fields, maxlen=self.maxlen,  # type: ignore[arg-type]
                           approximate=self.maxlen is not None)
