@@ -7,6 +7,11 @@ queue on SQLite's write lock (``busy_timeout``) and WAL lets readers proceed mea
 
 URLs: ``sqlite:///relative/path.db`` (relative to the working directory), ``sqlite:////abs/path.db``,
 ``sqlite:///:memory:`` (one connection, so it works, but nothing survives ``close``).
+
+A damaged file is said so, naming it and what to do (:func:`_failed`): when a run finishes, and when the journal
+closes, what was written is read back on a connection of its own and the write-ahead log's header is checked
+(:func:`_verify`). A WAL overwritten while this process wrote to it (zeroed: the run went on, reported success, and
+its checkpoint then left a file SQLite cannot open) fails the run's final flush instead of passing for a success.
 """
 
 from __future__ import annotations
@@ -144,6 +149,7 @@ class SQLiteJournal(GroupCommitJournal):
         self._executor = executor
         self._conn = conn
         self._reader: ThreadPoolExecutor | None = None  # find_cached's thread, with its own connection
+        self._last_run: str | None = None  # the run of the last event written: read back at close
 
     @classmethod
     async def open(cls, url: str) -> SQLiteJournal:
@@ -166,6 +172,11 @@ class SQLiteJournal(GroupCommitJournal):
 
     async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes], runs: list[BatchRun]) -> None:
         await self._call(_write_batch, self.url, events, blobs, runs, cache_entries(events))
+        if events and self.path != ":memory:":
+            self._last_run = events[-1][0].run_id
+            for event, _ in events:
+                if event.kind == "run_finished":  # the run's final flush: its events must read back
+                    await self._call(_verify, self.url, self.path, event.run_id, True)
 
     async def find_cached(self, key: str, since: float) -> CachedOutput | None:
         """The newest output indexed under ``key`` produced at or after ``since`` (what is committed).
@@ -209,6 +220,12 @@ class SQLiteJournal(GroupCommitJournal):
 
     async def _release(self) -> None:
         closed = False
+        damage: JournalError | None = None
+        if self._last_run is not None:
+            try:
+                await self._call(_verify, self.url, self.path, self._last_run, False)
+            except JournalError as exc:
+                damage = exc  # said once the connections are closed
         try:
             await self._call(_close)
             if self._reader is not None:
@@ -221,9 +238,75 @@ class SQLiteJournal(GroupCommitJournal):
             self._executor.shutdown(wait=closed)
             if self._reader is not None:
                 self._reader.shutdown(wait=closed)
+        if damage is not None:
+            raise damage
 
 
 # -- everything below runs on the journal's thread ----------------------------------------------------------------
+_WAL_MAGIC = (0x377F0682, 0x377F0683)  # the first four bytes of every WAL file SQLite writes (big-endian)
+_DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def _failed(url: str, action: str, exc: Exception) -> JournalError:
+    """The error for ``exc`` met while trying to ``action`` the journal: a damaged file is named with what to do."""
+    if getattr(exc, "sqlite_errorname", "").startswith(_DAMAGED):
+        return JournalError(f"could not {action} the journal {url}: {_damaged(url, str(exc))}")
+    return JournalError(f"could not {action} the journal {url}: {exc}")
+
+
+def _damaged(url: str, problem: str) -> str:
+    try:
+        where = str(Path(path_of(url)).resolve())
+    except JournalError:
+        where = url
+    return (f"the journal file {where} is damaged ({problem}): runs recorded there may be lost or unreadable. "
+            f"Stop every process using it, then restore it from a backup, or move it aside (with its -wal and -shm "
+            f"files) to start a new journal; `sqlite3 {where} .recover` may save what it still holds")
+
+
+def _wal_problem(path: str) -> str | None:
+    """Why the WAL of the database at ``path`` is not SQLite's, or None (also when there is none, or it is being
+    created: fewer bytes than a header)."""
+    try:
+        with open(f"{path}-wal", "rb") as wal:
+            header = wal.read(4)
+    except FileNotFoundError:
+        return None
+    if len(header) < 4 or int.from_bytes(header, "big") in _WAL_MAGIC:
+        return None
+    return f"its write-ahead log {path}-wal was overwritten while this process wrote to it: its header is not SQLite's"
+
+
+def _verify(conn: sqlite3.Connection, url: str, path: str, run_id: str, finished: bool) -> None:
+    """Raise :class:`JournalError` if the journal is damaged: its WAL's header is not SQLite's, or ``run_id``'s events
+    (``finished``: with its ``run_finished``) do not read back on a new connection.
+
+    A new connection, because this one reads the pages it wrote from its cache: it sees nothing wrong with a WAL
+    zeroed under it, which every other reader (and its own checkpoint at close) takes the zeros from. The read goes
+    through the run's index entries and rows: O(the run's events), once per run and at close.
+    """
+    problem = _wal_problem(path)
+    if problem is None:
+        try:
+            reader = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S,
+                                     isolation_level=None)
+            try:
+                rows, _size, ends = reader.execute(
+                    "SELECT count(*), sum(length(data)), coalesce(sum(kind = 'run_finished'), 0) FROM events "
+                    "WHERE run_id = ?", (run_id,)).fetchone()
+            finally:
+                reader.close()
+        except sqlite3.Error as exc:
+            if not getattr(exc, "sqlite_errorname", "").startswith(_DAMAGED):
+                return  # busy, or the file moved: nothing says it is damaged
+            problem = f"the run {run_id!r} it just wrote does not read back: {exc}"
+        else:
+            if rows == 0 or (finished and not ends):
+                problem = f"the run {run_id!r} it just wrote does not read back: its events are missing"
+    if problem is not None:
+        raise JournalError(_damaged(url, problem))
+
+
 def _connect(url: str, path: str) -> sqlite3.Connection:
     try:
         if path != ":memory:":
@@ -231,7 +314,7 @@ def _connect(url: str, path: str) -> sqlite3.Connection:
         # isolation_level=None: no implicit transactions; batches use BEGIN IMMEDIATE explicitly (see _write_batch).
         conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     except (OSError, sqlite3.Error) as exc:
-        raise JournalError(f"could not open the journal {url}: {exc}") from exc
+        raise _failed(url, "open", exc) from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
         # WAL: readers (also in other processes) never wait for the writer, and a commit is one sequential append.
@@ -247,7 +330,7 @@ def _connect(url: str, path: str) -> sqlite3.Connection:
             raise
     except sqlite3.Error as exc:
         conn.close()
-        raise JournalError(f"could not open the journal {url}: {exc}") from exc
+        raise _failed(url, "open", exc) from exc
     except BaseException:
         conn.close()
         raise
@@ -302,7 +385,7 @@ def _write_batch(
             _rollback(conn)
             raise
     except sqlite3.Error as exc:
-        raise JournalError(f"could not write to the journal {url}: {exc}") from exc
+        raise _failed(url, "write to", exc) from exc
 
 
 def _write_summaries(conn: sqlite3.Connection, runs: list[BatchRun], first_pos: int) -> None:
@@ -328,7 +411,7 @@ def _reading(url: str, fn: Callable[[sqlite3.Connection], T]) -> Callable[[sqlit
         try:
             return fn(conn)
         except sqlite3.Error as exc:
-            raise JournalError(f"could not read the journal {url}: {exc}") from exc
+            raise _failed(url, "read", exc) from exc
 
     return read
 
@@ -340,7 +423,7 @@ def _select_runs(conn: sqlite3.Connection, url: str, query: RunQuery) -> RunPage
         (position,) = conn.execute("SELECT coalesce(max(pos), 0) FROM events").fetchone()  # first: nothing missed
         rows = conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq DESC{limit}", params).fetchall()
     except sqlite3.Error as exc:
-        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+        raise _failed(url, "read", exc) from exc
     return run_page(rows, query, int(position))
 
 
@@ -356,7 +439,7 @@ def _store_summaries(conn: sqlite3.Connection, url: str, summaries: list[tuple[R
             _rollback(conn)
             raise
     except sqlite3.Error as exc:
-        raise JournalError(f"could not write to the journal {url}: {exc}") from exc
+        raise _failed(url, "write to", exc) from exc
 
 
 def _delete_runs(conn: sqlite3.Connection, url: str, finished_before: float, statuses: frozenset[str]) -> PruneResult:
@@ -406,7 +489,7 @@ def _delete_runs(conn: sqlite3.Connection, url: str, finished_before: float, sta
             conn.execute("VACUUM")  # give the pages back to the file system
             file_freed = size_before - _database_bytes(conn)
     except sqlite3.Error as exc:
-        raise JournalError(f"could not prune the journal {url}: {exc}") from exc
+        raise _failed(url, "prune", exc) from exc
     return PruneResult(doomed, events, outputs, freed, file_freed)
 
 
@@ -433,7 +516,7 @@ def _select_events(
         loads = decode_blob
         return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
     except sqlite3.Error as exc:
-        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+        raise _failed(url, "read", exc) from exc
 
 
 def _select_blobs(conn: sqlite3.Connection, url: str, refs: list[str]) -> dict[str, Any]:
@@ -445,7 +528,7 @@ def _select_blobs(conn: sqlite3.Connection, url: str, refs: list[str]) -> dict[s
             for ref, data in conn.execute(f"SELECT ref, data FROM blobs WHERE ref IN ({marks})", chunk):
                 found[ref] = decode_blob(data)
     except sqlite3.Error as exc:
-        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+        raise _failed(url, "read", exc) from exc
     return found
 
 
@@ -454,7 +537,7 @@ def _select_run_ids(conn: sqlite3.Connection, url: str) -> list[str]:
         # Served from the (run_id, pos) index: MIN(pos) per run is its first entry there.
         rows = conn.execute("SELECT run_id FROM events GROUP BY run_id ORDER BY MIN(pos)").fetchall()
     except sqlite3.Error as exc:
-        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+        raise _failed(url, "read", exc) from exc
     return [r for (r,) in rows]
 
 
@@ -476,7 +559,7 @@ def _find_cached(url: str, path: str, key: str, since: float) -> tuple[Any, ...]
         row: tuple[Any, ...] | None = conn.execute(_FIND_CACHED, (key, since)).fetchone()
         return row
     except sqlite3.Error as exc:
-        raise JournalError(f"could not read the journal {url}: {exc}") from exc
+        raise _failed(url, "read", exc) from exc
 
 
 def _close_reader() -> None:
