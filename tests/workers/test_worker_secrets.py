@@ -26,6 +26,9 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import yaml
 
+from planweave.errors import RunError
+from planweave.journal.leases import QueuedRun
+from planweave.tools.safety import SecretRedactor
 from tests.workers.conftest import Schema
 from tests.workers.procs import REPO, TOOLS, WorkerProcess, done, start_worker, started_by, wait_until
 from tests.workers.test_server_queue import queue_server
@@ -143,6 +146,23 @@ def test_a_run_taken_over_from_a_killed_worker_stores_and_prints_no_secret(pg_sc
     assert secret not in queued.stdout + queued.stderr
     assert secret not in printed + first.text() + (tmp_path / "w1.out").read_text(), printed
     assert secret not in shown(pg_schema, "leaky")
+
+
+def test_a_queued_plan_is_sealed_and_only_a_worker_with_the_variable_puts_the_secret_back() -> None:
+    secret = f"sk-test-{secrets.token_hex(12)}"
+    plan = {"steps": [{"id": "a", "tool": "shell", "args": {"argv": ["curl", "-H", f"Bearer {secret}"]}}]}
+    queued = QueuedRun("r1", plan, "plan.yaml", {"priority": 2})
+    sealed = queued.sealed(SecretRedactor({"OPENAI_API_KEY": secret}))
+    assert secret not in json.dumps([sealed.plan, sealed.options]) and "$OPENAI_API_KEY" in json.dumps(sealed.plan)
+    assert sealed.options["priority"] == 2
+    assert queued.sealed(SecretRedactor({})) is queued and queued.sealed(None) is queued  # nothing to seal
+
+    assert sealed.unsealed_plan(SecretRedactor({"OPENAI_API_KEY": secret})) == plan
+    with pytest.raises(RunError, match="set OPENAI_API_KEY in this environment"):
+        sealed.unsealed_plan(SecretRedactor({"OTHER_TOKEN": "abcdefgh"}))
+    with pytest.raises(RunError, match="no seal"):
+        sealed.unsealed_plan(None)
+    assert queued.unsealed_plan(None) == plan
 
 
 @pytest.mark.slow
