@@ -107,6 +107,8 @@ async def test_an_interrupted_planner_call_counts_in_the_resumed_runs_tokens(tmp
         billed = server.billed_tokens
     report = json.loads(out)
     unsettled = report["reserved_unsettled"]
+    print(f"planner cut after {cut} billed tokens, reserved {unsettled['tokens']}; the server billed {billed} in all, "
+          f"the resumed run reports {report['tokens']}, {report['status']}")
     assert unsettled["calls"] == 1 and unsettled["each"][0]["purpose"] == "plan", unsettled
     assert unsettled["tokens"] >= cut  # the interrupted call counted at its worst case, at least what it billed
     assert report["tokens"] >= billed, (report["tokens"], billed, err.decode()[-2000:])
