@@ -94,8 +94,39 @@ async def test_a_goal_run_killed_while_its_planner_streams_resumes_by_finishing_
     assert len(shown) == 1 and '"id":"s1"' in shown[0] and '"id":"s2"' in shown[0]
     async with open_journal(url) as journal:
         state = RunState.from_events("g1", await journal.read("g1"))
-    initial = [v for v in state.versions if v["trigger"] == "initial"]
-    assert len(initial) == 1 and initial[0]["added"] == ["s1", "s2", "s3", "s4"]
+    assert state.versions[0]["added"] == ["s1", "s2", "s3", "s4"]  # all on the initial version, each once
+
+
+async def test_a_goal_run_killed_while_its_planner_repairs_rejected_lines_resumes_by_finishing_the_plan(
+        tmp_path: Path) -> None:
+    url, log = f"sqlite:///{tmp_path / 'runs.db'}", tmp_path / "calls.log"
+    planner: list[RecordedRequest] = []
+    broken = {**PLAN[2], "tool": "no_such_tool"}
+
+    def script(req: RecordedRequest) -> Reply:
+        if JOINER in str(req.messages[-1]["content"]):
+            return Text(json.dumps({"answer": "all four"}))
+        planner.append(req)
+        if len(planner) == 1:  # a whole answer, one line of it rejected
+            return Text(plan_lines([*PLAN[:2], broken]))
+        if len(planner) == 2:  # the repair of that line: stalls until the process is killed
+            return Stall(seconds=None)
+        return Text(plan_lines(PLAN))  # asked again after the resume, it restates the whole plan
+
+    flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
+    async with ScriptedLLM(script) as base_url:
+        model = ("--model", "scripted", "--base-url", base_url)
+        proc = await planweave("run", "--goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
+                               log=log)
+        await kill_when(proc, url, "g1", lambda state: len(planner) == 2 and succeeded("s1", "s2")(state))
+        again = await planweave("resume", "g1", *model, *flags, cwd=tmp_path, log=log)
+        out, err = await asyncio.wait_for(again.communicate(), 60)
+    assert again.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["status"] == "succeeded" and sorted(report["steps"]) == ["s1", "s2", "s3", "s4"], report
+    assert all(s["status"] == "succeeded" for s in report["steps"].values()), report
+    assert sorted(log.read_text().split()) == ["s1", "s2", "s3", "s4"]
+    assert len(planner) == 3
 
 
 async def test_a_goal_run_killed_before_its_planner_wrote_a_line_plans_on_resume(tmp_path: Path) -> None:

@@ -477,23 +477,28 @@ class PlanningLoop:
         recalled = "" if self.recall is None else await self.recall(goal)
         messages = [Message("system", self._system()),
                     Message("user", prompts.initial_prompt(goal, memory=recalled))]
-        begun = next((v for v in run.state.versions if v.get("trigger") == "initial"), None)
-        version = run.plan.version if begun is None else int(begun["version"])
-        written = [] if begun is None else [sid for sid in begun["added"] if sid in run.plan.steps]
+        initial = run.state.versions[0] if run.state.versions else None  # the version the run was created with
+        version = run.plan.version if initial is None else int(initial["version"])
+        written = [] if initial is None else [sid for sid in initial["added"]
+                                              if sid in run.plan.steps and sid not in self._questions]
+        known: frozenset[str] = frozenset()
         if written:  # the lines it had written are its own answer so far; the state says what they did
             messages += [Message("assistant", self._plan_lines(run, written)),
                          Message("user", prompts.continue_prompt(goal, self._summary(run)))]
+            # A line restating a step the run has (or a later version dropped) is taken as restated, never added
+            # twice: the plan may have moved on since the planner wrote it (a repair, a person's answer).
+            known = frozenset({*run.state.records, *(rec.id for _, rec in run.state.retired)})
         accepted: list[str] = []
         first_started = self.engine.clock.now()
         draft: DraftSession | None = None if self._draft is None else self._draft.begin(run, messages)
         try:
-            await self._initial_lines(run, messages, version, accepted, first_started, draft)
+            await self._initial_lines(run, messages, version, accepted, first_started, draft, known)
         finally:
             if draft is not None:
                 draft.main_done()
 
     async def _initial_lines(self, run: Run, messages: list[Message], version: int, accepted: list[str],
-                             first_started: float, draft: DraftSession | None) -> None:
+                             first_started: float, draft: DraftSession | None, known: frozenset[str]) -> None:
         for attempt in range(self.options.max_repairs + 1):
             errors: list[str] = []
             started = self.engine.clock.now()
@@ -502,8 +507,8 @@ class PlanningLoop:
 
             def admit_now(obj: dict[str, Any], number: int, _started: float = started,
                           _errors: list[str] = errors) -> None:
-                if self._already_planned(run, obj):
-                    return  # a repair answer that restates an accepted line: nothing to do
+                if self._already_planned(run, obj) or obj.get("id") in known:
+                    return  # a repair (or a resumed planner) restating a line it wrote already: nothing to do
                 if draft is not None:  # verified before the step exists: its draft attempt is its own at once
                     draft.main_step(obj)
                 try:
@@ -926,9 +931,10 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
 
 def plan_written(state: RunState) -> bool:
     """Whether the planner of goal run ``state`` finished writing its initial plan: the end of its last answer is
-    journaled (``model_finished_at`` of the initial version, set once the plan's last line was admitted). A run
-    interrupted before that has a plan the planner had not finished, which a resume finishes first."""
-    return any(v.get("trigger") == "initial" and v.get("model_finished_at") is not None for v in state.versions)
+    journaled (``model_finished_at`` of the version the run was created with, which only the initial plan's end sets,
+    once its last line was admitted). A run interrupted before that has a plan the planner had not finished, which a
+    resume finishes first."""
+    return bool(state.versions) and state.versions[0].get("model_finished_at") is not None
 
 
 def _journaled_replans(run: Run) -> int:
