@@ -363,7 +363,7 @@ class RolloutEngine:
             self._failures += 1
             self._journal.dropped(ep.episode)
             if self._failures >= self.max_failures or isinstance(exc, RolloutError):
-                message = exc if isinstance(exc, RolloutError) else f"{type(exc).__name__}: {exc}"
+                message = self._hidden(str(exc) if isinstance(exc, RolloutError) else f"{type(exc).__name__}: {exc}")
                 self._error = RolloutError(f"rollout episode {ep.episode} failed ({message}); "
                                            f"{self._failures} episodes failed in a row")
             self._wake.set()
