@@ -23,7 +23,7 @@ from yaml.error import Mark
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 from planweave.errors import PlanInvalid, PlanProblem
-from planweave.plan.document import MAX_DEPTH, MAX_VALUES, document_problems
+from planweave.plan.document import MAX_DEPTH, MAX_VALUES, DuplicateKey, document_problems, unique_keys
 from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
 
@@ -251,12 +251,10 @@ class _JsonObjects:
         self.reading = reading
 
     def __call__(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        obj = dict(pairs)
-        if len(obj) != len(pairs):
-            keys: set[str] = set()
-            twice = next(k for k, _ in pairs if k in keys or keys.add(k))  # type: ignore[func-returns-value]
-            raise _DuplicateJsonKey(_json_duplicate(self.text) or f"the key {twice!r} is given twice in one object: "
-                                                                  "remove one")
+        try:
+            obj = unique_keys(pairs)
+        except DuplicateKey as exc:
+            raise _DuplicateJsonKey(_json_duplicate(self.text) or str(exc)) from None
         try:
             self.reading.count(len(pairs), None)
         except _Refused as exc:

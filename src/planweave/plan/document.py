@@ -36,6 +36,26 @@ def _bad_text(text: str) -> str | None:
     return None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object gives the same key twice (``json.loads`` would keep the last value silently)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"the key {key!r} is given twice in one object: remove one")
+        self.key = key
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: the object, or :class:`DuplicateKey` naming a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return obj
+
+
 class _TooLarge(Exception):
     """The walk stopped: the document breaks a structural limit (the problem says which)."""
 

@@ -7,6 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from planweave.plan.document import DuplicateKey, unique_keys
+
 # A Markdown list marker ("- ", "* ", "+ ", "1. ", "2) ") in front of what may be a step object.
 _BULLET = re.compile(r"^(?:[-*+]|\d{1,3}[.)])\s+")
 # Lines that are plainly not steps need no round trip with the model; only these look like an attempted step.
@@ -70,9 +72,11 @@ class LineParser:
         if text in ("", "[", "]") or text.startswith("```") or not _looks_like_step(text):
             return None
         try:
-            value = json.loads(text)
+            value = json.loads(text, object_pairs_hook=unique_keys)  # {"id": "a", "id": "b"} is not step b
         except json.JSONDecodeError as exc:
             return Line(self._number, text, error=f"line {self._number} is not valid JSON ({exc.msg}): {text[:120]}")
+        except DuplicateKey as exc:
+            return Line(self._number, text, error=f"line {self._number}: {exc}: {text[:120]}")
         if isinstance(value, dict):
             self.step_lines += 1
             return Line(self._number, text, steps=(value,))
