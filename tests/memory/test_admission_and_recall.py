@@ -49,9 +49,11 @@ async def test_only_entries_whose_verification_succeeds_are_admitted_and_retriev
     good = await store.add(skill("city-weather", "oslo"))
     broken = await store.add(skill("atlantis-weather", "atlantis", "report the weather forecast of atlantis city"))
     checked_ok = await store.add(lesson("forecast-units", "the forecast tool reports weather temp in C",
-                                        {"tool": "forecast", "args": {"city": "rome"}}))
+                                        {"tool": "forecast", "args": {"city": "rome"},
+                                         "expect": {"path": "temp", "equals": 12}}))
     checked_bad = await store.add(lesson("forecast-atlantis", "the weather forecast of atlantis works",
-                                         {"tool": "forecast", "args": {"city": "atlantis"}}))
+                                         {"tool": "forecast", "args": {"city": "atlantis"},
+                                          "expect": {"path": "temp", "equals": 24}}))
     unchecked = await store.add(lesson("forecast-slow", "the weather forecast tool is slow", None))
     async with open_engine("memory://", tools=weather_tools(calls), clock=VirtualClock()) as engine:
         after = await verify_all(engine, store, [good, broken, checked_ok, checked_bad, unchecked])
@@ -69,9 +71,12 @@ async def test_only_entries_whose_verification_succeeds_are_admitted_and_retriev
 async def test_a_lesson_without_a_check_is_admitted_by_a_person_only() -> None:
     store = InMemoryStore()
     plain = await store.add(lesson("slow", "the forecast tool is slow", None))
-    checked = await store.add(lesson("units", "temps are in C", {"tool": "noop", "args": {}}))
+    checked = await store.add(lesson("units", "temps are in C", {"tool": "forecast", "args": {"city": "rome"},
+                                                                 "expect": {"path": "unit", "equals": "C"}}))
+    cannot_fail = await store.add(lesson("units-2", "temps are in C", {"tool": "noop", "args": {}}))
     a_skill = await store.add(skill("city-weather", "oslo"))
     assert (await admit_by_person(store, plain.id, "ana")).note == "approved by ana"
+    assert (await admit_by_person(store, cannot_fail.id, "ana")).status == "admitted"  # its check is no check
     with pytest.raises(MemoryStoreError, match="carries a check step"):
         await admit_by_person(store, checked.id)
     with pytest.raises(MemoryStoreError, match="admitted only by replaying it"):
@@ -113,8 +118,9 @@ async def test_the_prompt_section_is_bounded_in_characters() -> None:
     entries = [await store.add(lesson(f"l{i}", "word " * 60, None)) for i in range(5)]
     text, used = memory_prompt(entries, 800)
     assert len(text) <= 800 and 1 <= len(used) < 5
-    text, used = memory_prompt(entries[:1], 120)
-    assert len(text) <= 120 and text.endswith("[...cut]") and len(used) == 1
+    text, used = memory_prompt(entries[:1], 320)
+    assert len(text) <= 320 and text.endswith("[...cut]\n</memory-data>") and len(used) == 1
+    assert memory_prompt(entries, 100) == ("", [])  # not even the head and the fence fit: nothing
 
 
 def _planner(seen: list[str]) -> Any:

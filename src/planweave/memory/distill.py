@@ -15,20 +15,23 @@ from typing import Any
 from planweave.engine.runtime import RunResult
 from planweave.engine.state import RunState
 from planweave.memory.model import Candidate, MemoryEntry, parse_candidates
+from planweave.memory.screen import hosts_in
 from planweave.memory.store import MemoryStore
 from planweave.models import ModelClient
 from planweave.models.base import CompletionRequest, Message
 
-__all__ = ["DISTILL_SYSTEM", "Distilled", "FinishedRun", "distill", "distill_prompt"]
+__all__ = ["DISTILL_SYSTEM", "Distilled", "FinishedRun", "distill", "distill_prompt", "used_hosts"]
 
 DISTILL_SYSTEM = """You distil what an agent run learned into memory for later runs. Answer JSON Lines only, one
 entry per line, at most 5 lines:
 {"kind": "skill", "name": "<slug>", "text": "<when to use it>", "steps": [<plan steps, with "${param}" where a
 later goal puts its own value>], "params": {"<param>": <the value this run used>}, "steps_used": ["<step ids>"]}
-{"kind": "lesson", "name": "<slug>", "text": "<what worked or failed, a tool quirk>", "check": {<one plan step that
-succeeds only if the lesson holds>}, "steps_used": ["<step ids>"]}
-A skill is replayed with its params before it is kept; a lesson is kept once its check succeeds (or a person
-approves it). Write [] if nothing is worth keeping."""
+{"kind": "lesson", "name": "<slug>", "text": "<what worked or failed, a tool quirk>", "check": {"tool": "<tool>",
+"args": {...}, "expect": {"path": "<key.path[0] into its output>", "equals": <the value it must have>}},
+"steps_used": ["<step ids>"]}
+A skill is replayed with its params before it is kept (only idempotent steps that wait for nobody are replayed); a
+lesson is kept once its check's output meets its expect ("equals" or "contains"), or a person approves it. Write []
+if nothing is worth keeping."""
 
 
 @dataclass(frozen=True)
@@ -75,13 +78,17 @@ async def distill(client: ModelClient, store: MemoryStore, goal: str, result: Ru
     messages = (Message("system", DISTILL_SYSTEM), Message("user", distill_prompt(goal, result)))
     completion = await client.complete(CompletionRequest(messages, model=model, max_tokens=max_tokens))
     candidates, problems = parse_candidates(completion.text, run_id=result.run_id)
-    admitted = await store.entries(status="admitted")
+    # Already known (admitted, or a candidate waiting for a person): no new version of the same thing.
+    known = [*await store.entries(status="admitted"), *await store.entries(status="candidate")]
     stored = []
+    hosts = used_hosts(goal, result)
     for candidate in candidates:
-        if any(_same(candidate, entry) for entry in admitted):  # already known: no new version of the same thing
-            problems.append(f"{candidate.kind} '{candidate.name}' is already admitted as it is: not stored again")
+        same = next((entry for entry in known if _same(candidate, entry)), None)
+        if same is not None:
+            problems.append(f"{candidate.kind} '{candidate.name}' is already {same.status} as it is (memory "
+                            f"{same.id}): not stored again")
             continue
-        stored.append(await store.add(_known_steps(candidate, result)))
+        stored.append(await store.add(_known_steps(candidate, result, hosts)))
     return Distilled(tuple(stored), tuple(problems), completion.prompt_tokens, completion.completion_tokens)
 
 
@@ -92,8 +99,17 @@ def _same(candidate: Candidate, entry: MemoryEntry) -> bool:
         dict(s) for s in entry.steps]
 
 
-def _known_steps(candidate: Candidate, result: RunResult | FinishedRun) -> Candidate:
-    """``candidate`` with provenance only to steps the run has (a model may name others)."""
+def used_hosts(goal: str, result: RunResult | FinishedRun) -> tuple[str, ...]:
+    """The hosts the run used: named in its goal or its plan's step arguments (not in outputs: a page it read
+    may name any host)."""
+    steps = result.state.plan.steps.values()
+    found = hosts_in([goal, *([s.args, s.fallback.args if s.fallback else {}] for s in steps)])
+    return tuple(sorted(found))
+
+
+def _known_steps(candidate: Candidate, result: RunResult | FinishedRun, hosts: tuple[str, ...]) -> Candidate:
+    """``candidate`` with provenance only to steps the run has (a model may name others) and the hosts the run
+    used (the only ones the entry may name: memory/screen.py)."""
     known = tuple(s for s in candidate.step_ids if s in result.state.records)
     return Candidate(candidate.kind, candidate.name, candidate.text, candidate.steps, candidate.params,
-                     candidate.check, candidate.run_id, known)
+                     candidate.check, candidate.run_id, known, hosts)

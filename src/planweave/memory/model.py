@@ -50,6 +50,12 @@ class Candidate:
     check: Mapping[str, Any] | None = None
     run_id: str | None = None
     step_ids: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()  # the hosts its source run used (goal, step arguments): what it may name
+
+    def body(self) -> dict[str, Any]:
+        """The parts stored as one JSON column (steps, params, check, the source run's hosts)."""
+        return {"steps": [dict(s) for s in self.steps], "params": dict(self.params), "check": self.check,
+                "hosts": list(self.hosts)}
 
 
 @dataclass(frozen=True)
@@ -70,13 +76,15 @@ class MemoryEntry:
     run_id: str | None = None
     step_ids: tuple[str, ...] = ()
     note: str = ""  # why it was admitted, rejected or retired
+    hosts: tuple[str, ...] = ()  # the hosts its source run used: the only ones it may name (memory/screen.py)
 
     def with_status(self, status: EntryStatus, note: str) -> MemoryEntry:
         return replace(self, status=status, note=note)
 
     def body(self) -> dict[str, Any]:
-        """The parts of the entry stored as one JSON column (steps, params, check)."""
-        return {"steps": [dict(s) for s in self.steps], "params": dict(self.params), "check": self.check}
+        """The parts of the entry stored as one JSON column (steps, params, check, the source run's hosts)."""
+        return {"steps": [dict(s) for s in self.steps], "params": dict(self.params), "check": self.check,
+                "hosts": list(self.hosts)}
 
     def to_json(self) -> dict[str, Any]:
         """The entry as ``memory show --json`` and ``memory export`` print it."""
@@ -97,7 +105,7 @@ def entry_from_row(row: Sequence[Any]) -> MemoryEntry:
     ids = json.loads(step_ids) if isinstance(step_ids, str) else step_ids
     return MemoryEntry(int(entry_id), kind, name, text, int(version), status, int(uses), float(created_at),
                        tuple(parts.get("steps") or ()), dict(parts.get("params") or {}), parts.get("check"),
-                       run_id, tuple(ids or ()), note or "")
+                       run_id, tuple(ids or ()), note or "", tuple(parts.get("hosts") or ()))
 
 
 def checked(candidate: Candidate) -> Candidate:

@@ -92,8 +92,7 @@ class PostgresMemoryStore:
 
     async def add(self, candidate: Candidate) -> MemoryEntry:
         checked(candidate)
-        body = MemoryEntry(0, candidate.kind, candidate.name, candidate.text, 0, "candidate", 0, 0.0,
-                           tuple(candidate.steps), dict(candidate.params), candidate.check).body()
+        body = candidate.body()
         async with self._lock:
             try:
                 async with self._conn.transaction():

@@ -65,8 +65,7 @@ class SQLiteMemoryStore:
 
     async def add(self, candidate: Candidate) -> MemoryEntry:
         checked(candidate)
-        body = MemoryEntry(0, candidate.kind, candidate.name, candidate.text, 0, "candidate", 0, 0.0,
-                           tuple(candidate.steps), dict(candidate.params), candidate.check).body()
+        body = candidate.body()
         row = await self._call(_insert, candidate, json.dumps(body), self._now())
         return entry_from_row(row)
 

@@ -67,7 +67,8 @@ class InMemoryStore:
                            if e.kind == candidate.kind and e.name == candidate.name), default=0)
         entry = MemoryEntry(len(self._entries) + 1, candidate.kind, candidate.name, candidate.text, version,
                             "candidate", 0, self._now(), tuple(candidate.steps), dict(candidate.params),
-                            candidate.check, candidate.run_id, tuple(candidate.step_ids))
+                            candidate.check, candidate.run_id, tuple(candidate.step_ids),
+                            hosts=tuple(candidate.hosts))
         self._entries[entry.id] = entry
         return entry
 
