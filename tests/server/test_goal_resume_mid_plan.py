@@ -74,6 +74,8 @@ async def test_a_server_killed_while_a_goal_streams_finishes_its_plan_after_the_
                 if all(s in state.records and state.records[s].status == "succeeded" for s in ("s1", "s2")):
                     break
                 await asyncio.sleep(0.05)
+            else:
+                raise AssertionError(f"s1 and s2 never both succeeded: {state.records}")
             first.send_signal(signal.SIGKILL)
             await first.wait()
         assert sorted(log.read_text().split()) == ["s1", "s2"]
