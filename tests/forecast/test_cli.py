@@ -16,6 +16,12 @@ from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env, wait_for
 
 PLAN = """\
 steps:
+  - {id: a, tool: noop, args: {n: 1}, estimate: {duration: 2, cost: 0.5}}
+  - {id: b, tool: noop, args: {n: 2}, after: [a], estimate: {duration: 3}}
+  - {id: c, tool: noop, args: {n: 3}, after: [a], estimate: {duration: 1}}
+"""
+SLEEPS = """\
+steps:
   - {id: a, tool: sleep, args: {seconds: 0.2}, estimate: {duration: 2, cost: 0.5}}
   - {id: b, tool: sleep, args: {seconds: 0.1}, after: [a], estimate: {duration: 3}}
   - {id: c, tool: sleep, args: {seconds: 0.1}, after: [a], estimate: {duration: 1}}
@@ -39,14 +45,17 @@ def test_forecast_of_a_plan_file_prints_the_contract_object(tmp_path: Path) -> N
     assert {"p_deadline", "p_budget", "p_success", "p_all", "makespan", "cost_usd", "critical_steps"} <= set(out)
     assert out["makespan"] == {"p50": 5.0, "p90": 5.0, "p99": 5.0}
     assert out["critical_steps"] == ["a", "b"]
-    assert (out["p_deadline"], out["p_budget"], out["p_all"]) == (1.0, 0.0, 0.0)
+    # an empty journal: how long is what the estimates say, whether it succeeds is unknown (null), not 100%
+    assert (out["p_deadline"], out["p_budget"], out["p_success"], out["p_all"]) == (1.0, 0.0, None, None)
+    assert out["history"] is False
     text = planweave("forecast", str(plan), "--deadline", "5", "--journal", sqlite_url(tmp_path))
     assert text.returncode == 0 and "in time (5s) 100%" in text.stdout and "a -> b" in text.stdout
+    assert "succeeds: unknown (no history" in text.stdout
 
 
 def test_estimates_and_forecast_of_a_journaled_run(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
-    plan.write_text(PLAN)
+    plan.write_text(SLEEPS)
     url = sqlite_url(tmp_path)
     run = as_json(planweave("run", str(plan), "--journal", url, "--virtual-clock", "--json"))
     table = as_json(planweave("estimates", "--journal", url, "--json"))

@@ -10,6 +10,7 @@ import pytest
 
 from planweave.forecast.estimates import (
     LOGNORMAL_MIN,
+    POOL_WEIGHT,
     PRIOR_WEIGHT,
     BetaRate,
     Estimates,
@@ -77,7 +78,8 @@ def test_history_and_estimate_combine_with_the_estimate_as_prior_observations() 
     share = PRIOR_WEIGHT / (PRIOR_WEIGHT + 8)
     assert model.prior_share == pytest.approx(share)
     assert model.cost_usd == pytest.approx(1.0 - share)
-    assert model.p_success == pytest.approx((1 + 6) / (2 + 8))
+    overall = (1 + 6) / (2 + 8)  # every attempt of the history, Laplace's rule; the tool's shrunk towards it
+    assert model.p_success == pytest.approx((6 + POOL_WEIGHT * overall) / (8 + POOL_WEIGHT))
     rng = random.Random(3)
     draws = [model.sample_duration(rng) for _ in range(4000)]
     assert {round(d, 6) for d in draws} == {2.0, 10.0}  # eight samples of 10 s: a lognormal of width 0

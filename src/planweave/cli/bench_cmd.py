@@ -247,3 +247,17 @@ def bench_memory(ctx: typer.Context) -> None:
     from planweave.bench.memory import main as memory_main
 
     raise typer.Exit(memory_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "forecast",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_forecast(ctx: typer.Context) -> None:
+    """How true the forecast's chance of success is: Brier scores on held-out runs of seeded plans against a naive
+    base rate, each plan's own rate and the earlier flat prior; options go to planweave.bench.forecast_calibration
+    (--help)."""
+    from planweave.bench.forecast_calibration import main as forecast_main
+
+    raise typer.Exit(forecast_main(list(ctx.args)))

@@ -144,10 +144,19 @@ def describe(result: Forecast) -> str:
         limits.append(f"in time ({result.deadline:g}s) {_p(result.p_deadline)}")
     if result.budget_usd is not None:
         limits.append(f"within budget (${result.budget_usd:g}) {_p(result.p_budget)}")
-    head = f"forecast over {result.runs:,} simulated runs: succeeds {_p(result.p_success)}"
-    lines = [", ".join([head, *limits, f"all {_p(result.p_all)}"]),
+    if result.success_known:
+        head = f"forecast over {result.runs:,} simulated runs: succeeds {_p(result.p_success)}"
+        verdict = [f"all {_p(result.p_all)}"]
+    else:
+        head = (f"forecast over {result.runs:,} simulated runs: succeeds: unknown (no history in the journal; "
+                "run the plan to give it one)")
+        verdict = []
+    lines = [", ".join([head, *limits, *verdict]),
              f"makespan p50 {m.p50:.4g}s  p90 {m.p90:.4g}s  p99 {m.p99:.4g}s;  cost p50 ${c.p50:.4g}  p90 "
              f"${c.p90:.4g}  p99 ${c.p99:.4g}"]
+    if result.untimed:
+        lines.append(f"untimed (no history, estimate: or literal duration; counted as instant): "
+                     f"{', '.join(result.untimed)}")
     if result.critical_steps:
         lines.append("critical: " + " -> ".join(result.critical_steps))
     return "\n".join(lines)

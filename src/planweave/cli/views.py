@@ -334,7 +334,8 @@ def forecast_line(data: Mapping[str, Any]) -> Text:
         value = data.get(key)
         if value is not None:
             parts.append(f"{label} {value:.0%}")
-    parts.append(f"succeeds {data.get('p_success', 0.0):.0%}")
+    success = data.get("p_success")
+    parts.append("succeeds: unknown (no history)" if success is None else f"succeeds {success:.0%}")
     span = data.get("makespan") or {}
     parts.append(f"makespan p50 {format_duration(span.get('p50'))} p90 {format_duration(span.get('p90'))}")
     line.append(" · ".join(parts))

@@ -7,6 +7,12 @@ below that), a success rate as a Beta posterior, and mean tokens and cost per at
 of them; :meth:`Estimates.step_model` combines a step's history (its fingerprint where it repeats, else its tool)
 with the plan's own ``estimate:`` as a prior, into the :class:`StepModel` the simulator samples from.
 
+Success is pooled (:class:`Pooled`): a step's rate is its fingerprint's outcomes shrunk towards its tool's, the tool's
+towards every attempt's in the history, each level's prior worth :data:`POOL_WEIGHT` observations; first attempts
+and retries are pooled apart, so a step that fails once by design and succeeds on its retry reads as one that
+succeeds, not as a coin toss per attempt. With no outcome in the history at all, success is unknown (said so, never
+taken as certain).
+
 Nothing here reads a journal (``forecast/history.py`` does): the table is derived data, recomputed from the journal.
 """
 
@@ -26,6 +32,12 @@ LOGNORMAL_MIN = 8
 PRIOR_WEIGHT = 2.0
 """How many observations the plan's ``estimate:`` counts as, against a step's history."""
 
+POOL_WEIGHT = 2.0
+"""How many observations a level's pooled rate counts as, as the prior of the level below (global → tool → step)."""
+
+LITERAL_DURATIONS: Mapping[str, str] = {"sleep": "seconds"}
+"""Tools whose duration is an argument: a step that gives it literally takes that long (``sleep: seconds``)."""
+
 KeyKind = Literal["tool", "model", "step"]
 
 
@@ -41,6 +53,64 @@ class Observation:
     tokens_out: int = 0
     cost_usd: float = 0.0
     label: str = ""  # for people: a step fingerprint's step id and tool
+    retry: bool = False  # a step's second or later attempt (its retries are pooled apart from first attempts)
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Successes and failures of first attempts and of retries, for one key or the whole history."""
+
+    first_ok: int = 0
+    first_failed: int = 0
+    retry_ok: int = 0
+    retry_failed: int = 0
+
+    def plus(self, o: Observation) -> Outcomes:
+        if o.retry:
+            return Outcomes(self.first_ok, self.first_failed, self.retry_ok + o.ok, self.retry_failed + (not o.ok))
+        return Outcomes(self.first_ok + o.ok, self.first_failed + (not o.ok), self.retry_ok, self.retry_failed)
+
+    @property
+    def n(self) -> int:
+        return self.first_ok + self.first_failed + self.retry_ok + self.retry_failed
+
+
+def _shrunk(ok: int, failed: int, prior: float) -> float:
+    """The posterior mean of a rate seen ``ok``/``failed`` times, with ``prior`` worth :data:`POOL_WEIGHT` outcomes."""
+    return (ok + POOL_WEIGHT * prior) / (ok + failed + POOL_WEIGHT)
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """Success rates pooled over levels: every attempt in the history, each tool, each step fingerprint.
+
+    The history's own rate is its first attempts' Beta posterior (``prior``, default uniform: Laplace's rule;
+    retries: shrunk towards it). A tool's rate is
+    its outcomes with the history's rate as a prior worth :data:`POOL_WEIGHT` observations, a fingerprint's with its
+    tool's. A tool that never failed in 20 attempts reads near certain, one that fails half its first attempts reads
+    so, and a step's own record moves it from there."""
+
+    overall: Outcomes = Outcomes()
+    tools: Mapping[str, Outcomes] = field(default_factory=dict)
+    steps: Mapping[str, Outcomes] = field(default_factory=dict)
+    prior: tuple[float, float] = (1.0, 1.0)  # the history's own Beta prior (uniform: Laplace's rule)
+
+    @property
+    def known(self) -> bool:
+        """Whether the history holds any outcome (else success is unknown)."""
+        return self.overall.n > 0
+
+    def rates(self, tool: str, fingerprint: str | None) -> tuple[float, float]:
+        """The chance that a first attempt and that a retry of a step (``fingerprint``, run as ``tool``) succeed."""
+        o = self.overall
+        a, b = self.prior
+        first = (o.first_ok + a) / (o.first_ok + o.first_failed + a + b)
+        retry = _shrunk(o.retry_ok, o.retry_failed, first)
+        for level in (self.tools.get(tool), self.steps.get(fingerprint) if fingerprint is not None else None):
+            if level is not None:
+                first = _shrunk(level.first_ok, level.first_failed, first)
+                retry = _shrunk(level.retry_ok, level.retry_failed, retry)
+        return first, retry
 
 
 @dataclass(frozen=True)
@@ -157,6 +227,8 @@ class StepModel:
     cost_usd: float
     prior_share: float = 0.0  # with both a prior and a history: the chance that a draw is the prior's duration
     prior_duration: float = 0.0
+    p_retry: float | None = None  # a retry's chance of success (None: as a first attempt's)
+    timed: bool = True  # whether its duration comes from anything (history, estimate:, a literal argument)
 
     def sample_duration(self, rng: random.Random) -> float:
         if self.prior_share > 0.0 and rng.random() < self.prior_share:
@@ -166,12 +238,22 @@ class StepModel:
 
 
 
+def literal_duration(step: Step, tool: str) -> float | None:
+    """The seconds ``step`` takes by its arguments (:data:`LITERAL_DURATIONS`: ``sleep`` with literal ``seconds``)."""
+    arg = LITERAL_DURATIONS.get(tool)
+    value = step.args.get(arg) if arg is not None else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
 @dataclass(frozen=True)
 class Estimates:
     """The table of estimates, keyed by ``(kind, name)``; derived from a journal, never its source of truth."""
 
     table: Mapping[tuple[KeyKind, str], Estimate] = field(default_factory=dict)
     min_step_samples: int = 2  # a fingerprint's own history is used once it repeats this often
+    pooled: Pooled = field(default_factory=Pooled)
 
     def get(self, kind: KeyKind, name: str) -> Estimate | None:
         return self.table.get((kind, name))
@@ -193,26 +275,44 @@ class Estimates:
     def step_model(self, step: Step, fingerprint: str | None = None, *, tool: str | None = None) -> StepModel:
         """The distribution of one attempt of ``step`` (``tool``: its fallback's), with ``estimate:`` as a prior.
 
-        Without history the plan's estimate is taken as exact (a fixed duration, certain success). With history,
-        the estimate counts as :data:`PRIOR_WEIGHT` observations: durations are drawn from it with that share, the
-        mean cost is weighted likewise, and the success rate is the history's Beta posterior.
+        Durations: a literal one (``sleep``'s ``seconds``) is exact; else the history's, with the plan's estimate
+        counted as :data:`PRIOR_WEIGHT` observations (without history the estimate is taken as exact); with none of
+        these the step is untimed (``timed`` False: instant, and said so). Success: the pooled rates of first
+        attempts and retries (:class:`Pooled`); certain when the history holds no outcome at all (the forecast then
+        says success is unknown). The mean cost is the estimate's and the history's, weighted likewise.
         """
         declared = step.estimate if tool is None else None
+        runs_as = tool or step.tool
         found = self.history_of(step, fingerprint, tool)
+        first, retry = (self.pooled.rates(runs_as, fingerprint if tool is None else None) if self.pooled.known
+                        else (1.0, 1.0))
+        literal = literal_duration(step, runs_as) if tool is None else None
         if found is None:
-            value = declared.duration if declared else 0.0
-            return StepModel(Duration("fixed", value=value), 1.0, declared.cost if declared else 0.0)
+            value = literal if literal is not None else declared.duration if declared else 0.0
+            return StepModel(Duration("fixed", value=value), first, declared.cost if declared else 0.0,
+                             p_retry=retry, timed=literal is not None or declared is not None)
+        duration = found.duration if literal is None else Duration("fixed", value=literal)
         if declared is None:
-            return StepModel(found.duration, found.success.mean, found.cost_usd)
+            return StepModel(duration, first, found.cost_usd, p_retry=retry)
         share = PRIOR_WEIGHT / (PRIOR_WEIGHT + found.n)
         cost = share * declared.cost + (1.0 - share) * found.cost_usd
-        return StepModel(found.duration, found.success.mean, cost, prior_share=share,
-                         prior_duration=declared.duration)
+        if literal is not None:
+            return StepModel(duration, first, cost, p_retry=retry)
+        return StepModel(duration, first, cost, prior_share=share, prior_duration=declared.duration, p_retry=retry)
 
 
 def build_estimates(observations: Iterable[Observation], prior: tuple[float, float] = (1.0, 1.0)) -> Estimates:
-    """Group ``observations`` by key and :func:`fit` each group."""
+    """Group ``observations`` by key and :func:`fit` each group; pool their outcomes (:class:`Pooled`)."""
     groups: dict[tuple[KeyKind, str], list[Observation]] = {}
+    overall = Outcomes()
+    tools: dict[str, Outcomes] = {}
+    steps: dict[str, Outcomes] = {}
     for o in observations:
         groups.setdefault((o.kind, o.name), []).append(o)
-    return Estimates({key: fit(key[0], key[1], obs, prior) for key, obs in groups.items()})
+        if o.kind == "tool":
+            overall = overall.plus(o)
+            tools[o.name] = tools.get(o.name, Outcomes()).plus(o)
+        elif o.kind == "step":
+            steps[o.name] = steps.get(o.name, Outcomes()).plus(o)
+    return Estimates({key: fit(key[0], key[1], obs, prior) for key, obs in groups.items()},
+                     pooled=Pooled(overall, tools, steps, prior))

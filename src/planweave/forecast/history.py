@@ -61,10 +61,12 @@ def run_observations(state: RunState) -> list[Observation]:
             tool = step.fallback.tool if fallback and step.fallback is not None else step.tool
             duration = max(0.0, float(finished or 0.0) - started)
             ok = outcome == "succeeded"
-            out.append(Observation("tool", tool, duration, ok, tin // n, tout // n, cost / n))
+            # a fallback's one attempt is its tool's first; a step's later attempts are its retries
+            retry = i > 0 and not fallback
+            out.append(Observation("tool", tool, duration, ok, tin // n, tout // n, cost / n, retry=retry))
             if not fallback:
                 out.append(Observation("step", prints[sid], duration, ok, tin // n, tout // n, cost / n,
-                                       label=f"{sid} ({tool})"))
+                                       label=f"{sid} ({tool})", retry=retry))
     return out
 
 

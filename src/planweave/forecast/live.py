@@ -202,8 +202,8 @@ class LiveForecast:
     def _record(self, result: Forecast, took: float) -> None:
         doc = result.to_json()
         data: ForecastData = {
-            "runs": result.runs, "p_success": result.p_success, "p_deadline": result.p_deadline,
-            "p_budget": result.p_budget, "p_all": result.p_all, "makespan": doc["makespan"],
+            "runs": result.runs, "p_success": doc["p_success"], "p_deadline": result.p_deadline,
+            "p_budget": result.p_budget, "p_all": doc["p_all"], "makespan": doc["makespan"],
             "cost_usd": doc["cost_usd"], "critical_steps": doc["critical_steps"], "deadline": result.deadline,
             "budget_usd": result.budget_usd, "elapsed": result.elapsed, "histogram": doc["histogram"],
             "overhead_s": took,

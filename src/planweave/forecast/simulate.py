@@ -77,11 +77,16 @@ class Forecast:
     budget_usd: float | None = None
     elapsed: float = 0.0
     histogram: tuple[tuple[float, int], ...] = field(default=())  # (bucket start, count) of makespans
+    success_known: bool = True  # False: the history holds no outcome, so p_success and p_all say nothing
+    untimed: tuple[str, ...] = ()  # steps whose duration nothing gives (no history, estimate: or literal): instant
 
     def to_json(self) -> dict[str, Any]:
+        """The forecast as JSON; ``p_success`` and ``p_all`` are null when success is unknown (no history)."""
+        known = self.success_known
         return {
             "runs": self.runs, "p_deadline": self.p_deadline, "p_budget": self.p_budget,
-            "p_success": self.p_success, "p_all": self.p_all, "makespan": self.makespan.to_json(),
+            "p_success": self.p_success if known else None, "p_all": self.p_all if known else None,
+            "history": known, "untimed": list(self.untimed), "makespan": self.makespan.to_json(),
             "cost_usd": self.cost_usd.to_json(), "critical_steps": list(self.critical_steps),
             "criticality": dict(self.criticality), "deadline": self.deadline, "budget_usd": self.budget_usd,
             "elapsed": self.elapsed, "histogram": [list(b) for b in self.histogram],
@@ -164,6 +169,7 @@ class _Simulation:
             self.models[sid] = found if found is not None else estimates.step_model(step, prints[sid])
             if step.fallback is not None:
                 self.fallback_models[sid] = estimates.step_model(step, prints[sid], tool=step.fallback.tool)
+        self.success_known = estimates.pooled.known or bool(overrides)
         self.waiting = {sid: sum(1 for d in plan.deps[sid] if d not in start.done) for sid in plan.order}
         self.timeouts = {sid: plan.steps[sid].timeout for sid in plan.order}
 
@@ -207,7 +213,8 @@ class _Trial:
     def _attempt(self, sid: str, elapsed: float | None = None) -> None:
         """Start an attempt of ``sid`` now (``elapsed``: one already running for that long)."""
         sim = self.sim
-        model = sim.fallback_models[sid] if sid in self.fallback and sid in sim.fallback_models else sim.models[sid]
+        in_fallback = sid in self.fallback and sid in sim.fallback_models
+        model = sim.fallback_models[sid] if in_fallback else sim.models[sid]
         rng = self.rng
         duration = model.sample_duration(rng)
         if elapsed is None:
@@ -226,7 +233,10 @@ class _Trial:
             heapq.heappush(self.events, (self.now + max(0.0, timeout - elapsed), self.seq, _FINISH, sid, False,
                                          "timeout"))
             return
-        ok = model.p_success >= 1.0 or rng.random() < model.p_success
+        p = model.p_success
+        if model.p_retry is not None and not in_fallback and self.attempts.get(sid, 1) > 1:
+            p = model.p_retry  # a retry: its own rate (a step that fails once by design succeeds on its retry)
+        ok = p >= 1.0 or rng.random() < p
         heapq.heappush(self.events, (self.now + duration, self.seq, _FINISH, sid, ok, "" if ok else "error"))
 
     def run(self) -> tuple[float, float, bool, list[str]]:
@@ -376,7 +386,8 @@ def forecast(
         p_all=all_ok / runs, makespan=Quantiles.of(makespans), cost_usd=Quantiles.of(costs),
         critical_steps=tuple(sid for sid, share in criticality.items() if share >= 0.5),
         criticality=criticality, deadline=deadline, budget_usd=budget_usd, elapsed=start.elapsed,
-        histogram=_histogram(makespans),
+        histogram=_histogram(makespans), success_known=sim.success_known,
+        untimed=tuple(sid for sid in plan.order if sid not in start.done and not sim.models[sid].timed),
     )
 
 
