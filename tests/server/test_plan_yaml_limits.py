@@ -68,3 +68,17 @@ async def test_a_plan_yaml_giving_a_key_twice_is_refused(live: Live, text: str, 
     assert problem["field"] == "plan_yaml"
     assert problem["message"].startswith(f"line {line}, ")
     assert f"the key '{key}' is given twice" in problem["message"]
+
+
+@pytest.mark.parametrize(("body", "key"), [
+    ('{"plan": {"steps": [{"id": "a", "tool": "noop"}], "steps": [{"id": "b", "tool": "noop"}]}}', "steps"),
+    ('{"plan": {"steps": [{"id": "a", "tool": "noop", "id": "b"}]}}', "id"),
+])
+async def test_a_plan_object_giving_a_key_twice_is_refused(live: Live, body: str, key: str) -> None:
+    async with live.client() as client:
+        resp = await client.post("/runs", content=body, headers={"Content-Type": "application/json"})
+    assert resp.status_code == 422, resp.text
+    (problem,) = resp.json()["problems"]
+    assert problem["field"] == "plan"
+    assert problem["message"].startswith("line 1, column ")
+    assert f"the key '{key}' is given twice" in problem["message"]

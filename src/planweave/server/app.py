@@ -291,17 +291,22 @@ _PLAN_READERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="planweave-
 PLAN_READ_SECONDS = 10.0
 
 
-async def _checked_plan(submission: RunSubmission) -> PlanSpec:
+async def _checked_plan(submission: RunSubmission, request: Request) -> PlanSpec:
     """The submitted plan with the plan file loader's document checks and the safe default step timeout, read off
     the event loop (:data:`_PLAN_READERS`).
 
     Like a plan file run from the CLI, a step with no timeout of its own and no plan ``defaults.timeout`` gets
     :data:`~planweave.plan.defaults.DEFAULT_STEP_TIMEOUT`; ``timeout: null`` keeps "no limit".
     """
-    return await asyncio.get_running_loop().run_in_executor(_PLAN_READERS, _read_plan, submission)
+    body = await request.body() if submission.plan is not None else None  # read once already: kept by Starlette
+    return await asyncio.get_running_loop().run_in_executor(_PLAN_READERS, _read_plan, submission, body)
 
 
-def _read_plan(submission: RunSubmission) -> PlanSpec:
+def _read_plan(submission: RunSubmission, body: bytes | None = None) -> PlanSpec:
+    if body is not None:
+        # A plan object as sent: the JSON parser that read the request kept the last of a key given twice.
+        plan_document(body.decode("utf-8", "replace"), HTTP_SOURCE, as_json=True, time_limit=PLAN_READ_SECONDS,
+                      field="plan")
     document = _plan_document(submission)
     if isinstance(document, dict):
         problems = document_problems(document)
@@ -343,13 +348,13 @@ def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> 
 
 @api.post("/runs", status_code=201, response_model=RunAccepted,
           responses={409: _ERRORS[409], 422: _ERRORS[422]})
-async def submit_run(state: State, submission: RunSubmission, response: Response) -> RunAccepted:
+async def submit_run(state: State, submission: RunSubmission, request: Request, response: Response) -> RunAccepted:
     """Validate a plan and start running it (or plan a goal); 422 lists every problem, naming the step and field.
 
     Budgets, deadline and re-plans are bounded by the server's caps (a missing one gets the cap).
     """
     if state.queue is not None:  # serve --queue: recorded for the workers, which run it
-        return await _queue_run(state, submission, response)
+        return await _queue_run(state, submission, request, response)
     limits = state.caps.bound(submission.limits(), HTTP_SOURCE)
     if submission.deadline_pressure is not None and limits.deadline is None:
         raise PlanInvalid([PlanProblem("", "deadline_pressure", "acts when the forecast of the time left falls below "
@@ -368,7 +373,7 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
                                            pressure=submission.deadline_pressure)
     else:
         _check_plan_limits(submission, state.model)
-        document = await _checked_plan(submission)
+        document = await _checked_plan(submission, request)
         if state.model is None:
             run = await state.engine.start(document, run_id=submission.run_id, source=HTTP_SOURCE,
                                            limits=limits.journaled(state.engine.clock.now(),
@@ -386,7 +391,8 @@ async def submit_run(state: State, submission: RunSubmission, response: Response
     return RunAccepted(run_id=run.id, status="running")
 
 
-async def _queue_run(state: AppState, submission: RunSubmission, response: Response) -> RunAccepted:
+async def _queue_run(state: AppState, submission: RunSubmission, request: Request,
+                     response: Response) -> RunAccepted:
     from planweave.server.queue import queue_plan
     from planweave.tools import builtin_tools
 
@@ -399,7 +405,7 @@ async def _queue_run(state: AppState, submission: RunSubmission, response: Respo
         raise PlanInvalid([PlanProblem("", "deadline_pressure", "the workers of a queue do not watch deadline "
                                                                 "pressure (start the server without --queue to use "
                                                                 "it)")], HTTP_SOURCE)
-    rid = await queue_plan(state.queue, await _checked_plan(submission), submission.run_id,
+    rid = await queue_plan(state.queue, await _checked_plan(submission, request), submission.run_id,
                            state.engine.tools or builtin_tools(), dict(state.engine.capacities),
                            deadline=submission.deadline, priority=submission.priority)
     response.headers["Location"] = f"/queue/{quote(rid)}"
