@@ -16,6 +16,10 @@ call that was cut is charged what it had cost by then, read by a :class:`StreamM
 counts where they came, else an estimate marked ``estimated``), so the spend a run reports never understates what
 the provider bills.
 
+A budget lives in one process; its callers journal each reservation (``model_reserved``, durable before the
+request goes out) and settle it by id in the call's ``model_call``, so a resume after a kill rebuilds the budget
+with a call left unsettled counted at its worst case (:class:`~planweave.engine.limits.JournaledLimits`).
+
 Bookkeeping with no I/O: ``reserve``, ``settle`` and ``release`` never wait; the lock makes them safe for tools that
 run in worker threads, and a settle in a thread wakes the calls waiting in ``acquire`` through their loop. Dollars
 are counted in integer nano-dollars, so totals are exact whatever the order of settlement.

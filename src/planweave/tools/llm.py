@@ -129,7 +129,9 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
     it starts, waiting while other calls' reservations are open (:meth:`Budget.acquire`); once nothing in flight can
     free room, it runs with ``max_tokens`` lowered to what remains, down to ``min_tokens`` (its floor), and only
     below that fails with kind ``budget``. It settles the moment it ends, a cut stream for what it had cost. A USD
-    budget needs a price for the model (``prices``, default the built-in table), or the call is refused.
+    budget needs a price for the model (``prices``, default the built-in table), or the call is refused. In a run,
+    the reservation is journaled (``model_reserved``, durable) before the request goes out and its ``model_call``
+    names it, so a resume after a kill counts a call left unsettled at its worst case (docs/budgets.md).
 
     ``allocation`` (an :class:`~planweave.allocate.AllocationSeam`) decides steps saying ``model: auto``: tier and
     parallel samples, each sample reserved and charged as one call; ``verifiers`` are the named checks ``select:
