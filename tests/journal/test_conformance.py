@@ -917,3 +917,20 @@ async def test_a_batch_whose_cache_index_cannot_be_written_stores_none_of_its_ev
     events = durable.table("events")
     assert durable.execute(f"SELECT run_id FROM {events} ORDER BY pos") == [("before",)]
     assert durable.count("cache") == 0
+
+
+async def test_read_in_pages_of_limit_events_gives_every_event_once_in_order(backend: Backend) -> None:
+    async with open_journal(backend.url) as journal:
+        for i in range(23):
+            journal.append(ev("a" if i % 3 else "b", i, "step_failed" if i % 4 == 0 else "step_started"))
+        await journal.flush()
+        for run_id, kind in [(None, None), ("a", None), ("b", None), (None, "step_failed"), ("a", "step_failed")]:
+            everything = await journal.read(run_id, kind=kind)
+            paged: list[Event] = []
+            while page := await journal.read(run_id, after=paged[-1].pos or 0 if paged else 0, kind=kind, limit=4):
+                assert len(page) <= 4  # a page, never more
+                paged += page
+            assert paged == everything, (run_id, kind)
+        first = (await journal.read())[0]
+        assert await journal.read(limit=1) == [first]
+        assert await journal.read("no-such-run", limit=5) == []

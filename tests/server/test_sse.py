@@ -138,11 +138,13 @@ class CountingJournal:
     async def flush(self) -> None:
         await self.inner.flush()
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
         task = asyncio.current_task()
         if task is None or task.get_name() != "planweave-control":  # the engine's own cancel watcher reads too
             self.reads[run_id] = self.reads.get(run_id, 0) + 1
-        return await self.inner.read(run_id, after, kind)
+        return await self.inner.read(run_id, after, kind, limit)
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         return await self.inner.get_blobs(refs)

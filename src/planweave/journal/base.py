@@ -318,9 +318,11 @@ class Journal(Protocol):
         """Return once every event and blob buffered so far is stored (durably, for durable journals)."""
         ...
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
         """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs; only of ``kind``
-        if given."""
+        if given; only the first ``limit`` of them if given (a page: read the next after the last one's ``pos``)."""
         ...
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
@@ -381,7 +383,9 @@ class NullJournal:
     async def flush(self) -> None:
         pass
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
         return []
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:

@@ -165,14 +165,16 @@ class GroupCommitJournal(ABC):
         # shield: a cancelled flush must not cancel the future other flushes are waiting on.
         await asyncio.shield(done)
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
-        """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs.
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
+        """Stored events with ``pos > after`` in order, of one run or (``None``) of all runs; the first ``limit``.
 
         Events appended before the call are included: it waits for them to be stored first, so a journal reads
         its own writes just like the in-memory one.
         """
         await self._settle()
-        return await self._select(run_id, after, kind)
+        return await self._select(run_id, after, kind, limit)
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         """The outputs stored under ``refs`` (missing ones are left out), including ones buffered before the call."""
@@ -249,7 +251,8 @@ class GroupCommitJournal(ABC):
         ``runs`` (a stale mark where a run's summary is None) in ONE transaction; raise JournalError on failure."""
 
     @abstractmethod
-    async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]: ...
+    async def _select(self, run_id: str | None, after: int, kind: str | None, limit: int | None) -> list[Event]:
+        """Stored events matching :func:`event_filter`, in order, at most ``limit`` (None: all) of them."""
 
     @abstractmethod
     async def _select_blobs(self, refs: list[str]) -> dict[str, Any]: ...
@@ -328,7 +331,7 @@ class GroupCommitJournal(ABC):
         # Run by run (the (run_id, pos) index): memory bounded by the largest run, not the journal; a migrated
         # 10,000-run journal of 50 MiB folds in about 5 s once (one pass over all events: 4 s, but 2x the memory).
         for run_id, seq in stale:
-            events = await self._select(run_id, 0, None)
+            events = await self._select(run_id, 0, None, None)
             if events:
                 folded.append((fold_summary(run_id, events, seq), events[-1].pos or 0))
             if len(folded) >= _STORE_EVERY:

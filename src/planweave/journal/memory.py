@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -71,14 +73,19 @@ class MemoryJournal:
     async def flush(self) -> None:
         pass
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
+        indices: Iterable[int]
         if run_id is not None:
-            found = [(i, self._events[i]) for i in self._by_run.get(run_id, ()) if i >= after]
+            mine = self._by_run.get(run_id, [])
+            indices = itertools.islice(mine, bisect.bisect_left(mine, after), None)  # a page costs the page
         else:
-            found = list(enumerate(self._events[after:], after))
+            indices = range(max(after, 0), len(self._events))
+        found = ((i, item) for i in indices if (item := self._events[i]) is not None
+                 and (kind is None or item[0].kind == kind))
         return [Event(e.run_id, e.kind, e.at, e.step, decode_blob(data), i + 1)
-                for i, item in found if item is not None
-                for e, data in (item,) if kind is None or e.kind == kind]
+                for i, (e, data) in itertools.islice(found, limit)]
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         return {r: decode_blob(self._blobs[r]) for r in refs if r in self._blobs}

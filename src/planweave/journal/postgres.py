@@ -241,9 +241,10 @@ class PostgresJournal(GroupCommitJournal):
         except psycopg.Error as exc:
             raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
 
-    async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
+    async def _select(self, run_id: str | None, after: int, kind: str | None, limit: int | None) -> list[Event]:
         where, params = event_filter(run_id, after, kind, "%s")
-        query = f"SELECT {_COLUMNS} FROM planweave_events WHERE {where} ORDER BY pos"
+        page = "" if limit is None else f" LIMIT {int(limit)}"
+        query = f"SELECT {_COLUMNS} FROM planweave_events WHERE {where} ORDER BY pos{page}"
         rows = await self._fetch(query, tuple(params))
         return [Event(r, cast(EventKind, k), a, s, d, p) for p, r, a, k, s, d in rows]
 

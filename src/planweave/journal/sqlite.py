@@ -196,8 +196,8 @@ class SQLiteJournal(GroupCommitJournal):
             return None
         return CachedOutput(row[0], row[1], float(row[2]), row[3], decode_blob(row[4]))
 
-    async def _select(self, run_id: str | None, after: int, kind: str | None) -> list[Event]:
-        return await self._call(_select_events, self.url, run_id, after, kind)
+    async def _select(self, run_id: str | None, after: int, kind: str | None, limit: int | None) -> list[Event]:
+        return await self._call(_select_events, self.url, run_id, after, kind, limit)
 
     async def _select_blobs(self, refs: list[str]) -> dict[str, Any]:
         return await self._call(_select_blobs, self.url, refs)
@@ -508,11 +508,13 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 def _select_events(
-    conn: sqlite3.Connection, url: str, run_id: str | None, after: int, kind: str | None = None
+    conn: sqlite3.Connection, url: str, run_id: str | None, after: int, kind: str | None = None,
+    limit: int | None = None,
 ) -> list[Event]:
     where, params = event_filter(run_id, after, kind, "?")
+    page = "" if limit is None else f" LIMIT {int(limit)}"
     try:
-        cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY pos", params)
+        cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY pos{page}", params)
         loads = decode_blob
         return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
     except sqlite3.Error as exc:

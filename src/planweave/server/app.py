@@ -84,7 +84,7 @@ from planweave.server.runs import (
     run_report,
     stored_outputs,
 )
-from planweave.server.streams import ChangeFeed, StreamTiming, all_events, run_events
+from planweave.server.streams import ChangeFeed, StreamLimits, StreamTiming, all_events, run_events
 
 if TYPE_CHECKING:
     from planweave.journal.leases import LeaseStore
@@ -229,6 +229,7 @@ class AppState:
     recovered: list[str] = field(default_factory=list)
     queue: LeaseStore | None = None  # serve --queue: POST /runs queues plans for the workers (server/queue.py)
     memory: MemoryAccess | None = None  # GET /memory: the journal's memory store (server/memory.py)
+    stream_limits: StreamLimits = field(default_factory=StreamLimits)  # what one event stream holds (streams.py)
 
 
 def _state(request: Request) -> AppState:
@@ -512,10 +513,10 @@ async def get_memory(
 
 
 async def _known(state: AppState, run_id: str) -> None:
+    """Raise RunNotFound unless ``run_id`` has an event in the journal (one event read, not the journal folded)."""
     if active_run(state.engine, run_id) is not None:
         return
-    await state.index.refresh()
-    if state.index.get(run_id) is None:
+    if not await state.engine.journal.read(run_id, limit=1):
         raise RunNotFound(f"no run '{run_id}' in the journal")
 
 
@@ -702,14 +703,15 @@ async def resume_run(
 async def stream_run(state: State, run_id: str, last_event_id: LastEventId = None) -> StreamingResponse:
     """The run's events as server-sent events after ``Last-Event-ID``, then live; it ends after ``run_finished``."""
     await _known(state, run_id)
-    stream = run_events(state.engine, state.engine.journal, state.feed, run_id, last_event_id or 0, state.timing)
+    stream = run_events(state.engine, state.engine.journal, state.feed, run_id, last_event_id or 0, state.timing,
+                        state.stream_limits)
     return _sse(stream)
 
 
 @api.get("/events", response_class=StreamingResponse, responses=_SSE)
 async def stream_all(state: State, last_event_id: LastEventId = None) -> StreamingResponse:
     """Every run's events as server-sent events after ``Last-Event-ID``, then live (for the runs list)."""
-    return _sse(all_events(state.engine.journal, state.feed, last_event_id or 0, state.timing))
+    return _sse(all_events(state.engine.journal, state.feed, last_event_id or 0, state.timing, state.stream_limits))
 
 
 @api.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
@@ -790,7 +792,7 @@ async def _detail(request: Request, exc: Exception) -> JSONResponse:
 def create_app(
     engine: Engine, token: str | AccessToken, *, recover: bool = True, timing: StreamTiming | None = None,
     model: ServerModel | None = None, caps: LimitCaps | None = None, queue: LeaseStore | None = None,
-    memory_url: str | None = None,
+    memory_url: str | None = None, stream_limits: StreamLimits | None = None,
 ) -> FastAPI:
     """The planweave HTTP API and dashboard around an open ``engine``, accepting only ``token``.
 
@@ -799,14 +801,15 @@ def create_app(
     started after it subscribed (streams of older runs still work: they subscribe to the run itself). ``model``
     plans goals and serves the ``llm`` steps of plans; ``caps`` bound every run's limits. ``memory_url`` is
     the journal URL ``GET /memory`` opens the memory store from (default: the journal's, which for PostgreSQL has
-    no password: pass the URL the journal was opened with).
+    no password: pass the URL the journal was opened with). ``stream_limits`` bound what each event stream holds.
     """
     access = token if isinstance(token, AccessToken) else AccessToken(token)
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
                      recover, model, caps or LimitCaps(), shown_redaction(), queue=queue,
-                     memory=MemoryAccess(memory_url) if memory_url else None)
+                     memory=MemoryAccess(memory_url) if memory_url else None,
+                     stream_limits=stream_limits or StreamLimits())
     engine.subscribe(state.feed.notify)
     app = FastAPI(
         title="planweave",
