@@ -301,7 +301,7 @@ def _verify(conn: sqlite3.Connection, url: str, path: str, run_id: str, finished
                 return  # busy, or the file moved: nothing says it is damaged
             problem = f"the run {run_id!r} it just wrote does not read back: {exc}"
         else:
-            if rows == 0 or (finished and not ends):
+            if finished and (rows == 0 or not ends):  # at close, the run may have been pruned meanwhile
                 problem = f"the run {run_id!r} it just wrote does not read back: its events are missing"
     if problem is not None:
         raise JournalError(_damaged(url, problem))
