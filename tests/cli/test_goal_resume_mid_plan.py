@@ -207,3 +207,33 @@ async def test_a_sub_plan_killed_while_its_planner_streams_resumes_by_finishing_
     assert all(r.status == "succeeded" for r in got["root.mid"].records.values())
     assert got["root.mid.leaf"].status == "succeeded" and sorted(got["root.mid.leaf"].records) == ["l1", "l2", "l3"]
     assert got["root.mid"].records["m1"].attempts == 1
+
+
+async def test_a_goal_run_killed_while_it_re_plans_on_an_observation_re_plans_on_resume(tmp_path: Path) -> None:
+    url, log = f"sqlite:///{tmp_path / 'runs.db'}", tmp_path / "calls.log"
+    planner: list[RecordedRequest] = []
+
+    def script(req: RecordedRequest) -> Reply:
+        if JOINER in str(req.messages[-1]["content"]):
+            return Text(json.dumps({"answer": "observed"}))
+        planner.append(req)
+        if len(planner) == 1:
+            return Text(plan_lines([{"id": "o1", "tool": MARK, "args": {"step": "o1"}, "observe": True}]))
+        if len(planner) == 2:  # the re-plan on o1's result: stalls until the process is killed
+            return Stall(seconds=None)
+        return Text(plan_lines([{"id": "s2", "tool": MARK, "args": {"step": "s2", "v": "${o1.step}"}}]))
+
+    flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
+    async with ScriptedLLM(script) as base_url:
+        model = ("--model", "scripted", "--base-url", base_url)
+        proc = await planweave("run", "--goal", "observe, then act", "--run-id", "g1", *model, *flags, cwd=tmp_path,
+                               log=log)
+        await kill_when(proc, url, "g1", lambda state: len(planner) == 2 and succeeded("o1")(state))
+        again = await planweave("resume", "g1", *model, *flags, cwd=tmp_path, log=log)
+        out, err = await asyncio.wait_for(again.communicate(), 60)
+    assert again.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["status"] == "succeeded" and sorted(report["steps"]) == ["o1", "s2"], report
+    assert all(s["status"] == "succeeded" for s in report["steps"].values()), report
+    assert sorted(log.read_text().split()) == ["o1", "s2"]
+    assert len(planner) == 3 and "observation 'o1' arrived" in str(planner[2].messages[-1]["content"])

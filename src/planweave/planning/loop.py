@@ -218,6 +218,8 @@ class PlanningLoop:
         for qid, sid in self._questions.items():  # answered, but not acted on before the interruption
             if run.state.records[qid].status in ("succeeded", "failed") and _failed(run, sid):
                 self._triggers.append(_Trigger("human", sid, qid))
+        for sid in _unanswered_observations(run.state):  # their re-plan was in flight: asked again
+            self._triggers.append(_Trigger("observation", sid, f"observation '{sid}' arrived"))
         self.engine.spawn(self._drive(run, goal, plan=not written), name=f"planweave-planner-{run.id}")
         return run
 
@@ -935,6 +937,25 @@ def plan_written(state: RunState) -> bool:
     once its last line was admitted). A run interrupted before that has a plan the planner had not finished, which a
     resume finishes first."""
     return bool(state.versions) and state.versions[0].get("model_finished_at") is not None
+
+
+def _unanswered_observations(state: RunState) -> list[str]:
+    """The observation steps of ``state`` whose re-plan never landed (in flight when the run was interrupted): each
+    succeeded, and since it did neither a re-plan on an observation was spliced in nor the ladder's ``fail`` rung
+    about it journaled."""
+    pending = []
+    for sid, rec in state.records.items():
+        step = state.plan.steps.get(sid)
+        done = rec.finished_at
+        if step is None or not step.observe or rec.status != "succeeded" or done is None:
+            continue
+        replanned = any(v.get("trigger") == "observation" and (v.get("spliced_at") or 0.0) >= done
+                        for v in state.versions)
+        gave_up = any(e.get("rung") == "fail" and f"observation '{sid}' arrived" in str(e.get("reason"))
+                      and float(e.get("at") or 0.0) >= done for e in state.escalations)
+        if not (replanned or gave_up):
+            pending.append(sid)
+    return pending
 
 
 def _journaled_replans(run: Run) -> int:
