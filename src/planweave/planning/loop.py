@@ -198,7 +198,8 @@ class PlanningLoop:
         """Resume an interrupted goal run and drive it again: finished work is kept, failures are repaired, the joiner
         answers. A plan the planner had not finished writing (the interruption cut its stream, or a repair of its
         rejected lines) is finished first: the planner is asked again, shown the steps it had written and what they
-        did, and the steps it adds run; a finished step is never run again."""
+        did, and the steps it adds run. Re-plans in flight are asked again: on a failure not repaired, on an
+        observation not re-planned on (:func:`_unanswered_observations`). A finished step is never run again."""
         run = await self.engine.resume(run_id, tools=self.tools, retry_unknown=retry_unknown, hold=True)
         run.subscribe(self._on_event(run))
         written = plan_written(run.state)
