@@ -33,6 +33,16 @@ async def test_add_stores_a_candidate_with_its_provenance_version_and_time(store
     assert await store.get(entry.id) == entry
 
 
+async def test_the_hosts_its_source_run_used_are_kept_with_the_entry(store: MemoryStore) -> None:
+    entry = await store.add(Candidate("skill", "weather-api", "the weather api", SKILL_STEPS, {"city": "oslo"},
+                                      hosts=("api.weather.example", "10.0.0.7")))
+    assert entry.hosts == ("api.weather.example", "10.0.0.7")
+    assert (await store.get(entry.id)).hosts == entry.hosts
+    assert (await store.set_status(entry.id, "admitted", "replayed")).hosts == entry.hosts
+    assert entry.to_json()["hosts"] == ["api.weather.example", "10.0.0.7"]
+    assert (await store.add(skill())).hosts == ()  # hand-added, no provenance: it vouches for no host
+
+
 async def test_a_new_entry_of_the_same_name_is_the_next_version(store: MemoryStore) -> None:
     first = await store.add(skill())
     second = await store.add(skill(text="a better way"))

@@ -13,6 +13,7 @@ candidates for a person (``planweave memory admit ID``). What is run is bounded 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -154,7 +155,9 @@ async def verify(engine: Engine, store: MemoryStore, entry: MemoryEntry, *, tool
             result = await run.wait()
     except TimeoutError:
         run.cancel(f"memory {what} of entry {entry.id} did not finish within {bound:g} s")
-        await asyncio.gather(run.wait(), return_exceptions=True)
+        with contextlib.suppress(TimeoutError):  # a cancelled run ends promptly; never wait on it unbounded
+            async with asyncio.timeout(bound):
+                await asyncio.gather(run.wait(), return_exceptions=True)
         return await store.set_status(entry.id, "rejected", f"{what} run {run.id} did not finish within {bound:g} s "
                                                              "(cancelled)")
     if not result.ok:
