@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 
 class PlanweaveError(Exception):
@@ -50,6 +51,18 @@ class RunError(PlanweaveError):
 
 class RunNotFound(RunError):
     """The journal holds no run with the given id."""
+
+
+class ReplyRefused(RunError):
+    """A person's reply came after the one that stands for the step: the first reply is final.
+
+    ``decision`` describes the reply that stands: ``by``, ``at`` (epoch seconds), ``approve`` and ``reason`` or
+    ``value``, and ``applied`` (whether the run has applied it yet).
+    """
+
+    def __init__(self, message: str, decision: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.decision = dict(decision)
 
 
 class InputRejected(PlanweaveError):

@@ -14,6 +14,7 @@ from planweave import (
     Engine,
     Event,
     InputRejected,
+    ReplyRefused,
     Run,
     RunError,
     RunResult,
@@ -156,7 +157,9 @@ def test_answers_name_the_problem(recorder: Recorder) -> None:
         f"step 'deploy' of run '{rid}' is not waiting for a value (it is pending)",
     ]
     with pytest.raises(RunError, match="is not running"):
-        seen["run"].approve("deploy")
+        seen["run"].approve("notify")
+    with pytest.raises(ReplyRefused, match="already has a reply, and the first reply is final: approved by "):
+        seen["run"].approve("deploy", approve=False)  # the run ended, and the approval it had stands
 
 
 ASK = {"steps": [
@@ -230,7 +233,9 @@ def test_an_approval_journaled_while_no_process_runs_the_run_applies_on_resume(r
     result, waiting, how, _ = interrupted_then_answered(
         GATED, lambda j, rid: send_approval(j, rid, "deploy", approve=True), recorder)
     assert waiting == ["waiting_approval"]
-    assert how == "applied"  # this test process is the owner, and alive
+    # The run's owner (this test process) is alive but no longer runs it: nobody confirms, so the reply, which
+    # stands, is reported pending, and the resume applies it.
+    assert how == "pending"
     assert result.ok and recorder.calls == ["build", "deploy", "notify"]
 
 

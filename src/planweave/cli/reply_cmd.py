@@ -1,9 +1,15 @@
-"""``planweave approve``, ``send`` and ``cancel``: a person's answer journaled for a run, from any process."""
+"""``planweave approve``, ``send`` and ``cancel``: a person's answer journaled for a run, from any process.
+
+The first reply to a waiting step is final: a later one exits 2 naming the reply that stands (docs/people.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
@@ -25,8 +31,20 @@ from planweave.errors import RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
 
 
+def author() -> str:
+    """Who answers from this process, as the journal records it: ``user@host`` (as the user says: not proof)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"
+
+
 def _reply(url: str, run_id: str, give: Callable[[Journal], Awaitable[str]]) -> str:
-    """Open the journal at ``url`` and journal a person's answer with ``give``; how it will be applied."""
+    """Open the journal at ``url`` and journal a person's answer with ``give``; how it will be applied.
+
+    Raises ReplyRefused (exit 2) when a reply already stands for the step: the first reply is final.
+    """
     if journal_file_missing(url):
         raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
 
@@ -36,7 +54,10 @@ def _reply(url: str, run_id: str, give: Callable[[Journal], Awaitable[str]]) -> 
 
     done = asyncio.run(go())
     if done == "applied":
-        return "the process running it applies it within a second"
+        return "the process running it applied it"
+    if done == "pending":
+        return ("journaled as the reply that stands, but the process named as running it has not applied it yet: "
+                f"`planweave show {run_id}` tells when it has")
     return f"no process runs it, so it is recorded and applies when the run resumes: planweave resume {run_id}" + \
         journal_flag(url)
 
@@ -52,7 +73,7 @@ def approve(
     with clean_errors():
         url = journal or default_journal_url()
         how = _reply(url, run_id, lambda opened: send_approval(opened, run_id, step, approve=not reject,
-                                                               reason=reason))
+                                                               reason=reason, by=author()))
     typer.echo(f"{'rejected' if reject else 'approved'} step '{step}' of run {run_id}: {how}")
 
 
@@ -76,7 +97,7 @@ def send(
     with clean_errors():
         url = journal or default_journal_url()
         given = parse_value(value)
-        how = _reply(url, run_id, lambda opened: send_input(opened, run_id, step, given))
+        how = _reply(url, run_id, lambda opened: send_input(opened, run_id, step, given, by=author()))
     typer.echo(f"sent the value to step '{step}' of run {run_id}: {how}")
 
 

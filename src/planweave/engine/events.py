@@ -32,10 +32,11 @@ EventKind = Literal[
     "warning",  # data: message, blocked_s, tool, where (a tool blocked the event loop); changes no state
     "step_progress",  # data: fraction, message (reported by a long-running tool)
     "approval_requested",  # data: prompt (the step's approval text, or null)
-    "approval_given",  # data: approve, reason
+    "approval_given",  # data: approve, reason, by, reply (the pos of the step_reply it applies)
     "input_requested",  # data: prompt, schema (a JSON schema or null), written by the human.input tool
-    "input_given",  # data: value
-    "step_reply",  # data: approve, reason | value (a person's answer, written by another process)
+    "input_given",  # data: value, by, reply
+    "step_reply",  # data: approve, reason | value, by (a person's answer, written by another process; the first
+    # reply to a wait is final, see engine/replies.py)
     "allocation",  # data: tier, model, samples, select, policy, p_all, compared (the allocator's choice for a step)
     "speculation_started",  # data: basis (producer -> prediction source), confidence (a step started on predictions)
     "speculation_adopted",  # data: started_at (its speculative attempt became the step's attempt)
@@ -246,6 +247,8 @@ class ApprovalRequestedData(TypedDict):
 class ApprovalGivenData(TypedDict):
     approve: NotRequired[bool]
     reason: NotRequired[str | None]
+    by: NotRequired[str]  # who answered, when they said
+    reply: NotRequired[int]  # the position of the step_reply this applies (a reply from another process)
 
 
 class InputRequestedData(TypedDict):
@@ -255,12 +258,15 @@ class InputRequestedData(TypedDict):
 
 class InputGivenData(TypedDict):
     value: NotRequired[Any]
+    by: NotRequired[str]
+    reply: NotRequired[int]
 
 
 class StepReplyData(TypedDict):
     approve: NotRequired[bool]
     reason: NotRequired[str | None]
     value: NotRequired[Any]
+    by: NotRequired[str]
 
 
 class AllocationData(TypedDict):

@@ -34,6 +34,7 @@ from planweave.engine.events import Event, EventKind
 from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
 from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.protocols import Closable, PlanSeal
+from planweave.engine.replies import GIVEN_KINDS, refusal, reply_events, standing_reply
 from planweave.engine.scheduler import Scheduler
 from planweave.engine.speculation import Predictor
 from planweave.engine.speculative import Speculator, resolve_policy
@@ -47,7 +48,7 @@ from planweave.errors import (
     RunNotFound,
     did_you_mean,
 )
-from planweave.journal.base import Journal, NullJournal, scrub
+from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_reply, scrub
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
@@ -163,6 +164,8 @@ class Run:
         self._refused: EventNotRecorded | None = None  # the first event, refused by the journal
         self._journal_lost: JournalError | None = None  # a write the journal lost (e.g. a full disk): run stopped
         self._inputs: dict[str, asyncio.Future[Any]] = {}  # human.input calls waiting for a value
+        self._answers: dict[str, Event] = {}  # step -> the reply this run applied to its last wait (it stands)
+        self._replies_taken: set[int] = set()  # positions of the journaled replies already applied or refused
         self._timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
         self._spec: Speculator | None = None  # speculative attempts (None: speculation off, nothing to pay)
         if speculation is not None and speculation.mode != "off":
@@ -765,17 +768,22 @@ class Run:
             self._pump()
 
     # -- people in the run ------------------------------------------------------------------------------------
-    def approve(self, step: str, approve: bool = True, reason: str | None = None) -> None:
+    def approve(self, step: str, approve: bool = True, reason: str | None = None, *, by: str | None = None) -> None:
         """Answer step ``step``'s request for approval: approved, it runs; rejected, it fails with kind ``rejected``.
 
-        A rejection is never retried; it runs the step's fallback if it has one, else it is a final failure.
-        Raises :class:`RunError` if the run is over, has no such step, or the step is not waiting for an approval.
+        A rejection is never retried; it runs the step's fallback if it has one, else it is a final failure. The
+        first reply is final: :class:`ReplyRefused` (a :class:`RunError`) names the one that stands if the step
+        already has one. Raises :class:`RunError` if the run is over, has no such step, or the step is not waiting
+        for an approval. ``by``: who answers, for the journal and for the message refusing a later reply.
         """
+        self._decide(step, approve, reason, by, None)
+
+    def _decide(self, step: str, approve: bool, reason: str | None, by: str | None, reply: int | None) -> None:
         rec = self._waiting(step, "waiting_approval", "an approval")
         timer = self._timers.pop(step, None)
         if timer is not None:
             timer.cancel()
-        self._emit("approval_given", step, {"approve": approve, "reason": reason})
+        self._answered(step, "approval_given", _given({"approve": approve, "reason": reason}, by, reply))
         if approve:
             self._pump()
             return
@@ -786,35 +794,54 @@ class Run:
         self._pump()
         self._check_done()
 
-    def send(self, step: str, value: Any) -> None:
+    def send(self, step: str, value: Any, *, by: str | None = None) -> None:
         """Give ``value`` to step ``step`` (a ``human.input`` call waiting for it): it becomes the step's output.
 
-        Raises :class:`InputRejected` (the step keeps waiting) if the value fails the step's JSON schema, and
-        :class:`RunError` if the run is over, has no such step, or the step is not waiting for a value.
+        Raises :class:`InputRejected` (the step keeps waiting) if the value fails the step's JSON schema,
+        :class:`ReplyRefused` naming the value that stands if the step already had one (the first reply is final),
+        and :class:`RunError` if the run is over, has no such step, or the step is not waiting for a value.
         """
+        self._give(step, value, by, None)
+
+    def _give(self, step: str, value: Any, by: str | None, reply: int | None) -> None:
         rec = self._waiting(step, "waiting_input", "a value")
         check_value(rec.input_schema, value, self.id, step)
-        self._emit("input_given", step, {"value": value})
+        self._answered(step, "input_given", _given({"value": value}, by, reply))
         waiter = self._inputs.pop(step, None)
         if waiter is not None and not waiter.done():
             waiter.set_result(value)
 
-    def apply_reply(self, step: str, reply: Mapping[str, Any]) -> bool:
-        """Apply a ``step_reply`` another process journaled ({approve, reason} or {value}); False if it no longer
-        applies (the step stopped waiting, or the value fails the schema)."""
+    def _answered(self, step: str, kind: EventKind, data: Mapping[str, Any]) -> None:
+        """Emit the decision for ``step``'s wait, and remember it: a later reply is refused naming it."""
+        self._emit(kind, step, data)
+        self._answers[step] = Event(self.id, kind, self._now(), step, data)
+
+    def apply_reply(self, step: str, reply: Mapping[str, Any], pos: int | None = None) -> bool:
+        """Apply a ``step_reply`` another process journaled at ``pos`` ({approve, reason, by} or {value, by}); False
+        if it does not apply (a reply applied first stands, the step stopped waiting, or the value fails the
+        schema). Each journaled reply is taken once, whichever path (the control watcher, a resume, this process's
+        HTTP route) brings it first."""
+        if pos is not None:
+            if pos in self._replies_taken:
+                return False
+            self._replies_taken.add(pos)
+        by = reply.get("by")
         try:
             if "value" in reply:
-                self.send(step, reply["value"])
+                self._give(step, reply["value"], by, pos)
             else:
-                self.approve(step, bool(reply.get("approve")), reply.get("reason"))
+                self._decide(step, bool(reply.get("approve")), reply.get("reason"), by, pos)
         except (RunError, InputRejected):
             return False
         return True
 
     def _waiting(self, sid: str, status: str, what: str) -> StepRecord:
+        rec = self.state.records.get(sid)
+        answer = self._answers.get(sid)
+        if answer is not None and rec is not None and rec.status != status:
+            raise refusal(self.id, sid, answer)  # also once the run ended (a rejection ends most)
         if self.finished or self._tg is None:
             raise RunError(f"run '{self.id}' is not running")
-        rec = self.state.records.get(sid)
         if rec is None:
             raise RunError(f"run '{self.id}' has no step '{sid}'{did_you_mean(sid, self.state.records)}")
         if rec.status != status:
@@ -849,7 +876,7 @@ class Run:
                 reply = rec.reply
                 self._arm_deadline(rec)
                 if reply is not None:
-                    self.apply_reply(rec.id, reply)
+                    self.apply_reply(rec.id, reply, reply.get("pos"))
 
     async def step_input(self, step_id: str, prompt: str, schema: Mapping[str, Any] | None) -> Any:
         """Wait for a person to give step ``step_id`` a value (StepSink: the ``human.input`` tool calls this)."""
@@ -861,7 +888,7 @@ class Run:
         self._inputs[step_id] = waiter
         self._emit("input_requested", step_id, {"prompt": prompt, "schema": schema})
         if reply is not None:
-            self.apply_reply(step_id, reply)
+            self.apply_reply(step_id, reply, reply.get("pos"))
         try:
             return await waiter
         finally:
@@ -1349,12 +1376,23 @@ def _location(frame: FrameType | None) -> str:
     return f"{code.co_name} ({os.path.basename(code.co_filename)}:{frame.f_lineno})"
 
 
+def _given(data: dict[str, Any], by: str | None, reply: int | None) -> dict[str, Any]:
+    """An ``approval_given``/``input_given`` payload with who answered and the position of the journaled
+    ``step_reply`` it applies, when there are (an anonymous in-process answer has neither: the payload stays as
+    older journals hold it)."""
+    if by is not None:
+        data["by"] = by
+    if reply is not None:
+        data["reply"] = reply
+    return data
+
+
 def _apply_control(run: Run, event: Event) -> None:
     """Apply a ``step_reply`` or ``run_cancel_requested`` another process journaled for ``run``."""
     if event.kind == "step_reply":
         # A reply at or before the run's fold point was folded already (a resumed run applied it).
         if event.step is not None and not run.finished and (event.pos or 0) > run.state.last_pos:
-            run.apply_reply(event.step, event.data)
+            run.apply_reply(event.step, event.data, event.pos)
     elif event.at >= (run.state.created_at or 0.0):
         run.cancel(event.data.get("reason", "cancelled from another process"))
 
@@ -1445,7 +1483,15 @@ def _owner_of(events: Sequence[Event]) -> Mapping[str, Any]:
     return owner
 
 
-async def _send_reply(journal: Journal, run_id: str, step: str, status: str, reply: Mapping[str, Any]) -> str:
+#: How long a reply from another process waits for the run's process to apply it (its control watcher looks twice a
+#: second) before it is reported ``pending``.
+REPLY_CONFIRM_S = 30.0
+_REPLY_POLL_S = 0.1
+_STOPPED = frozenset({"step_failed", "step_cancelled", "step_skipped"})
+
+
+async def _send_reply(journal: Journal, run_id: str, step: str, status: str, reply: dict[str, Any],
+                      by: str | None, run: Run | None, confirm_s: float) -> str:
     events = await journal.read(run_id)
     if not events:
         raise RunNotFound(f"no run '{run_id}' in the journal {journal.url}")
@@ -1455,33 +1501,84 @@ async def _send_reply(journal: Journal, run_id: str, step: str, status: str, rep
     rec = state.records.get(step)
     if rec is None:
         raise RunError(f"run '{run_id}' has no step '{step}'{did_you_mean(step, state.records)}")
+    standing = standing_reply(reply_events(events, step))
+    if standing is not None:
+        raise refusal(run_id, step, standing)
     if rec.status != status:
         what = "an approval" if status == "waiting_approval" else "a value"
         raise RunError(f"step '{step}' of run '{run_id}' is not waiting for {what} (it is {rec.status})")
     if "value" in reply:
         check_value(rec.input_schema, reply["value"], run_id, step)
-    journal.append(Event(run_id, "step_reply", RealClock().now(), step, reply))
-    await journal.flush()
-    return "applied" if process_alive(_owner_of(events)) else "recorded"
+    if by is not None:
+        reply["by"] = by
+    written = await append_reply(journal, Event(run_id, "step_reply", RealClock().now(), step, reply))
+    if not written.recorded:  # another reply was journaled between the read above and the write
+        raise refusal(run_id, step, written.event)
+    if run is not None and not run.finished:  # the run is here: it applies the reply now, not at the watcher's turn
+        if not run.apply_reply(step, written.event.data, written.event.pos):
+            confirm_s = 0.0  # it stopped waiting meanwhile: what the journal says now is the answer
+        await journal.flush()
+    return await _confirmed(journal, written, _owner_of(events), confirm_s)
 
 
-async def send_approval(journal: Journal, run_id: str, step: str, *, approve: bool, reason: str | None = None) -> str:
+async def _confirmed(journal: Journal, written: ReplyWritten, owner: Mapping[str, Any], confirm_s: float) -> str:
+    """Wait until the run's process applied the reply just journaled (``applied``) or a reply it took first stands
+    (raises ReplyRefused); ``recorded`` when no process runs the run (it applies when the run resumes), ``pending``
+    when the process named as its owner has not answered within ``confirm_s``."""
+    mine = written.event
+    run_id, step, pos = mine.run_id, mine.step, mine.pos or 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + confirm_s
+    seen = pos
+    while True:
+        for event in await journal.read(run_id, after=seen):
+            seen = event.pos or seen
+            kind = event.kind
+            if kind == "run_created" or kind == "run_resumed":
+                owner = event.data.get("owner", {})
+            elif kind == "run_finished":
+                return "recorded"  # ended before it applied the reply: a resume applies it
+            elif event.step != step:
+                continue
+            elif kind in GIVEN_KINDS:
+                if event.data.get("reply") == pos:
+                    return "applied"
+                raise refusal(run_id, step or "", event)  # the run's process took another reply first
+            elif kind in _STOPPED:
+                raise RunError(f"step '{step}' of run '{run_id}' stopped waiting before the reply applied ({kind}: "
+                               f"{event.data.get('error') or event.data.get('reason') or 'no reason given'})")
+        if not process_alive(owner):
+            return "recorded"
+        if loop.time() >= deadline:
+            return "pending"
+        await asyncio.sleep(_REPLY_POLL_S)
+
+
+async def send_approval(journal: Journal, run_id: str, step: str, *, approve: bool, reason: str | None = None,
+                        by: str | None = None, run: Run | None = None, confirm_s: float = REPLY_CONFIRM_S) -> str:
     """Approve or reject a step waiting for approval in a run recorded in ``journal``, from any process.
 
-    Returns ``applied`` (the process running the run applies it within a second) or ``recorded`` (no process runs
-    it: the reply is journaled and applied when the run resumes). Raises :class:`RunNotFound`, or :class:`RunError`
-    if the run ended, has no such step, or the step is not waiting for an approval.
+    The first reply is final: the reply is journaled only if none stands for the step, checked and written in one
+    transaction, and :class:`ReplyRefused` (a :class:`RunError`) names the one that does (who, when, approved or
+    rejected). Returns ``applied`` once the process running the run applied it, ``recorded`` if no process runs it
+    (it applies when the run resumes), or ``pending`` if the process named as the run's owner did not apply it
+    within ``confirm_s`` seconds. Raises ReplyRefused too if that process took another reply first (an in-process
+    ``Run.approve``), :class:`RunNotFound`, or :class:`RunError` if the run ended, has no such step, or the step is
+    not waiting for an approval. ``by`` names who answers; ``run``: the run, if this process runs it (the reply
+    applies at once instead of through the control watcher).
     """
-    return await _send_reply(journal, run_id, step, "waiting_approval", {"approve": approve, "reason": reason})
+    return await _send_reply(journal, run_id, step, "waiting_approval", {"approve": approve, "reason": reason}, by,
+                             run, confirm_s)
 
 
-async def send_input(journal: Journal, run_id: str, step: str, value: Any) -> str:
+async def send_input(journal: Journal, run_id: str, step: str, value: Any, *, by: str | None = None,
+                     run: Run | None = None, confirm_s: float = REPLY_CONFIRM_S) -> str:
     """Give a value to a step waiting for input (``human.input``) in a run recorded in ``journal``, from any process.
 
-    Returns ``applied`` or ``recorded`` like :func:`send_approval`; raises :class:`InputRejected` (the step keeps
-    waiting) if the value fails the step's schema, and :class:`RunNotFound` / :class:`RunError` like it.
+    Returns and refuses like :func:`send_approval` (the first value is final); raises :class:`InputRejected` (the
+    step keeps waiting) if the value fails the step's schema.
     """
-    return await _send_reply(journal, run_id, step, "waiting_input", {"value": value})
+    return await _send_reply(journal, run_id, step, "waiting_input", {"value": value}, by, run, confirm_s)
 
 
 def _journaled_priority(events: Sequence[Event]) -> float:

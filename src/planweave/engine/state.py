@@ -472,8 +472,12 @@ class RunState:
         return rec
 
     def _step_reply(self, event: Event, data: StepReplyData) -> Sequence[str]:
-        # Written by another process; the owner applies it, a resume applies it if not.
-        self._waiting_record(event).reply = data
+        # Written by another process; the owner applies it, a resume applies it if not. The first reply is final:
+        # a later one (journals refuse it now; older ones may hold two) never replaces it. Its position goes with
+        # it, so the decision that applies it names it (``reply``) and it is taken once.
+        rec = self._waiting_record(event)
+        if rec.reply is None:
+            rec.reply = {**data, "pos": event.pos}
         return NOTHING_READY
 
     def _approval_requested(self, event: Event, data: ApprovalRequestedData) -> Sequence[str]:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import orjson
 
 from planweave.engine.events import Event
+from planweave.engine.replies import reply_events, standing_reply
 from planweave.errors import EventNotRecorded
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery, check_prunable
 
@@ -293,6 +294,36 @@ async def find_cached(journal: Journal, key: str, since: float) -> CachedOutput 
     return best._replace(value=blobs[best.output]) if best.output in blobs else None
 
 
+class ReplyWritten(NamedTuple):
+    """What :meth:`Journal.append_reply` did: ``recorded`` the reply (``event`` is it, with its ``pos``), or not,
+    because a reply already stands for the step (``event`` is that one)."""
+
+    recorded: bool
+    event: Event
+
+
+async def append_reply(journal: Journal, event: Event) -> ReplyWritten:
+    """Store ``event``, a person's ``step_reply``, unless a reply already stands for its step
+    (:func:`planweave.engine.replies.standing_reply` over the step's stored events).
+
+    The memory, SQLite and PostgreSQL journals do it in their ``append_reply``: the check and the write are one
+    transaction that excludes every other writer, so of two processes replying at once exactly one is recorded, and
+    events buffered before the call are stored first (the run's own decisions count). A journal without that method
+    (a wrapper only this process writes through) gets the same answer from its events.
+    """
+    method = getattr(journal, "append_reply", None)
+    if method is not None:
+        written: ReplyWritten = await method(event)
+        return written
+    standing = standing_reply(reply_events(await journal.read(event.run_id), event.step))
+    if standing is not None:
+        return ReplyWritten(False, standing)
+    journal.append(event)
+    await journal.flush()
+    mine = [e for e in await journal.read(event.run_id) if e.kind == "step_reply" and e.step == event.step]
+    return ReplyWritten(True, mine[-1])
+
+
 class Journal(Protocol):
     """Where runs are recorded. ``append`` and ``put_blob`` buffer; ``flush`` makes everything buffered durable.
 
@@ -406,6 +437,9 @@ class NullJournal:
 
     async def find_cached(self, key: str, since: float) -> CachedOutput | None:
         return None
+
+    async def append_reply(self, event: Event) -> ReplyWritten:
+        return ReplyWritten(True, event)
 
     async def close(self) -> None:
         pass

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
 from planweave.errors import JournalError
-from planweave.journal.base import decode_blob, encode_blob, encode_event
+from planweave.journal.base import ReplyWritten, decode_blob, encode_blob, encode_event
 from planweave.journal.summary import (
     ALL_RUNS,
     ENDED,
@@ -206,6 +206,13 @@ class GroupCommitJournal(ABC):
         await self._backfill()
         return await self._delete_runs(finished_before, wanted)
 
+    async def append_reply(self, event: Event) -> ReplyWritten:
+        """Store a ``step_reply`` unless a reply stands for its step, checked and written in one transaction (see
+        :meth:`planweave.journal.base.Journal.append_reply`); what is buffered here is stored first."""
+        data = self._encode(event)
+        await self._settle()
+        return await self._append_reply(event, data)
+
     async def close(self) -> None:
         """Flush, stop the writer and release the connection; raises JournalError if buffered data was lost.
 
@@ -249,6 +256,11 @@ class GroupCommitJournal(ABC):
     async def _write(self, events: list[tuple[Event, bytes]], blobs: dict[str, bytes], runs: list[BatchRun]) -> None:
         """Store ``blobs`` (each once), ``events`` (in order, each with its encoded data) and the summaries of
         ``runs`` (a stale mark where a run's summary is None) in ONE transaction; raise JournalError on failure."""
+
+    @abstractmethod
+    async def _append_reply(self, event: Event, data: bytes) -> ReplyWritten:
+        """In one transaction that excludes every other writer: the reply standing for ``event``'s step, else store
+        ``event`` (``data``: its encoded data) and mark its run's summary stale."""
 
     @abstractmethod
     async def _select(self, run_id: str | None, after: int, kind: str | None, limit: int | None) -> list[Event]:

@@ -8,7 +8,15 @@ from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
 from planweave.engine.events import Event
-from planweave.journal.base import CachedOutput, cache_entries, decode_blob, encode_blob, encode_event
+from planweave.engine.replies import reply_events, standing_reply
+from planweave.journal.base import (
+    CachedOutput,
+    ReplyWritten,
+    cache_entries,
+    decode_blob,
+    encode_blob,
+    encode_event,
+)
 from planweave.journal.summary import (
     ALL_RUNS,
     PRUNE_DEFAULT,
@@ -159,6 +167,14 @@ class MemoryJournal:
         newest = max(reversed(usable), key=lambda e: e.at)  # the last written among equals
         value = decode_blob(self._blobs[newest.output])
         return CachedOutput(newest.run_id, newest.step, newest.at, newest.output, value)
+
+    async def append_reply(self, event: Event) -> ReplyWritten:
+        # One process, and its reads never suspend: nothing can write between the check and the append.
+        standing = standing_reply(reply_events(await self.read(event.run_id), event.step))
+        if standing is not None:
+            return ReplyWritten(False, standing)
+        self.append(event)
+        return ReplyWritten(True, (await self.read(event.run_id, after=len(self._events) - 1))[0])
 
     async def close(self) -> None:
         pass

@@ -21,8 +21,9 @@ from psycopg import sql
 from psycopg.types.json import set_json_loads
 
 from planweave.engine.events import Event, EventKind
+from planweave.engine.replies import REPLY_KINDS, standing_reply
 from planweave.errors import JournalError
-from planweave.journal.base import CachedOutput, cache_entries, decode_blob, encode_data, encode_event
+from planweave.journal.base import CachedOutput, ReplyWritten, cache_entries, decode_blob, encode_data, encode_event
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
 from planweave.journal.urls import redact_url as redact  # the URL shown in messages (kept under its old name)
@@ -240,6 +241,28 @@ class PostgresJournal(GroupCommitJournal):
                             *((k, e.at, e.run_id, e.step, e.output) for k, e in cache), strict=True))))
         except psycopg.Error as exc:
             raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
+
+    async def _append_reply(self, event: Event, data: bytes) -> ReplyWritten:
+        try:
+            async with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
+                # The writers' lock first (every batch of every process takes it): nothing is written between the
+                # check and the insert, neither another reply nor the run's own decision.
+                await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
+                await cur.execute(f"SELECT {_COLUMNS} FROM planweave_events WHERE run_id = %s AND step = %s "
+                                  "AND kind = ANY(%s) ORDER BY pos", (event.run_id, event.step, list(REPLY_KINDS)))
+                standing = standing_reply(Event(r, cast(EventKind, k), a, s, d, p)
+                                          for p, r, a, k, s, d in await cur.fetchall())
+                if standing is not None:
+                    return ReplyWritten(False, standing)
+                await cur.execute("INSERT INTO planweave_events (run_id, at, kind, step, data) "
+                                  "VALUES (%s, %s, %s, %s, %s::jsonb) RETURNING pos",
+                                  (event.run_id, event.at, event.kind, event.step, data.decode()))
+                row = await cur.fetchone()
+                assert row is not None  # INSERT ... RETURNING answers its row
+                await cur.execute(_MARK_STALE, ([event.run_id], [None], [None]))  # another writer's event: fold it
+        except psycopg.Error as exc:
+            raise JournalError(f"could not write to the journal {self.url}: {exc}") from exc
+        return ReplyWritten(True, event._replace(pos=int(row[0])))
 
     async def _select(self, run_id: str | None, after: int, kind: str | None, limit: int | None) -> list[Event]:
         where, params = event_filter(run_id, after, kind, "%s")

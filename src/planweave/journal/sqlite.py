@@ -28,8 +28,9 @@ from urllib.parse import unquote, urlsplit
 import orjson
 
 from planweave.engine.events import Event, EventKind
+from planweave.engine.replies import REPLY_KINDS, standing_reply
 from planweave.errors import JournalError
-from planweave.journal.base import CachedOutput, cache_entries, decode_blob
+from planweave.journal.base import CachedOutput, ReplyWritten, cache_entries, decode_blob
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary
 
@@ -195,6 +196,9 @@ class SQLiteJournal(GroupCommitJournal):
         if row is None:
             return None
         return CachedOutput(row[0], row[1], float(row[2]), row[3], decode_blob(row[4]))
+
+    async def _append_reply(self, event: Event, data: bytes) -> ReplyWritten:
+        return await self._call(_append_reply, self.url, event, data)
 
     async def _select(self, run_id: str | None, after: int, kind: str | None, limit: int | None) -> list[Event]:
         return await self._call(_select_events, self.url, run_id, after, kind, limit)
@@ -386,6 +390,32 @@ def _write_batch(
             raise
     except sqlite3.Error as exc:
         raise _failed(url, "write to", exc) from exc
+
+
+def _append_reply(conn: sqlite3.Connection, url: str, event: Event, data: bytes) -> ReplyWritten:
+    marks = ", ".join("?" * len(REPLY_KINDS))
+    try:
+        # IMMEDIATE: the write lock before the check, so no other process (another reply, the run's own decision)
+        # writes between the check and the insert.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND step = ? AND kind IN ({marks}) "
+                                "ORDER BY pos", (event.run_id, event.step, *REPLY_KINDS))
+            standing = standing_reply(Event(r, cast(EventKind, k), a, s, decode_blob(d), p)
+                                      for p, r, a, k, s, d in rows)
+            if standing is not None:
+                conn.execute("ROLLBACK")
+                return ReplyWritten(False, standing)
+            conn.execute(_INSERT_EVENT, (event.run_id, event.at, event.kind, event.step, data))
+            (pos,) = conn.execute("SELECT last_insert_rowid()").fetchone()
+            conn.execute(_MARK_STALE, (event.run_id, pos, pos, None, None))  # another writer's event: fold it
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+    except sqlite3.Error as exc:
+        raise JournalError(f"could not write to the journal {url}: {exc}") from exc
+    return ReplyWritten(True, event._replace(pos=int(pos)))
 
 
 def _write_summaries(conn: sqlite3.Connection, runs: list[BatchRun], first_pos: int) -> None:

@@ -48,6 +48,7 @@ from planweave.errors import (
     JournalError,
     PlanInvalid,
     PlanProblem,
+    ReplyRefused,
     RunError,
     RunNotFound,
 )
@@ -599,32 +600,45 @@ async def get_step(
 _REPLY_ERRORS: dict[int | str, dict[str, Any]] = {404: _ERRORS[404], 409: _ERRORS[409], 422: _ERRORS[422]}
 
 
+def _replier(request: Request) -> str:
+    """Who replies over HTTP, as the journal records it: the holder of the server's token, and from where."""
+    return f"the API token's holder at {request.client.host if request.client is not None else 'an unknown address'}"
+
+
+def _refused(state: AppState, exc: ReplyRefused) -> JSONResponse:
+    """409 naming the reply that stands (``decision``: by, at, approve and reason or value, applied)."""
+    return JSONResponse(_shown(state, {"detail": str(exc), "decision": exc.decision}), status_code=409)
+
+
 @api.post("/runs/{run_id}/steps/{step_id}/approval", response_model=ReplyAccepted, responses=_REPLY_ERRORS)
-async def approve_step(state: State, run_id: str, step_id: str, body: ApprovalReply) -> ReplyAccepted:
-    """Approve or reject a step waiting for approval: at once if the run runs here, else through the journal
-    (applied by the process running it within a second, or when the run resumes). 409 if it is not waiting."""
+async def approve_step(state: State, request: Request, run_id: str, step_id: str,
+                       body: ApprovalReply) -> ReplyAccepted | JSONResponse:
+    """Approve or reject a step waiting for approval, through the journal: applied at once if the run runs here,
+    else by the process running it (within a second) or when the run resumes. The first reply is final: 409 names
+    the one that stands (``decision``), as it does when the step is not waiting."""
     found = await _find(state, run_id)
     find_step(found.state, step_id)
-    if found.run is not None:
-        found.run.approve(step_id, body.approve, body.reason)
-        await state.engine.journal.flush()
-        return ReplyAccepted(run_id=run_id, step=step_id, outcome="applied")
-    outcome = await send_approval(state.engine.journal, run_id, step_id, approve=body.approve, reason=body.reason)
+    try:
+        outcome = await send_approval(state.engine.journal, run_id, step_id, approve=body.approve,
+                                      reason=body.reason, by=_replier(request), run=found.run)
+    except ReplyRefused as exc:
+        return _refused(state, exc)
     return ReplyAccepted(run_id=run_id, step=step_id, outcome=outcome)
 
 
 @api.post("/runs/{run_id}/steps/{step_id}/input", response_model=ReplyAccepted, responses=_REPLY_ERRORS)
-async def give_input(state: State, run_id: str, step_id: str, body: InputReply) -> ReplyAccepted | JSONResponse:
+async def give_input(state: State, request: Request, run_id: str, step_id: str,
+                     body: InputReply) -> ReplyAccepted | JSONResponse:
     """Give the value a ``human.input`` step waits for; 422 with the reason if it fails the step's schema (the step
-    keeps waiting), 409 if the step is not waiting for a value."""
+    keeps waiting), 409 if the step is not waiting for a value or already has one (the first value is final:
+    ``decision`` names it)."""
     found = await _find(state, run_id)
     find_step(found.state, step_id)
     try:
-        if found.run is not None:
-            found.run.send(step_id, body.value)
-            await state.engine.journal.flush()
-            return ReplyAccepted(run_id=run_id, step=step_id, outcome="applied")
-        outcome = await send_input(state.engine.journal, run_id, step_id, body.value)
+        outcome = await send_input(state.engine.journal, run_id, step_id, body.value, by=_replier(request),
+                                   run=found.run)
+    except ReplyRefused as exc:
+        return _refused(state, exc)
     except InputRejected as exc:
         report = ProblemReport(detail=str(exc), problems=[ProblemItem(step=step_id, field="value", message=str(exc))])
         return JSONResponse(report.model_dump(), status_code=422)
