@@ -37,7 +37,8 @@ def test_require_names_the_extra_and_the_missing_module(monkeypatch: pytest.Monk
     with pytest.raises(MissingExtra) as caught:
         require("imaginary", "the imaginary feature")
     assert str(caught.value) == ("the imaginary feature needs the 'imaginary' extra: pip install "
-                                 "'planweave[imaginary]' (module 'planweave_no_such_module.sub' is not installed)")
+                                 "'planweave[imaginary]' (from a checkout of the repository: pip install "
+                                 "'.[imaginary]'; module 'planweave_no_such_module.sub' is not installed)")
     assert installed("json") and not installed("planweave_no_such_module.sub")
 
 

@@ -36,7 +36,8 @@ class MissingExtra(PlanweaveError):
         self.extra = extra
         self.module = module
         super().__init__(f"{feature} needs the '{extra}' extra: pip install 'planweave[{extra}]' "
-                         f"(module '{module}' is not installed)")
+                         f"(from a checkout of the repository: pip install '.[{extra}]'; module '{module}' is not "
+                         "installed)")
 
 
 def installed(module: str) -> bool:

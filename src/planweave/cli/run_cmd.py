@@ -128,6 +128,14 @@ DEFAULT_GOAL_MODEL = "gpt-4o-mini"
 ContextMode = Literal["references", "summary"]
 
 
+def check_model_name(model: str | None) -> None:
+    """A ``scripted:FILE`` model whose script cannot be used: exit 2 naming the file, before any run starts."""
+    if model is not None and model.startswith("scripted:"):
+        from planweave.testing.scripted_planner import ScriptedPlanner
+
+        ScriptedPlanner.load(model.removeprefix("scripted:"))
+
+
 def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str | None) -> None:
     """``--context`` or ``--no-subplans`` without ``--goal``: refused (exit 2)."""
     for flag, given in (("--context", context is not None), ("--no-subplans", no_subplans)):
@@ -602,6 +610,7 @@ def run(
         _memory_embed_flag(memory, memory_embed)
         _goal_only_draft(draft_model, goal)
         _goal_only_modes(context, no_subplans, goal)
+        check_model_name(model)
         if model_limits is not None:
             use_model_limits(model_limits)
         flags = parse_capacities(capacity or ())

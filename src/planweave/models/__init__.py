@@ -63,7 +63,8 @@ from planweave.models.pricing import (
 
 @asynccontextmanager
 async def resolve_model(name: str, **options: Any) -> AsyncIterator[ModelClient]:
-    """Open a client for a ``--model`` name: ``local`` starts the bundled local model server, anything else is an
+    """Open a client for a ``--model`` name: ``local`` starts the bundled local model server, ``scripted:FILE``
+    serves a script's answers on 127.0.0.1 (offline planning, no model: docs/offline.md), anything else is an
     OpenAI-compatible model at ``OPENAI_BASE_URL`` (keyword ``options`` go to the client; ``admission`` defaults to
     the process's, see :func:`planweave.models.admission.default_admission`). Closes it all on exit."""
     from planweave.models.admission import default_admission
@@ -71,6 +72,16 @@ async def resolve_model(name: str, **options: Any) -> AsyncIterator[ModelClient]
 
     if "admission" not in options and name != "local":
         options["admission"] = default_admission()  # --model-limits / $PLANWEAVE_MODEL_LIMITS, shared by all
+    if name.startswith("scripted:"):  # offline planning: answers read from a script file (docs/offline.md)
+        from planweave.testing.scripted_llm import ScriptedLLM
+        from planweave.testing.scripted_planner import ScriptedPlanner
+
+        planner = ScriptedPlanner.load(name.removeprefix("scripted:"))
+        options = {k: v for k, v in options.items() if k not in ("base_url", "api_key")}
+        async with ScriptedLLM(planner.reply, models=(name,)) as url, OpenAIChatClient(
+                name, base_url=url, api_key="offline", **options) as client:
+            yield client
+        return
     if name == "local":
         from planweave.models.local import local_client
 
