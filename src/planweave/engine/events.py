@@ -293,10 +293,10 @@ class ForecastData(TypedDict):
     """A run's forecast, refreshed after a step outcome (``forecast/live.py``); times are seconds from its start."""
 
     runs: int  # simulated runs behind it
-    p_success: float
+    p_success: float | None  # None: unknown (the history holds no outcome)
     p_deadline: float | None  # None: the run has no deadline
     p_budget: float | None  # None: the run has no budget in USD
-    p_all: float
+    p_all: float | None  # None: unknown, as p_success
     makespan: Mapping[str, float]  # p50, p90, p99
     cost_usd: Mapping[str, float]  # p50, p90, p99
     critical_steps: Sequence[str]
