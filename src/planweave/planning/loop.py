@@ -585,8 +585,9 @@ class PlanningLoop:
         admit(steps, number)
 
     async def _propose(self, run: Run, purpose: str, messages: list[Message],
-                       keep: Callable[[], list[dict[str, Any]]], trigger: str) -> bool:
-        """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded).
+                       keep: Callable[[frozenset[str]], list[dict[str, Any]]], trigger: str) -> bool:
+        """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded). ``keep(ids)``:
+        the live steps the proposal keeps beside the ones it writes (``ids``), read when it arrives.
 
         With a draft model (planning/draft.py) the model's first answer is drafted too: verified draft attempts are
         kept only if that answer is the proposal spliced in."""
@@ -603,7 +604,7 @@ class PlanningLoop:
                     draft.abandon("the re-plan was not spliced in")
 
     async def _propose_lines(self, run: Run, purpose: str, messages: list[Message],
-                             keep: Callable[[], list[dict[str, Any]]], trigger: str,
+                             keep: Callable[[frozenset[str]], list[dict[str, Any]]], trigger: str,
                              draft: DraftSession | None) -> bool:
         stale_left = self.options.max_stale_retries
         for _attempt in range(self.options.max_repairs + 1 + self.options.max_stale_retries):
@@ -623,7 +624,8 @@ class PlanningLoop:
                 ids = {s.get("id") for s in steps}
                 # What to keep is read when the proposal arrives: steps streamed in meanwhile stay.
                 written = [self._claim_model(self._restored(run, s)) for s in steps]
-                proposal = {"steps": [*[k for k in keep() if k["id"] not in ids], *written]}
+                proposal = {"steps": [*[k for k in keep(frozenset(i for i in ids if isinstance(i, str)))
+                                        if k["id"] not in ids], *written]}
                 try:
                     run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
                                 model_started_at=started, model_finished_at=finished)
@@ -699,8 +701,9 @@ class PlanningLoop:
         """Ask for replacements of the failed region; splice them in with the rest of the plan.
 
         The region's steps the repair does not restate are dropped (the prompt says so): a repair may keep, rename
-        or merge them. The region is read again when the proposal arrives, so steps that the planner streamed in
-        downstream of a failed step after the prompt was sent are dropped too instead of making the proposal stale.
+        or merge them. The region is read again when the proposal arrives: a step the planner streamed in after the
+        prompt was sent is dropped when it waits on a step the repair dropped (it would make the proposal stale), and
+        kept when what it waits on is restated under its id (it is the initial plan's, not the repair's to drop).
         """
         region = self._batch_region(run, batch)
         reason = "; ".join(f"{t.step}: {t.reason}" for t in batch)
@@ -716,9 +719,24 @@ class PlanningLoop:
         messages = [Message("system", self._system()),
                     Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
         if not await self._propose(run, "local_repair", messages,
-                                   lambda: self._remaining(run, set(self._batch_region(run, batch))),
+                                   lambda ids: self._remaining(run, self._repair_drops(run, batch, region, ids)),
                                    trigger="local_repair"):
             await self._escalate_global(run, goal, batch)
+
+    def _repair_drops(self, run: Run, batch: list[_Trigger], asked: list[str], restated: frozenset[str]) -> set[str]:
+        """What a local repair of ``batch`` drops when its proposal (restating ``restated``) lands: the region it was
+        asked to replace (``asked``), and the steps that joined the region since, unknown to the repair, that wait on
+        a step it dropped (through ``after`` or a reference)."""
+        dropped = set(asked) - restated
+        late = [s for s in self._batch_region(run, batch) if s not in asked and s not in restated]
+        grew = True
+        while grew:  # a region lists a step before the steps downstream of it, but a step may wait on several
+            grew = False
+            for sid in late:
+                if sid not in dropped and any(d in dropped for d in run.plan.deps.get(sid, ())):
+                    dropped.add(sid)
+                    grew = True
+        return dropped | set(asked)
 
     async def _escalate_global(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
         for trig in batch:
@@ -738,7 +756,7 @@ class PlanningLoop:
             summary = self._summary(run)
             messages = [Message("system", self._system()),
                         Message("user", prompts.replan_prompt(goal, summary, reason))]
-            if not await self._propose(run, "replan", messages, list, trigger=trigger):
+            if not await self._propose(run, "replan", messages, lambda _ids: [], trigger=trigger):
                 why = f"no usable plan after: {reason}"
         if why is not None and final:
             run.record("escalation", {"rung": "fail", "reason": why})
