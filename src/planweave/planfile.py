@@ -31,7 +31,7 @@ MAX_PLAN_BYTES = 16 * 1024 * 1024
 """The largest plan file read (16 MiB): a plan is a program, not a data set."""
 
 _YAML_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_MERGE_TAG = "tag:yaml.org,2002:merge"
+_STR_TAG = "tag:yaml.org,2002:str"
 # A document refused by libyaml is read again by the pure-Python loader for its messages only up to this size: the
 # pure-Python parser takes about 4 s a MiB.
 _REREAD_BYTES = 256 * 1024
@@ -76,15 +76,12 @@ class _StrictMappings:
     reading: _Reading | None = None
 
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, Mark] = {}
+        seen: dict[str, Mark] = {}
         for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG or not isinstance(key_node, ScalarNode):
+            if key_node.tag != _STR_TAG:
                 continue  # a merge, or a key that is not text (refused by document_problems)
-            key = self.construct_object(key_node)  # type: ignore[attr-defined]  # scalars: cached by the node
-            try:
-                first = seen.get(key)
-            except TypeError:
-                continue  # unhashable: SafeConstructor's own message
+            key = key_node.value  # a text scalar's value is its text
+            first = seen.get(key)
             if first is not None:
                 raise _Refused("while reading a mapping", node.start_mark,
                                f"the key {key!r} is given twice in this object (first on line {first.line + 1}): "
