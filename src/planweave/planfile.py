@@ -5,8 +5,8 @@ and, where known, the line and column: undecodable bytes, syntax errors, nesting
 :data:`~planweave.plan.document.MAX_DEPTH`, YAML aliases that refer to themselves or expand past
 :data:`~planweave.plan.document.MAX_VALUES`, integers longer than Python's 4,300-digit limit, lone surrogates,
 files larger than :data:`MAX_PLAN_BYTES`, keys given twice in one object. The limits are checked while the text is
-read, before a document's Python objects are built: a file of millions of values is refused in about a second, with
-the position where the limit was crossed, not after building them all.
+read, before a document's Python objects are built: a file of millions of values is refused in a couple of seconds
+and a few MB, at the position where the limit was crossed, not after building them all.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ MAX_PLAN_BYTES = 16 * 1024 * 1024
 """The largest plan file read (16 MiB): a plan is a program, not a data set."""
 
 _YAML_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_STR_TAG = "tag:yaml.org,2002:str"
+_TEXT_TAGS = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp"})  # keys read as text (dates too)
 # A document refused by libyaml is read again by the pure-Python loader for its messages only up to this size: the
 # pure-Python parser takes about 4 s a MiB.
 _REREAD_BYTES = 256 * 1024
@@ -78,9 +78,9 @@ class _StrictMappings:
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[str, Mark] = {}
         for key_node, _ in node.value:
-            if key_node.tag != _STR_TAG:
+            if key_node.tag not in _TEXT_TAGS:
                 continue  # a merge, or a key that is not text (refused by document_problems)
-            key = key_node.value  # a text scalar's value is its text
+            key = key_node.value  # the text such a key is read as
             first = seen.get(key)
             if first is not None:
                 raise _Refused("while reading a mapping", node.start_mark,
