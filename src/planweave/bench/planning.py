@@ -13,7 +13,12 @@ Measured:
 3. steps re-executed (the same work run more than once) with local repair vs with global re-planning;
 4. model calls and tokens per goal and system, so that a planner that spends extra round trips shows.
 
-``planweave bench planning [--json] [--quick]`` or ``python -m planweave.bench.planning``.
+With ``--virtual`` every system runs on the virtual clock (:func:`planweave.run_virtual`): the scripted model's
+time to first token and token pace and the tools' sleeps are virtual time, so the figures are the same on every run
+and take a few seconds of wall time; ``tests/bench/test_planning_orderings.py`` asserts the orderings above on them.
+Without it, real time (what the figures in docs/benchmarks.md are, beside the virtual ones).
+
+``planweave bench planning [--json] [--quick] [--virtual]`` or ``python -m planweave.bench.planning``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ import math
 import random
 import re
 import sys
-import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,8 +36,9 @@ from typing import Annotated, Any
 
 import typer
 
-from planweave import RealClock, Toolbox, builtin_tools, current_step, open_engine
+from planweave import Clock, RealClock, Toolbox, VirtualClock, builtin_tools, current_step, open_engine, run_virtual
 from planweave.bench.cli import parse_command_line
+from planweave.clock import VirtualEventLoop
 from planweave.engine.context import StepContext, set_current_step
 from planweave.engine.runtime import RunResult
 from planweave.engine.state import RunState
@@ -90,6 +95,9 @@ def _tools(executions: Counter[str]) -> Toolbox:
 
 _FAILED = re.compile(r"Step ('[^']+'(?:, '[^']+')*) failed for good")
 _REGION = re.compile(r"depended on it \(([^)]*)\)")
+# A finished step as a prompt lists it: by reference (``- t0 (work, 11 chars): ...``, the default context) or in
+# the state summary (``- t0 (work) -> ...``). The scripted planner restates only the steps not listed as done.
+_DONE = re.compile(r"^- (\S+) \(work(?:\) ->|, \d+ chars\):)", flags=re.M)
 
 
 def _fixed(step: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +127,7 @@ def script_for(goal: Goal) -> Any:
         if "failed for good" in last:
             return Text(plan_lines(_fixed(by_id[i]) for i in _repair_ids(last) if i in by_id))
         if "REMAINING plan" in last or "is stale" in last:
-            done = set(re.findall(r"^- (\S+) \(work\) ->", last, flags=re.M))
+            done = set(_DONE.findall(last))
             return Text(plan_lines(_fixed(s) for s in goal.steps if s["id"] not in done))
         if "NEXT step" in last:  # the ReAct baseline
             return Text(plan_lines([_fixed(by_id[m]) if "retry" in last else by_id[m]
@@ -151,15 +159,25 @@ class Measured:
     tokens: int = 0  # prompt + completion tokens of those calls
 
 
+def _clock() -> Clock:
+    """The virtual clock on a :class:`VirtualEventLoop` (``run_virtual``: deterministic, seconds of model and tool
+    time in milliseconds), else the real one."""
+    return VirtualClock() if isinstance(asyncio.get_running_loop(), VirtualEventLoop) else RealClock()
+
+
+def _now() -> float:
+    return asyncio.get_running_loop().time()  # virtual time on the virtual loop, monotonic time otherwise
+
+
 async def _planweave(goal: Goal, options: PlanningOptions, *, ttft: float, tps: float) -> Measured:
     executions: Counter[str] = Counter()
     tools = _tools(executions)
     server = ScriptedLLM(script_for(goal), ttft=ttft, tokens_per_second=tps)
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="bench") as client, \
-            open_engine("memory://", tools=tools) as engine:
-        t0 = time.perf_counter()
+            open_engine("memory://", tools=tools, clock=_clock()) as engine:
+        t0 = _now()
         result: RunResult = await PlanningLoop(engine, client, tools, options=options).run(goal.name)
-        elapsed = time.perf_counter() - t0
+        elapsed = _now() - t0
     state = result.state
     if result.status != "succeeded":
         raise RuntimeError(f"{goal.name} did not succeed: {result.error}")
@@ -182,7 +200,8 @@ async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
     async with server as base_url, OpenAIChatClient("scripted", base_url=base_url, api_key="bench") as client:
         from planweave.models import CompletionRequest
 
-        t0 = time.perf_counter()
+        clock = _clock()
+        t0 = _now()
         for step in goal.steps:
             prompt = f"Goal: {goal.name}. Observation so far ok. Write the NEXT step. next: {step['id']}"
             for attempt in range(2):
@@ -191,18 +210,18 @@ async def _react(goal: Goal, *, ttft: float, tps: float) -> Measured:
                 calls, tokens = calls + 1, tokens + done.total_tokens
                 chosen = json.loads(done.text.strip().splitlines()[0])
                 if first is None:
-                    first = time.perf_counter() - t0
-                s = time.perf_counter()
-                set_current_step(StepContext("react", step["id"], attempt + 1, RealClock()))
+                    first = _now() - t0
+                s = _now()
+                set_current_step(StepContext("react", step["id"], attempt + 1, clock))
                 try:
                     await tools["work"].invoke(chosen["args"])
-                    busy += time.perf_counter() - s
+                    busy += _now() - s
                     break
                 except ConnectionError:
-                    busy += time.perf_counter() - s
+                    busy += _now() - s
         done = await client.complete(CompletionRequest.of("If the results answer the goal, say so.", max_tokens=50))
         calls, tokens = calls + 1, tokens + done.total_tokens
-        elapsed = time.perf_counter() - t0
+        elapsed = _now() - t0
     return Measured(first or 0.0, elapsed, elapsed - busy, sum(c - 1 for c in executions.values()), calls, tokens)
 
 
@@ -237,6 +256,7 @@ async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str
         "model_calls": {name: [m.model_calls for m in runs] for name, runs in systems.items()},
         "model_tokens": {name: [m.tokens for m in runs] for name, runs in systems.items()},
         "model": {"ttft_s": ttft, "tokens_per_s": tps},
+        "clock": "virtual" if isinstance(_clock(), VirtualClock) else "real",
         "step_ms_median": sorted(s["args"]["ms"] for g in goals for s in g.steps)[
             sum(len(g.steps) for g in goals) // 2],
     }
@@ -251,6 +271,7 @@ class _Options:
     step_ms: float
     quick: bool
     json: bool
+    virtual: bool
 
 
 def _options(
@@ -261,9 +282,11 @@ def _options(
     step_ms: Annotated[float, typer.Option(help="median tool latency (lognormal)")] = 1000.0,
     quick: Annotated[bool, typer.Option("--quick", help="2 goals at 100 tokens/s")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="print the results as JSON")] = False,
+    virtual: Annotated[bool, typer.Option("--virtual", help="on the virtual clock: model and tool time take no "
+                                          "wall time; the same figures on every run")] = False,
 ) -> _Options:
     """Streaming admission and concurrent re-planning vs whole-plan, synchronous and ReAct, on a scripted model."""
-    return _Options(goals, seed, ttft, tps, step_ms, quick, json_output)
+    return _Options(goals, seed, ttft, tps, step_ms, quick, json_output, virtual)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -271,13 +294,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_command_line(_options, argv, "planweave bench planning")
     goals, tps = ((make_goals(2, args.seed, mean_ms=args.step_ms / 4), 100.0) if args.quick
                   else (make_goals(args.goals, args.seed, mean_ms=args.step_ms), args.tps))
-    data = asyncio.run(measure(goals, ttft=args.ttft, tps=tps))
+    data = (run_virtual if args.virtual else asyncio.run)(measure(goals, ttft=args.ttft, tps=tps))
     if args.json:
         print(json.dumps(data))
         return 0
     print(f"planning benchmark: {len(goals)} goals ({', '.join(str(g['steps']) for g in data['goals'])} steps; "
           f"{sum(g['flaky'] for g in data['goals'])} flaky), model ttft {args.ttft}s at {tps:g} tokens/s, "
-          f"tool latency median {data['step_ms_median']} ms")
+          f"tool latency median {data['step_ms_median']} ms, {data['clock']} clock")
     f, e, i, r = (data[k] for k in ("first_tool_call_s", "end_to_end_s", "executor_idle_s", "reexecuted_steps"))
     rows = [
         ("time to first tool call (s)", f"streaming {f['streaming']}", f"whole plan {f['whole_plan']}",
