@@ -54,7 +54,7 @@ def run_overview(run_id: str, state: RunState | None, status: str, problem: str 
         "waiting": state.waiting_steps(),
         "unbounded": unbounded(state),
         "tokens": summary["tokens"],
-        "cost_usd": summary["cost_usd"],
+        "cost_usd": shown_cost(state, summary["cost_usd"])[0],
     }
 
 
@@ -67,6 +67,9 @@ def run_report(
     ``duration_s`` (first start to end, None until it ends) and ``attempt_log``, and, given ``outputs``,
     ``"outputs"`` as :func:`~planweave.engine.report.outputs_summary` shows them (redacted)."""
     report = state.summary()
+    report["cost_usd"], unpriced = shown_cost(state, report["cost_usd"])
+    if unpriced:
+        report["unpriced_models"] = unpriced
     for sid, step in report["steps"].items():
         rec = state.records[sid]
         start, end = rec.started_at, rec.finished_at
@@ -83,6 +86,17 @@ def run_report(
     if outputs is not None:
         report["outputs"] = outputs_summary(state, outputs, redact=redact)
     return report
+
+
+def shown_cost(state: RunState, cost_usd: float) -> tuple[float | None, list[str]]:
+    """The run's cost as the reports show it, and the models without a price whose calls used tokens: with any,
+    the cost is unknown (None), not the sum of what was billed (those calls were billed nothing)."""
+    if not state.model_calls:
+        return cost_usd, []
+    from planweave.models.pricing import unpriced_calls
+
+    unpriced = unpriced_calls(state.model_calls)
+    return (None if unpriced else cost_usd), unpriced
 
 
 async def stored_outputs(journal: Journal, state: RunState) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from planweave.errors import JournalError, PlanweaveError, RunNotFound
 from planweave.journal import default_journal_url, open_journal, redact_url
 from planweave.journal.summary import RunSummary
 from planweave.runtree import child_ids, parent_link, run_tree
-from planweave.runview import list_overviews, parse_since, run_overview, run_report, stored_outputs
+from planweave.runview import list_overviews, parse_since, run_overview, run_report, shown_cost, stored_outputs
 
 
 # -- reading runs back from a journal ----------------------------------------------------------------------------
@@ -387,8 +387,11 @@ def show(
         console.print(Text(label, style=style) + Text(state.answer))
     _print_parent(console, parent)
     if state.model_calls:
-        console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · "
-                           f"${state.cost_usd:.4f}", style="dim"))
+        cost, unpriced = shown_cost(state, state.cost_usd)  # unknown, not $0, with calls of unpriced models
+        shown_usd = f"${cost:.4f}" if cost is not None else \
+            "cost unknown (no price for " + ", ".join(f"'{m}'" for m in unpriced) + ")"
+        console.print(Text(f"model: {len(state.model_calls)} calls · {state.tokens:,} tokens · {shown_usd}",
+                           style="dim"))
     _print_speculation(console, state)
     console.print()
     shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
