@@ -10,8 +10,9 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from contextlib import AsyncExitStack, contextmanager, nullcontext, redirect_stdout
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any, TextIO, TypeVar
 
 from rich.console import Console
 from rich.text import Text
@@ -64,20 +65,26 @@ class Session:
     all_rows: bool = False  # the final view shows every step (``--all``), not the summary
     executor: ExecutorFlags = NO_EXECUTOR_FLAGS  # ``--executor``, ``--ray-address``
     cache: bool = True  # ``--no-cache``: no step reuses a cached output (docs/caching.md)
+    # What else a resume must be given, the journal not keeping it: the jail (--workdir, --allow-exec, --root,
+    # --allow-env), a --goal run's --base-url and --ask-human (its model it reads from the journal).
+    resume_flags: tuple[str, ...] = ()
 
     def resume_command(self, run_id: str) -> str:
-        """The command that continues ``run_id`` with the same journal (its password as ``***``) and tools."""
+        """The command that continues ``run_id`` as it ran, as printed: the same journal (its password as
+        ``***``), tools, jail, executor and, for a --goal run, endpoint (never a key: that stays in the
+        environment)."""
         parts = ["planweave", "resume", run_id]
         if self.journal_url != default_journal_url():
             parts += ["--journal", redact_url(self.journal_url)]
         for flag in self.tool_flags:
             parts += ["--tools", flag]
         for flag in self.mcp_flags:
-            parts += ["--mcp", shlex.quote(flag)]
-        parts += [shlex.quote(flag) for flag in self.executor.resume_flags()]
+            parts += ["--mcp", flag]
+        parts += self.executor.resume_flags()
+        parts += self.resume_flags
         if not self.cache:
             parts.append("--no-cache")
-        return " ".join(parts)
+        return " ".join(shlex.quote(part) for part in parts)
 
 
 @dataclass(frozen=True)
@@ -90,6 +97,7 @@ class Outcome:
     report: Mapping[str, Any]
     state: RunState | None
     durable: bool
+    reported: bool = False  # already printed when the run ended (``--watch`` kept serving after it)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -104,7 +112,8 @@ class _InterruptSignals:
     """Turns the first SIGINT/SIGTERM into a cancellation of the main task; a second one exits immediately.
 
     Cancelling the main task unwinds the engine's context, which interrupts (not cancels) its runs: the journal
-    keeps them resumable. Once the run is over (``disarm``) a first signal is ignored so the journal closes cleanly.
+    keeps them resumable. Once the run is over (``disarm``) a first signal is ignored so the journal closes cleanly;
+    while :meth:`wait` waits (``--watch`` serving the dashboard of a run that ended) it ends that wait instead.
     """
 
     def __init__(self, task: asyncio.Task[Any]) -> None:
@@ -113,6 +122,7 @@ class _InterruptSignals:
         self._armed = True
         self._received = 0
         self._installed: list[signal.Signals] = []
+        self._waiter: asyncio.Future[None] | None = None
         self.fired = False
 
     def __enter__(self) -> _InterruptSignals:
@@ -131,13 +141,30 @@ class _InterruptSignals:
     def disarm(self) -> None:
         self._armed = False
 
+    @property
+    def installed(self) -> bool:
+        """Whether a signal can reach this process's handler (not when the loop runs off the main thread)."""
+        return bool(self._installed)
+
+    async def wait(self) -> None:
+        """Disarm, then return at the next SIGINT or SIGTERM: the run is over, a signal only ends this wait."""
+        self.disarm()
+        self._waiter = self._loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
     def _on_signal(self) -> None:
         self._received += 1
         if self._received > 1:
             sys.stderr.write("interrupted again: exiting without a clean shutdown\n")
             sys.stderr.flush()
             os._exit(ExitCode.INTERRUPTED)
-        if self._armed:
+        if self._waiter is not None:
+            if not self._waiter.done():
+                self._waiter.set_result(None)
+        elif self._armed:
             self.fired = True
             self._task.cancel()
 
@@ -226,8 +253,11 @@ async def follow_run(
                                              flush=journal.flush) if console else None
                     with view.follow(run) if view is not None else nullcontext():
                         result = await run.wait()
+                    outcome = _finished(result, run.state, durable)
+                    if server is not None and signals.installed:
+                        outcome = await _keep_serving(outcome, session, server.dashboard_url(run.id), signals)
                     signals.disarm()
-            return _finished(result, run.state, durable)
+            return outcome
         except asyncio.CancelledError:
             if not signals.fired:
                 raise
@@ -249,6 +279,18 @@ def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
     if hide is not None:
         report = hide(report)
     return Outcome(result.run_id, result.status, result.error, report, state, durable)
+
+
+async def _keep_serving(outcome: Outcome, session: Session, url: str, signals: _InterruptSignals) -> Outcome:
+    """``--watch`` after the run ended: say how it ended (the ``--json`` object now, on stdout), then keep the
+    dashboard up until SIGINT or SIGTERM. Returns the outcome marked as reported: the exit code stays the run's."""
+    with real_stdout():
+        report_outcome(outcome, session)
+    Console(stderr=True, highlight=False).print(
+        f"run {outcome.run_id} ended ({outcome.status}): the dashboard stays up at {url} until Ctrl-C",
+        markup=False, soft_wrap=True)
+    await signals.wait()
+    return replace(outcome, reported=True)
 
 
 def run_loop(main: Coroutine[Any, Any, T], virtual: bool) -> T:
@@ -274,6 +316,12 @@ def console_for(json_output: bool) -> Console | None:
 
 
 def report_outcome(outcome: Outcome, session: Session) -> None:
+    """Print how the run ended: the ``--json`` object on stdout, else a status line (and the error, the answer).
+
+    Nothing when that was printed already (``--watch`` prints it when the run ends, before serving on).
+    """
+    if outcome.reported:
+        return
     if session.json_output:
         print_json(outcome.report)
     out = Console(stderr=session.json_output, highlight=False)
@@ -311,12 +359,26 @@ def report_outcome(outcome: Outcome, session: Session) -> None:
                   markup=False, style="dim")
 
 
+@dataclass(frozen=True)
+class _Redirected:
+    """Where stdout went before :func:`tool_output_to_stderr` pointed it at stderr."""
+
+    stdout: TextIO
+    fd: int | None  # stdout's descriptor, when it is a real file
+    saved: int | None  # a duplicate of what ``fd`` was
+
+
+# Set by tool_output_to_stderr for the run's event loop (asyncio.run copies the context into the main task).
+_REDIRECTED: ContextVar[_Redirected | None] = ContextVar("planweave_stdout_redirected", default=None)
+
+
 @contextmanager
 def tool_output_to_stderr(enabled: bool) -> Iterator[None]:
     """While ``enabled`` (a ``--json`` run executes), what tools print goes to stderr, not into the JSON on stdout.
 
     Both ``sys.stdout`` and, when it is a real file, its descriptor are pointed at stderr, so ``print``, writes to
-    fd 1 and child processes that inherit it all land there. The JSON is printed after this block.
+    fd 1 and child processes that inherit it all land there. The JSON is printed after this block, or in
+    :func:`real_stdout` once the run ended (``--watch``).
     """
     if not enabled:
         yield
@@ -329,14 +391,36 @@ def tool_output_to_stderr(enabled: bool) -> Iterator[None]:
     saved = os.dup(fd) if fd is not None else None
     if fd is not None:
         os.dup2(sys.stderr.fileno(), fd)
+    token = _REDIRECTED.set(_Redirected(sys.stdout, fd, saved))
     try:
         with redirect_stdout(sys.stderr):
             yield
     finally:
+        _REDIRECTED.reset(token)
         sys.stderr.flush()
         if fd is not None and saved is not None:
             os.dup2(saved, fd)
             os.close(saved)
+
+
+@contextmanager
+def real_stdout() -> Iterator[None]:
+    """Inside :func:`tool_output_to_stderr`: stdout as it was, for the block (the ``--json`` object of a run that
+    ended while the command goes on); elsewhere, nothing changes."""
+    redirected = _REDIRECTED.get()
+    if redirected is None:
+        yield
+        return
+    sys.stderr.flush()
+    if redirected.fd is not None and redirected.saved is not None:
+        os.dup2(redirected.saved, redirected.fd)
+    try:
+        with redirect_stdout(redirected.stdout):
+            yield
+    finally:
+        redirected.stdout.flush()
+        if redirected.fd is not None:
+            os.dup2(sys.stderr.fileno(), redirected.fd)
 
 
 # -- the commands ----------------------------------------------------------------------------------------------
