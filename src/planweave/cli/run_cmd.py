@@ -44,6 +44,7 @@ from planweave.cli.follow import (
     run_loop,
     tool_output_to_stderr,
 )
+from planweave.cli.price_flags import PricesOption, called_models, require_priced, use_price_file
 from planweave.cli.speculation_flags import (
     PredictorModelOption,
     open_predictor,
@@ -191,6 +192,15 @@ class PlanModel:
             resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
         return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(
             client, budget, allocation=self.allocation, cascade=self.cascade)}))
+
+
+def _plan_models(plan_model: PlanModel | None, predictor_model: str | None) -> list[str]:
+    """The models a plan file's run calls within its budget: --model, its --tiers', --predictor-model (a dollar
+    budget bounds only models with a price)."""
+    if plan_model is None:
+        return []
+    table = None if plan_model.allocation is None else plan_model.allocation.table
+    return called_models(plan_model.model, table, predictor_model)
 
 
 async def _plan_tools(plan_model: PlanModel | None, stack: AsyncExitStack, base: Toolbox,
@@ -561,6 +571,7 @@ def run(
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     model_limits: ModelLimitsOption = None,
+    prices: PricesOption = None,
     priority: PriorityOption = 0.0,
     forecast: Annotated[bool, typer.Option("--forecast", rich_help_panel=PANEL_MODEL, help=(
         "Forecast a plan file's run as it goes (on by default with --deadline or --budget-usd): after step "
@@ -613,6 +624,7 @@ def run(
         check_model_name(model)
         if model_limits is not None:
             use_model_limits(model_limits)
+        use_price_file(prices)
         flags = parse_capacities(capacity or ())
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
@@ -625,6 +637,7 @@ def run(
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
                                               plan_max_tokens)
             plan_model = _with_tiers(plan_model, tiers, cascade=cascade)
+            require_priced(_plan_models(plan_model, predictor_model), budget_usd)  # exit 2 before any call
             if ask_human:
                 raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
                                  "escalation ladder (use approval: or human.input steps in the plan)")
@@ -673,6 +686,9 @@ def run(
         else:
             assert goal is not None
             goal_tiers = _goal_tiers(tiers, cascade, auto=model == "auto")
+            # A dollar budget bounds only models with a price (the planner's, its tiers', the draft model): exit 2
+            # before any call, never counting their calls as free.
+            require_priced(called_models(model or DEFAULT_GOAL_MODEL, goal_tiers, draft_model), budget_usd)
             if step_timeout is not None:
                 raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
                                  "its planner, with their own timeouts")
