@@ -13,9 +13,10 @@ PANELS = {
                    "--no-cache", "--speculate", "--predictor-model"},
     "Tools and confinement": {"--tools", "--mcp", "--workdir", "--allow-exec", "--allow-env", "--root"},
     "Model, goal and limits": {"--goal", "--model", "--base-url", "--budget-usd", "--budget-tokens", "--deadline",
-                               "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--priority",
-                               "--forecast", "--tiers", "--cascade", "--deadline-pressure", "--draft-model",
-                               "--memory", "--memory-model", "--memory-embed", "--context", "--no-subplans"},
+                               "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--prices",
+                               "--priority", "--forecast", "--tiers", "--cascade", "--deadline-pressure",
+                               "--draft-model", "--memory", "--memory-model", "--memory-embed", "--context",
+                               "--no-subplans"},
 }
 
 
