@@ -3,12 +3,18 @@ success, and ``runs``, ``show`` and ``resume`` on the damaged file exit non-0 na
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from planweave.engine.events import Event
+from planweave.errors import JournalError
+from planweave.journal.sqlite import SQLiteJournal
 from tests.processes import read_until, running
 
 # The gate holds the run open until the test has zeroed the WAL (a file to wait on, not a time).
@@ -66,3 +72,24 @@ def test_a_file_that_is_not_a_database_is_named_with_what_to_do(tmp_path: Path) 
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr
     assert f"the journal file {db} is damaged" in done.stderr
+
+
+async def test_a_run_whose_pages_do_not_read_back_fails_its_final_flush(tmp_path: Path) -> None:
+    """The WAL's header intact but its frames zeroed: only reading the run back on a new connection shows it (the
+    writer's own connection serves the pages from its cache)."""
+    journal = await SQLiteJournal.open(f"sqlite:///{tmp_path / 'runs.db'}")
+    try:
+        for i in range(2000):  # many pages: the early ones are not written again by the later events
+            journal.append(Event("r1", "step_progress", float(i), "a", {"n": i, "pad": "x" * 200}))
+        await journal.flush()
+        wal = tmp_path / "runs.db-wal"
+        size = wal.stat().st_size
+        with wal.open("r+b") as handle:
+            handle.seek(32)  # past the WAL's header
+            handle.write(b"\0" * (size - 32))
+        journal.append(Event("r1", "run_finished", 2000.0, None, {"status": "succeeded", "error": None}))
+        with pytest.raises(JournalError, match="is damaged \\(the run 'r1' it just wrote does not read back"):
+            await journal.flush()
+    finally:
+        with contextlib.suppress(JournalError):
+            await journal.close()
