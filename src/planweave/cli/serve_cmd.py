@@ -61,6 +61,12 @@ def serve(
         "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
     model_limits: ModelLimitsOption = None,
     no_cache: NoCacheOption = False,
+    request_timeout: Annotated[float, typer.Option(
+        "--request-timeout", min=0.01, help="Seconds a client has to send a whole request; then its connection "
+                                            "is closed (idle and half-sent connections).")] = 10.0,
+    max_connections: Annotated[int | None, typer.Option(
+        "--max-connections", min=1, help="Most connections held at once (default: 3/4 of the open-files limit).")]
+    = None,
 ) -> None:
     """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token.
 
@@ -71,6 +77,7 @@ def serve(
         if model_limits is not None:
             use_model_limits(model_limits)
         from planweave.server import serve as serve_forever
+        from planweave.server.connections import ConnectionLimits
         from planweave.server.limits import LimitCaps
 
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
@@ -78,7 +85,9 @@ def serve(
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
-                                  base_url=base_url, caps=caps, queue=queue, cache=not no_cache))
+                                  base_url=base_url, caps=caps, queue=queue, cache=not no_cache,
+                                  connections=ConnectionLimits(request_timeout=request_timeout,
+                                                               max_connections=max_connections)))
 
 
 def register(app: typer.Typer) -> None:

@@ -63,6 +63,7 @@ from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
 from planweave.planfile import plan_document
 from planweave.runview import list_overviews, parse_since
+from planweave.server.connections import ConnectionLimits
 from planweave.server.limits import (
     LimitCaps,
     RunLimits,
@@ -931,20 +932,22 @@ async def serving(
     model: ServerModel | None = None,
     caps: LimitCaps | None = None,
     queue: LeaseStore | None = None,
+    connections: ConnectionLimits | None = None,
 ) -> AsyncIterator[LiveServer]:
     """Serve the API and dashboard for an open ``engine`` while the block runs (``planweave run --watch``).
 
     ``token`` None resolves it as :func:`~planweave.server.tokens.resolve_token` does. With ``announce`` the URL
     (and a newly generated token, once) is printed on ``out`` (default stdout; pass stderr next to ``--json``).
     ``quiet`` keeps uvicorn's logging out of the terminal (no access log, logging configuration untouched), for a
-    CLI that draws its own live view. Start runs inside the block, after the app exists.
+    CLI that draws its own live view. ``connections`` bounds the clients' connections (:class:`ConnectionLimits`).
+    Start runs inside the block, after the app exists.
     """
     url = journal_url or engine.journal.url
     access = token if isinstance(token, AccessToken) else resolve_token(token, url)
     app = create_app(engine, access, recover=recover, model=model, caps=caps, queue=queue, memory_url=url)
     log_config = None if quiet else uvicorn.config.LOGGING_CONFIG
     async with LiveServer(app, host, port, handle_signals=handle_signals, log_config=log_config,
-                          access_log=not quiet) as server:
+                          access_log=not quiet, connections=connections) as server:
         if announce:
             _announce(server, access, url, out if out is not None else sys.stdout)
         yield server
@@ -965,6 +968,7 @@ async def serve(
     caps: LimitCaps | None = None,
     queue: bool = False,
     cache: bool = True,
+    connections: ConnectionLimits | None = None,
 ) -> None:
     """``planweave serve``: open the journal and an engine, serve until SIGINT/SIGTERM, then close both cleanly.
 
@@ -973,7 +977,8 @@ async def serve(
     ``queue`` (a PostgreSQL journal): POST /runs queues plans for ``planweave worker`` processes instead of running
     them here, and this server resumes nothing at startup (the workers take interrupted runs over).
 
-    ``caps`` bound the budget, deadline and re-plans of every run submitted (:class:`LimitCaps`).
+    ``caps`` bound the budget, deadline and re-plans of every run submitted (:class:`LimitCaps`); ``connections``
+    the clients' connections (request and stall timeouts, how many at once: :class:`ConnectionLimits`).
     Runs submitted over HTTP and interrupted by a previous stop are resumed at startup. Runs still going at the stop
     are interrupted, not cancelled: the next start resumes them. ``telemetry`` None follows the OpenTelemetry
     environment variables (:func:`telemetry_from_env`). Raises :class:`ServerError` or
@@ -998,7 +1003,8 @@ async def serve(
             server_model = await open_server_model(stack, engine, model, base_url) if model else None
             store = await _open_queue(stack, url) if queue else None
             async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=not queue,
-                               handle_signals=True, model=server_model, caps=caps, queue=store) as server:
+                               handle_signals=True, model=server_model, caps=caps, queue=store,
+                               connections=connections) as server:
                 await server.wait()
     finally:
         if provider is not None:

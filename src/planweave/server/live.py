@@ -3,7 +3,8 @@
 :class:`LiveServer` binds its socket itself (port 0 picks a free one), waits for the app's startup, ends the
 event streams before uvicorn waits for connections to close (they would hold a shutdown forever), handles
 SIGINT/SIGTERM through the loop only when asked (the CLI has its own handlers otherwise) and never re-raises them,
-and keeps the access token out of uvicorn's log records.
+keeps the access token out of uvicorn's log records, and bounds its connections (:mod:`planweave.server.connections`:
+request and stall timeouts, a connection cap, accept errors logged once in a while).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from planweave.errors import PlanweaveError
+from planweave.server.connections import AcceptErrors, ConnectionLimits, GuardedConfig
 from planweave.server.tokens import AccessToken
 
 __all__ = ["LiveServer", "ServerError"]
@@ -114,7 +116,8 @@ class LiveServer:
 
     Use as ``async with LiveServer(app) as server``: on entry the socket is bound (port 0 picks a free one; a taken
     port raises :class:`ServerError`) and the app has started (interrupted runs resumed), so :attr:`url` works.
-    ``log_config`` None leaves logging alone (uvicorn's records propagate to the root logger).
+    ``log_config`` None leaves logging alone (uvicorn's records propagate to the root logger). ``connections``
+    bounds how long clients may take and how many connections are held (default :class:`ConnectionLimits`).
     """
 
     def __init__(
@@ -126,6 +129,7 @@ class LiveServer:
         handle_signals: bool = False,
         log_config: dict[str, Any] | None = uvicorn.config.LOGGING_CONFIG,
         access_log: bool = True,
+        connections: ConnectionLimits | None = None,
     ) -> None:
         state: _ServedState | None = getattr(app.state, "planweave", None)
         if state is None:
@@ -137,6 +141,8 @@ class LiveServer:
         self._handle_signals = handle_signals
         self._log_config = log_config
         self._access_log = access_log
+        self._connections = connections or ConnectionLimits()
+        self._accept_errors = AcceptErrors()
         self._sock: socket.socket | None = None
         self._server: _Uvicorn | None = None
         self._task: asyncio.Task[None] | None = None
@@ -153,6 +159,13 @@ class LiveServer:
         return self.url + (f"#/runs/{quote(run_id)}" if run_id else "")
 
     @property
+    def open_connections(self) -> int:
+        """How many client connections the server holds now."""
+        if self._server is None or not isinstance(self._server.config, GuardedConfig):
+            return 0
+        return self._server.config.registry.open
+
+    @property
     def recovered(self) -> list[str]:
         """The runs that startup resumed (interrupted when a previous server stopped)."""
         return list(self._state.recovered)
@@ -160,11 +173,13 @@ class LiveServer:
     async def __aenter__(self) -> LiveServer:
         self._sock = _bind(self.host, self.port)
         self.port = self._sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_config=self._log_config, access_log=self._access_log, lifespan="on",
-                                ws="none", timeout_graceful_shutdown=5, proxy_headers=False, server_header=False)
+        config = GuardedConfig(self.app, self._connections, log_config=self._log_config, access_log=self._access_log,
+                               lifespan="on", ws="none", timeout_graceful_shutdown=5, proxy_headers=False,
+                               server_header=False)
         self._server = _Uvicorn(config, self._state.feed.close, self._handle_signals)
         for name in ("uvicorn.access", "uvicorn.error"):
             logging.getLogger(name).addFilter(self._redact)
+        self._accept_errors.install(asyncio.get_running_loop())
         self._task = asyncio.create_task(self._server.serve(sockets=[self._sock]), name="planweave-server")
         ready = asyncio.create_task(self._state.ready.wait())
         await asyncio.wait([self._task, ready], return_when=asyncio.FIRST_COMPLETED)
@@ -195,6 +210,7 @@ class LiveServer:
                 self._sock.close()
             for name in ("uvicorn.access", "uvicorn.error"):
                 logging.getLogger(name).removeFilter(self._redact)
+            self._accept_errors.uninstall()
 
     async def __aexit__(self, *exc_info: object) -> None:
         self.stop()
