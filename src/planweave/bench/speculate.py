@@ -3,7 +3,8 @@ costs, and that it changes no result.
 
 Seeded workloads: DAGs of ``llm`` steps, each prompt built from its producers' replies, served by the scripted
 OpenAI-compatible server (:class:`~planweave.testing.ScriptedLLM`, a reply that is a function of the prompt, a set
-time to first token and token rate) through the real ``OpenAIChatClient`` and ``llm`` tool, on the real clock. Every
+time to first token and token rate) through the real ``OpenAIChatClient`` and ``llm`` tool, on the real clock (or,
+``virtual=True`` / ``--virtual``, the virtual one: the same figures on every run, ``tests/bench/`` asserts them). Every
 step carries a ``predict:`` of its reply text, right with probability ``p``. Each workload runs with speculation
 off, ``safe`` and ``eager``; per (p, mode): end-to-end latency (median over the seeds), model calls and cost beyond
 the run without speculation, speculative attempts started, adopted and discarded, and ``results_differ``: the steps
@@ -18,13 +19,13 @@ import json
 import random
 import statistics
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import typer
 
 from planweave.bench.cli import parse_command_line
+from planweave.clock import run_virtual
 from planweave.plan.graph import parse_plan_document, validate_plan
 from planweave.plan.model import SpeculationMode, SpeculationSpec
 from planweave.plan.refs import render
@@ -85,7 +86,8 @@ def policy(mode: SpeculationMode, max_parallel: int, max_extra_cost_usd: float) 
 async def _one(doc: Mapping[str, Any], mode: SpeculationMode, *, concurrency: int, ttft: float, tps: float,
                max_parallel: int, max_extra_cost_usd: float) -> dict[str, Any]:
     """One run of ``doc`` against a fresh scripted server: wall seconds, outputs, calls, cost, speculation."""
-    from planweave import Toolbox, open_engine
+    from planweave import RealClock, Toolbox, VirtualClock, open_engine
+    from planweave.clock import VirtualEventLoop
     from planweave.journal.memory import MemoryJournal
     from planweave.models.openai import OpenAIChatClient, reset_server_compat
     from planweave.testing import ScriptedLLM, Text
@@ -96,16 +98,19 @@ async def _one(doc: Mapping[str, Any], mode: SpeculationMode, *, concurrency: in
         return Text(reply_to(str(req.messages[-1]["content"])))
 
     reset_server_compat()
+    loop = asyncio.get_running_loop()
+    clock = VirtualClock() if isinstance(loop, VirtualEventLoop) else RealClock()
     server = ScriptedLLM(answer, ttft=ttft, tokens_per_second=tps, models=(MODEL,))
     async with (
         server as base_url,
         OpenAIChatClient(MODEL, base_url=base_url, concurrency=None) as client,
-        open_engine(MemoryJournal(), tools=Toolbox({"llm": llm_tool(client)}), concurrency=concurrency) as engine,
+        open_engine(MemoryJournal(), tools=Toolbox({"llm": llm_tool(client)}), concurrency=concurrency,
+                    clock=clock) as engine,
     ):
-        started = time.perf_counter()
+        started = loop.time()  # virtual seconds on the virtual loop
         run = await engine.start(doc, run_id="bench", speculation=policy(mode, max_parallel, max_extra_cost_usd))
         result = await run.wait()
-        wall = time.perf_counter() - started
+        wall = loop.time() - started
     if not result.ok:
         raise RuntimeError(f"the {mode} run failed: {result.error}")
     spec = result.summary.get("speculation") or {}
@@ -149,13 +154,14 @@ async def _bench(seeds: Sequence[int], steps: int, accuracies: Sequence[float], 
 
 def run_bench(seeds: int = 3, steps: int = 12, concurrency: int = 4, ttft: float = 0.15, tps: float = 200.0,
               max_parallel: int = 4, max_extra_cost_usd: float = 0.01,
-              accuracies: Sequence[float] = ACCURACIES) -> dict[str, Any]:
-    """Every (p, mode) row as one JSON-ready dict (see the module doc)."""
-    rows = asyncio.run(_bench(range(1, seeds + 1), steps, accuracies, concurrency, ttft, tps, max_parallel,
-                              max_extra_cost_usd))
+              accuracies: Sequence[float] = ACCURACIES, virtual: bool = False) -> dict[str, Any]:
+    """Every (p, mode) row as one JSON-ready dict (see the module doc); ``virtual``: on the virtual clock."""
+    rows = (run_virtual if virtual else asyncio.run)(_bench(range(1, seeds + 1), steps, accuracies, concurrency,
+                                                            ttft, tps, max_parallel, max_extra_cost_usd))
     return {"settings": {"seeds": seeds, "steps": steps, "concurrency": concurrency, "ttft_s": ttft,
                          "tokens_per_second": tps, "max_parallel": max_parallel,
-                         "max_extra_cost_usd": max_extra_cost_usd, "model": MODEL},
+                         "max_extra_cost_usd": max_extra_cost_usd, "model": MODEL,
+                         "clock": "virtual" if virtual else "real"},
             "rows": rows}
 
 
@@ -196,6 +202,8 @@ def _command(
     independent: Annotated[float, typer.Option("--independent", min=0, max=1,
                                                help="--planning: how often a step reads no earlier step's output.")
                            ] = 1 / 3,
+    virtual: Annotated[bool, typer.Option("--virtual", help="On the virtual clock: the same latencies on every run.")
+                       ] = False,
 ) -> tuple[dict[str, Any], bool]:
     """Speculation off, safe and eager on seeded llm DAGs whose predictions are right with p in {0, 0.3, 0.6, 0.9}."""
     if planning:
@@ -203,7 +211,8 @@ def _command(
 
         return {"planning": run_planning_bench(seeds=seeds, steps=steps, tool_scale=tool_scale,
                                                   independent=independent)}, json_output
-    return run_bench(seeds, steps, concurrency, ttft, tps, max_parallel, max_extra_cost_usd), json_output
+    return run_bench(seeds, steps, concurrency, ttft, tps, max_parallel, max_extra_cost_usd, virtual=virtual), \
+        json_output
 
 
 def main(argv: Sequence[str] | None = None) -> int:
