@@ -101,7 +101,7 @@ def test_with_the_owner_alive_of_two_sends_at_once_exactly_one_is_accepted_and_t
             losers = [d for d in done if d[1] != 0]
             assert len(winners) == 1 and len(losers) == 1, done
             accepted[f"ask{i}"] = winners[0][0]
-            assert "the process running it applied it" in winners[0][2], winners
+            assert "the process running it applies it (confirmed" in winners[0][2], winners
             assert f"first reply is final: the value {winners[0][0]} by " in losers[0][3], losers
         out, err = owner.communicate(timeout=60)
     assert owner.returncode == 0, err

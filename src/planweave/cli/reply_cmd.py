@@ -54,7 +54,7 @@ def _reply(url: str, run_id: str, give: Callable[[Journal], Awaitable[str]]) -> 
 
     done = asyncio.run(go())
     if done == "applied":
-        return "the process running it applied it"
+        return "the process running it applies it (confirmed: the reply stands)"
     if done == "pending":
         return ("journaled as the reply that stands, but the process named as running it has not applied it yet: "
                 f"`planweave show {run_id}` tells when it has")
@@ -69,7 +69,10 @@ def approve(
     reason: Annotated[str | None, typer.Option("--reason", metavar="TEXT", help="Why, for the journal.")] = None,
     journal: JournalOption = None,
 ) -> None:
-    """Approve (or ``--reject``) a step waiting for approval, from any process sharing the run's journal."""
+    """Approve (or ``--reject``) a step waiting for approval, from any process sharing the run's journal.
+
+    The first reply is final: if the step already has one, nothing is sent and this exits 2 naming it.
+    """
     with clean_errors():
         url = journal or default_journal_url()
         how = _reply(url, run_id, lambda opened: send_approval(opened, run_id, step, approve=not reject,
@@ -93,7 +96,10 @@ def send(
                                        show_default=False)],
     journal: JournalOption = None,
 ) -> None:
-    """Give a value to a step waiting for input; a value its schema refuses is not sent (exit 2), the step waits."""
+    """Give a value to a step waiting for input; a value its schema refuses is not sent (exit 2), the step waits.
+
+    The first value is final: if the step already has one, nothing is sent and this exits 2 naming it.
+    """
     with clean_errors():
         url = journal or default_journal_url()
         given = parse_value(value)
