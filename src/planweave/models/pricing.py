@@ -314,6 +314,11 @@ def require_prices(models: Iterable[str], budget_usd: float | None, prices: Pric
         "instead", missing)
 
 
+def calls_llm(steps: Iterable[Any], tool: str = "llm") -> bool:
+    """Whether any of a plan's ``steps`` calls a model: its tool or its fallback's is ``tool`` (the ``llm`` tool)."""
+    return any(step.tool == tool or (step.fallback is not None and step.fallback.tool == tool) for step in steps)
+
+
 def unpriced_calls(calls: Iterable[Mapping[str, Any]], prices: PriceTable | None = None) -> list[str]:
     """The models of journaled ``model_call`` data billed nothing for tokens they used because the model has no
     price (default: the process's table), each once: the run's cost is unknown, not the sum it shows."""

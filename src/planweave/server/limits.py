@@ -18,6 +18,7 @@ from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.errors import PlanInvalid, PlanProblem
 from planweave.server.live import ServerError
+from planweave.server.prices import refuse_unpriced
 from planweave.server.runs import HTTP_SOURCE
 from planweave.tools.registry import Toolbox
 
@@ -117,6 +118,7 @@ class ServerModel:
                          pressure: float | None = None) -> Run:
         """Start a plan whose ``llm`` steps spend at most the run's budget, its ``model: auto`` steps allocated from
         ``tiers`` (its limits, tiers and deadline-pressure threshold journaled for a resume)."""
+        refuse_unpriced(self.client, limits.budget_usd, tiers, document)  # 422 before any model call
         now = self.engine.clock.now()
         seam = self.allocation(tiers, None if limits.deadline is None else now + limits.deadline)
         run = await self.engine.start(document, tools=self.tools(limits.budget(), seam), run_id=run_id,
@@ -144,6 +146,7 @@ class ServerModel:
         plan's does; with a deadline and ``pressure`` (journaled for a resume), a forecast below that chance of
         ending in time makes the planner re-plan with the time left, as ``planweave run --goal
         --deadline-pressure`` does."""
+        refuse_unpriced(self.client, limits.budget_usd)  # 422 before the planner's first call
         loop = self.planning_loop(limits, context=context, subplans=subplans)
         loop.origin = GOAL_ORIGIN  # journaled: this server's recovery resumes it (RunIndex.orphans)
         loop.pressure = pressure
