@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from planweave.allocate.model import TierTable
     from planweave.forecast.estimates import Estimates
     from planweave.models import Budget
-    from planweave.plan.model import SpeculationMode
+    from planweave.plan.model import PlanSpec, SpeculationMode
     from planweave.planning import PlanningLoop
 
 
@@ -194,13 +194,16 @@ class PlanModel:
             client, budget, allocation=self.allocation, cascade=self.cascade)}))
 
 
-def _plan_models(plan_model: PlanModel | None, predictor_model: str | None) -> list[str]:
-    """The models a plan file's run calls within its budget: --model, its --tiers', --predictor-model (a dollar
-    budget bounds only models with a price)."""
+def _plan_models(plan_model: PlanModel | None, predictor_model: str | None, spec: PlanSpec) -> list[str]:
+    """The models a plan file's run calls within its budget (a dollar budget bounds only models with a price):
+    --model and its --tiers' when a step (or a fallback) is ``llm``, and --predictor-model."""
     if plan_model is None:
         return []
+    from planweave.models.pricing import calls_llm
+
     table = None if plan_model.allocation is None else plan_model.allocation.table
-    return called_models(plan_model.model, table, predictor_model)
+    return called_models(plan_model.model if calls_llm(spec.steps) else None,
+                         table if calls_llm(spec.steps) else None, predictor_model)
 
 
 async def _plan_tools(plan_model: PlanModel | None, stack: AsyncExitStack, base: Toolbox,
@@ -637,12 +640,12 @@ def run(
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
                                               plan_max_tokens)
             plan_model = _with_tiers(plan_model, tiers, cascade=cascade)
-            require_priced(_plan_models(plan_model, predictor_model), budget_usd)  # exit 2 before any call
             if ask_human:
                 raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
                                  "escalation ladder (use approval: or human.input steps in the plan)")
             spec = load_plan_file(file)
             spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
+            require_priced(_plan_models(plan_model, predictor_model, spec), budget_usd)  # exit 2 before any call
             session = replace(session, executor=session.executor.for_plan(spec))
             capacities = {**spec.capacities, **flags}
             speculation = with_predictor(spec, speculate, predictor_model)
