@@ -13,7 +13,9 @@ modes, each on a fresh server in the same process:
 
 Reported per mode: runs that succeeded, wall time, goodput (successful model calls per second, from the server's
 own records), p50/p99 run latency (arrival to end), the 429s the server sent, the p99 admission wait and the final
-window; and the ratios of ``adaptive`` to ``fixed``. Speed is printed, never asserted.
+window; and the ratios of ``adaptive`` to ``fixed``. Speed is printed, never asserted; with ``--virtual`` (the
+virtual clock: the server's latency and the arrivals are virtual time, the same figures on every run) the ordering
+of goodput is, at a small size, in ``tests/bench/test_admission_orderings.py``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Annotated, Any, Literal, cast
 import typer
 
 from planweave.bench.cli import parse_command_line
+from planweave.clock import run_virtual
 
 __all__ = ["ModeResult", "main", "measure_mode"]
 
@@ -86,7 +89,8 @@ def _quantile(values: Sequence[float], q: float) -> float:
 async def measure_mode(mode: Mode, *, runs: int, rate: float, knee: int, hard_limit: int, fixed: int,
                        ttft: float, tps: float, seed: int = 7) -> ModeResult:
     """Run the workload once through admission mode ``mode`` against a fresh congested server."""
-    from planweave import Toolbox, open_engine
+    from planweave import RealClock, Toolbox, VirtualClock, open_engine
+    from planweave.clock import VirtualEventLoop
     from planweave.journal.memory import MemoryJournal
     from planweave.models.admission import WAIT_BUCKETS, Admission
     from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
@@ -104,9 +108,11 @@ async def measure_mode(mode: Mode, *, runs: int, rate: float, knee: int, hard_li
         server as base_url,
         OpenAIChatClient("bench", base_url=base_url, admission=admission,
                          backoff=Backoff(attempts=3, base=0.2, cap=2.0), rng=random.Random(seed)) as client,
-        open_engine(MemoryJournal(), tools=Toolbox({"llm": llm_tool(client)}), concurrency=None) as engine,
+        open_engine(MemoryJournal(), tools=Toolbox({"llm": llm_tool(client)}), concurrency=None,
+                    clock=VirtualClock() if isinstance(asyncio.get_running_loop(), VirtualEventLoop)
+                    else RealClock()) as engine,
     ):
-        loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()  # virtual time on the virtual loop (run_virtual): the same on every run
         began = loop.time()
 
         async def one(i: int) -> None:
@@ -174,6 +180,7 @@ class _Options:
     tps: float
     modes: tuple[Mode, ...]
     json: bool
+    virtual: bool
 
 
 def _options(
@@ -187,6 +194,8 @@ def _options(
     tps: Annotated[float, typer.Option(help="the server's base tokens per second (above 0)")] = 100.0,
     modes: Annotated[str, typer.Option(help="comma-separated, of fixed,knee,adaptive")] = "fixed,adaptive",
     json_output: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    virtual: Annotated[bool, typer.Option("--virtual", help="on the virtual clock: the same figures on every run")
+                       ] = False,
 ) -> _Options:
     """Many runs sharing one congested model endpoint, with and without admission control."""
     chosen = [m.strip() for m in modes.split(",") if m.strip()]
@@ -199,7 +208,8 @@ def _options(
             raise typer.BadParameter(f"{value:g} is not above 0", param_hint=flag)
     if hard_limit < knee:
         raise typer.BadParameter(f"{hard_limit} is below --knee {knee}", param_hint="--hard-limit")
-    return _Options(runs, rate, knee, hard_limit, fixed, ttft, tps, tuple(cast("list[Mode]", chosen)), json_output)
+    return _Options(runs, rate, knee, hard_limit, fixed, ttft, tps, tuple(cast("list[Mode]", chosen)), json_output,
+                    virtual)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -209,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     started = time.perf_counter()
     for mode in modes:
-        results.append(asyncio.run(measure_mode(
+        results.append((run_virtual if args.virtual else asyncio.run)(measure_mode(
             mode, runs=args.runs, rate=args.rate, knee=args.knee, hard_limit=args.hard_limit, fixed=args.fixed,
             ttft=args.ttft, tps=args.tps)))
     if args.json:
