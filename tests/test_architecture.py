@@ -13,6 +13,7 @@ CORE = [
     SRC / "engine" / "scheduler.py",
     SRC / "engine" / "speculation.py",
     SRC / "engine" / "splice.py",
+    SRC / "engine" / "replies.py",
     SRC / "engine" / "context.py",
     SRC / "clock.py",
     SRC / "errors.py",
