@@ -20,7 +20,7 @@ import typer
 
 from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunError
 from planweave.extras import require
-from planweave.journal import default_journal_url
+from planweave.journal import default_journal_url, redact_url
 from planweave.tools import Tool, Toolbox, builtin_tools
 from planweave.tools.safety import redact, secret_values
 
@@ -276,7 +276,7 @@ McpOption = Annotated[
 
 def journal_flag(url: str) -> str:
     """`` --journal URL`` for commands printed for people, or nothing for the default journal."""
-    return "" if url == default_journal_url() else f" --journal {url}"
+    return "" if url == default_journal_url() else f" --journal {redact_url(url)}"
 
 
 def _finite_priority(value: float) -> float:

@@ -21,6 +21,7 @@ from planweave.cli.common import (
     UsageError,
     clean_errors,
     journal_file_missing,
+    journal_flag,
     print_json,
     shown_redaction,
 )
@@ -397,9 +398,7 @@ def show(
     shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
     console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,
                                     more_hint=views.ALL_HINT, cached=found.cached))
-    hint = views.unbounded_hint(state) if found.status in ("running", "interrupted") else None
-    if hint is not None:
-        console.print(hint)
+    _print_unfinished(console, found, url)
     console.print()
     console.print(Text("timeline", style="bold"))
     console.print(views.timeline(state, console.width, found.horizon, shown), soft_wrap=True)
@@ -415,6 +414,17 @@ def show(
     if found.allocations:
         console.print()
         console.print(views.allocations_table(found.allocations))
+
+
+def _print_unfinished(console: Console, found: JournaledRun, url: str) -> None:
+    """Below the steps of a run not ended: the steps that may wait forever, and what each person is asked with the
+    command that answers it."""
+    assert found.state is not None
+    hint = views.unbounded_hint(found.state) if found.status in ("running", "interrupted") else None
+    if hint is not None:
+        console.print(hint)
+    for sid in found.state.waiting_steps():
+        console.print(views.waiting_line(found.state, sid, journal_flag(url)), soft_wrap=True)
 
 
 def _escalation_line(esc: Mapping[str, Any]) -> str:

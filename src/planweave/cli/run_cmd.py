@@ -51,6 +51,7 @@ from planweave.cli.speculation_flags import (
     resumed_speculation,
     with_predictor,
 )
+from planweave.engine.events import Event
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import (
     DEFAULT_CONCURRENCY,
@@ -59,7 +60,7 @@ from planweave.engine.runtime import (
 )
 from planweave.engine.speculative import resolve_policy
 from planweave.errors import PlanInvalid, RunNotFound
-from planweave.journal import Journal, default_journal_url
+from planweave.journal import Journal, default_journal_url, redact_url
 from planweave.plan.defaults import check_seconds, with_default_timeout
 from planweave.plan.graph import Plan, validate_plan
 from planweave.planfile import load_plan_file
@@ -142,6 +143,45 @@ def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str |
     for flag, given in (("--context", context is not None), ("--no-subplans", no_subplans)):
         if given and goal is None:
             raise UsageError(f"{flag} applies to --goal runs: a plan file has no planner")
+
+
+def _resume_flags(workdir: Path, allow_exec: list[str] | None, root: list[Path] | None,
+                  allow_env: list[str] | None, base_url: str | None, *more: str) -> tuple[str, ...]:
+    """The flags of this command line a resume of its run must repeat, the journal not keeping them: the jail, the
+    endpoint (``--base-url``, its password as ``***``: never a key) and ``more``."""
+    flags: list[str] = [] if workdir == Path(".") else ["--workdir", str(workdir)]
+    for flag, values in (("--allow-exec", allow_exec), ("--root", root), ("--allow-env", allow_env)):
+        for value in values or ():
+            flags += [flag, str(value)]
+    if base_url:
+        flags += ["--base-url", redact_url(base_url)]
+    return (*flags, *more)
+
+
+def _goal_model(run_id: str, events: list[Event]) -> str | None:
+    """The model a --goal run was started with, for a resume not given ``--model`` (None: not a --goal run); a goal
+    run journaled without its model: exit 2 asking for it."""
+    if not events or events[0].data.get("source") != "goal":
+        return None
+    model = JournaledLimits.from_events(events).model
+    if model is None:
+        raise UsageError(f"run '{run_id}' is a --goal run whose model is not in the journal: resume it with --model "
+                         "NAME (and --base-url URL if it is not $OPENAI_BASE_URL) to re-attach its model, planner "
+                         "and llm tool")
+    return model
+
+
+def _resume_mode_flags(run_id: str, model: str | None, ask_human: bool, max_replans: int | None,
+                       tiers: Path | None, speculate: str | None, predictor_model: str | None) -> None:
+    """The flags of ``resume`` that apply to one kind of run only, checked against the run's kind (``model``: the
+    model a --goal run is resumed with; None: a plan-file run): exit 2 naming the flag."""
+    for flag, given in (("--ask-human", ask_human), ("--max-replans", max_replans is not None)):
+        if given and model is None:
+            raise UsageError(f"{flag} applies to a --goal run resumed with its planner, and run '{run_id}' runs a "
+                             "plan file: leave it out (or give --model NAME to plan with one)")
+    if tiers is not None and model is not None:
+        raise UsageError("--tiers applies to plan files: a --goal run's llm steps are not allocated")
+    _plan_files_speculate(speculate, predictor_model, goal=model is not None)
 
 
 def _journaled_modes(run_id: str, recorded: JournaledLimits) -> tuple[ContextMode | None, bool]:
@@ -633,7 +673,9 @@ def run(
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
                           tuple(mcp or ()), port if watch else None, all_rows=all_rows,
-                          executor=ExecutorFlags(executor, ray_address, tuple(tools or ())), cache=not no_cache)
+                          executor=ExecutorFlags(executor, ray_address, tuple(tools or ())), cache=not no_cache,
+                          resume_flags=_resume_flags(workdir, allow_exec, root, allow_env, base_url,
+                                                     *(["--ask-human"] if ask_human and goal is not None else [])))
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         pressure = _pressure_flag(deadline_pressure, deadline)
         if file is not None:
@@ -752,7 +794,8 @@ def resume(
     root: RootOption = None,
     model: Annotated[str | None, typer.Option(
         "--model", rich_help_panel=PANEL_MODEL,
-        help="For a --goal run: re-attach this model, its planner and the llm tool.")] = None,
+        help="For a --goal run: the model its planner and llm tool call (default: the one it was started with, "
+             "from the journal).")] = None,
     base_url: BaseUrlOption = None,
     budget_usd: BudgetUsdOption = None,
     budget_tokens: BudgetTokensOption = None,
@@ -787,7 +830,10 @@ def resume(
                                                       tuple(root or ()), tuple(allow_env or ())))
         session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()),
                           all_rows=all_rows, executor=ExecutorFlags(executor, ray_address, tuple(tools or ())),
-                          cache=not no_cache)
+                          cache=not no_cache,
+                          resume_flags=_resume_flags(workdir, allow_exec, root, allow_env, base_url,
+                                                     *(["--model", model] if model is not None else []),
+                                                     *(["--ask-human"] if ask_human else [])))
 
         async def recorded_limits(opened: Journal) -> Limits:
             # The engine must admit steps as the original run did: its limits are in run_created.
@@ -801,24 +847,21 @@ def resume(
             options = events[0].data.get("options") or {}
             return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
 
-        if ask_human and model is None:
-            raise UsageError("--ask-human applies to a --goal run resumed with its planner: give --model NAME too")
-        if max_replans is not None and model is None:
-            raise UsageError("--max-replans applies to a --goal run resumed with its planner: give --model NAME too")
-        if tiers is not None and model is not None:
-            raise UsageError("--tiers applies to plan files: a --goal run's llm steps are not allocated")
-        _plan_files_speculate(speculate, predictor_model, goal=model is not None)
         given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers, speculate, predictor_model)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
-            if model is not None:
+            events = await engine.journal.read(run_id)
+            # A --goal run's planner and joiner need their model: the one given, else the one it was started with.
+            planner_model = model if model is not None else _goal_model(run_id, events)
+            _resume_mode_flags(run_id, planner_model, ask_human, max_replans, tiers, speculate, predictor_model)
+            if planner_model is not None:
                 # The limits it was started with (those given here replace them): what is left of its budget,
                 # the time left until its deadline.
-                recorded = JournaledLimits.from_events(await engine.journal.read(run_id)).with_overrides(
+                recorded = JournaledLimits.from_events(events).with_overrides(
                     RunLimits(budget_usd, budget_tokens, deadline, max_replans), engine.clock.now())
                 kept = recorded.limits
                 modes = _journaled_modes(run_id, recorded)  # planned as it started, not with a later default
-                agent = AgentFlags(model, base_url, kept.budget_usd, kept.budget_tokens,
+                agent = AgentFlags(planner_model, base_url, kept.budget_usd, kept.budget_tokens,
                                    recorded.remaining_s(engine.clock.now()),
                                    5 if kept.max_replans is None else kept.max_replans, 2048, ask_human,
                                    tiers=_journaled_planner_tiers(run_id, recorded),
@@ -834,12 +877,6 @@ def resume(
                                                                      concurrency=engine.concurrency))
                     _watch_pressure(resumed, recorded.pressure, planner=loop)
                 return resumed
-            events = await engine.journal.read(run_id)
-            if events and events[0].data.get("source") == "goal":  # its planner and joiner need their model
-                journaled = JournaledLimits.from_events(events).model
-                raise UsageError(f"run '{run_id}' is a --goal run: resume it with --model "
-                                 f"{journaled or 'NAME'} (and --base-url URL if it is not $OPENAI_BASE_URL) to "
-                                 "re-attach its model, planner and llm tool")
             try:
                 return await given.resume(engine, stack, toolbox, run_id, retry_unknown)
             except PlanInvalid as exc:

@@ -52,6 +52,7 @@ from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_re
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
 from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
+from planweave.plan.refs import render_text
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
@@ -850,7 +851,12 @@ class Run:
 
     def _request_approval(self, sid: str) -> None:
         approval = self.plan.steps[sid].approval
-        self._emit("approval_requested", sid, {"prompt": approval if isinstance(approval, str) else None})
+        # The question as the approver must read it: its references rendered on the outputs there are now (the
+        # values redacted as an error text is: an output's secret stays out of the journal).
+        prompt = render_text(approval, self.outputs) if isinstance(approval, str) else None
+        if prompt is not None and prompt != approval and self._host.redact is not None:
+            prompt = self._host.redact(prompt)
+        self._emit("approval_requested", sid, {"prompt": prompt})
         self._arm_deadline(self.state.records[sid])
 
     def _arm_deadline(self, rec: StepRecord) -> None:

@@ -8,7 +8,8 @@ __all__ = ["redact_url"]
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password (in the authority or the query) replaced by ``***``."""
+    """``url`` with any password (in the authority or the query) replaced by ``***``; a URL without one as it is
+    (rebuilt, ``sqlite:////abs.db`` would lose the slashes that make it absolute)."""
     parts = urlsplit(url)
     netloc = parts.netloc
     userinfo, at, hostport = netloc.rpartition("@")
@@ -18,4 +19,6 @@ def redact_url(url: str) -> str:
     if any(k == "password" for k, _ in query):
         query = [(k, "***" if k == "password" else v) for k, v in query]
         return urlunsplit((parts.scheme, netloc, parts.path, urlencode(query, safe="*"), parts.fragment))
+    if netloc == parts.netloc:
+        return url
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))

@@ -161,6 +161,26 @@ def render(template: Compiled, outputs: Mapping[str, Any]) -> Any:
     return template
 
 
+def render_text(text: str, outputs: Mapping[str, Any], *, max_value_chars: int = 200) -> str:
+    """``text`` (an approval's question) with each reference that resolves against ``outputs`` replaced by its value
+    (strings as they are, other values as compact JSON, each cut to ``max_value_chars``); a reference that does not
+    resolve (no such output yet, no such key, bad syntax) stays as written. ``$${`` is a literal ``${``."""
+    if "${" not in text:
+        return text
+
+    def sub(match: re.Match[str]) -> str:
+        if match.group(0) == "$${":
+            return "${"
+        try:
+            value = parse_ref(match.group(1)).resolve(outputs)
+        except (RefSyntaxError, RefResolutionError, KeyError):
+            return match.group(0)
+        shown = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        return shown if len(shown) <= max_value_chars else shown[: max_value_chars - 1] + "…"
+
+    return _REF.sub(sub, text)
+
+
 def rename_refs(value: Any, renames: Mapping[str, str]) -> Any:
     """Return ``value`` with references to renamed steps rewritten (``${old.x}`` becomes ``${new.x}``)."""
     if not renames:

@@ -1,0 +1,49 @@
+"""Issue 27, part 5: the ``resume with: ...`` hint of a killed --goal run works as printed (its model from the
+journal, never a key)."""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env, wait_for_step
+from tests.processes import read_until, running
+
+SCRIPT = {
+    "plan": [
+        {"id": "quick", "tool": "noop", "args": {"v": 1}},
+        {"id": "slow", "tool": "sleep", "args": {"seconds": 1.0, "result": {"slept": True}}},
+    ],
+    "answer": "done after resume",
+}
+
+
+def _hint(line: str) -> list[str]:
+    """The command a ``run ID started (resume with: COMMAND)`` line prints, as the argv a shell would run."""
+    command = line.split("(resume with: ", 1)[1].rstrip(")")
+    argv = shlex.split(command)
+    assert argv[:2] == ["planweave", "resume"], line
+    return [*cli_command(), *argv[1:]]
+
+
+def test_the_resume_hint_of_a_killed_goal_run_works_as_printed(tmp_path: Path) -> None:
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT), encoding="utf-8")
+    url = sqlite_url(tmp_path)
+    env = {**subprocess_env(), "OPENAI_API_KEY": "sk-not-in-the-hint"}
+    with running(cli_command("run", "--goal", "g", "--model", "scripted:script.yaml", "--journal", url,
+                             "--run-id", "killed"), env=env, cwd=tmp_path) as proc:
+        started = read_until(proc, "run killed started")[-1]
+        wait_for_step(url, "killed", "slow", "running", proc)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    argv = _hint(started)
+    assert "--model" not in argv and "sk-not-in-the-hint" not in started  # the journal knows the model; no key
+
+    resumed = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "succeeded" in resumed.stdout and "done after resume" in resumed.stdout
