@@ -77,7 +77,7 @@ def describe_reply(event: Event) -> str:
             what += f" ({data['reason']!r})"
     by = data.get("by") or "an unnamed caller"
     when = datetime.fromtimestamp(event.at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    pending = "" if event.kind in GIVEN_KINDS else " (journaled; the run applies it when it runs)"
+    pending = "" if event.kind in GIVEN_KINDS else " (journaled, not applied yet)"
     return f"{what} by {by} at {when}{pending}"
 
 
