@@ -118,8 +118,10 @@ class JournalInAThread:
     async def flush(self) -> None:
         await self._wait(self._loop, self._inner.flush())
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
-        return await self._wait(self._loop, self._inner.read(run_id, after, kind))
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
+        return await self._wait(self._loop, self._inner.read(run_id, after, kind, limit))
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         return await self._wait(self._loop, self._inner.get_blobs(list(refs)))

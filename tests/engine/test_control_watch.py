@@ -35,12 +35,14 @@ class ReadLog:
     async def flush(self) -> None:
         await self.inner.flush()
 
-    async def read(self, run_id: str | None = None, after: int = 0, kind: str | None = None) -> list[Event]:
+    async def read(
+        self, run_id: str | None = None, after: int = 0, kind: str | None = None, limit: int | None = None
+    ) -> list[Event]:
         if self.watching and kind is not None:
             self.reads.append((run_id, kind))
             if sum(1 for r, _ in self.reads if r is None) >= 4:  # two kinds a turn: two turns
                 self.turns.set()
-        return await self.inner.read(run_id, after, kind)
+        return await self.inner.read(run_id, after, kind, limit)
 
     async def get_blobs(self, refs: Iterable[str]) -> dict[str, Any]:
         return await self.inner.get_blobs(refs)

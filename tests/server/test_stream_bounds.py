@@ -59,11 +59,15 @@ class PagedJournal:
 async def paged_server(journal_url: str, limits: StreamLimits) -> AsyncIterator[tuple[Live, PagedJournal]]:
     async with open_journal(journal_url) as inner:
         journal = PagedJournal(inner)
-        async with Engine(journal) as engine:  # type: ignore[arg-type]  # a Journal by delegation
+        async with Engine(journal) as engine:  # a Journal: read here, the rest by delegation
             tracker = RunTracker(engine)
             app = create_app(engine, TOKEN, recover=False, timing=TIMING, stream_limits=limits)
             async with LiveServer(app, "127.0.0.1", 0, log_config=None) as server:
                 yield Live(server, engine, journal_url, TOKEN, tracker), journal
+
+
+def positions(events: list[Event]) -> list[int]:
+    return [e.pos or 0 for e in events]
 
 
 def fill(journal: Journal, n: int, run_id: str = "bulk", first: int = 0) -> None:
@@ -103,13 +107,13 @@ async def test_slow_clients_hold_a_page_each_and_a_reading_client_gets_every_eve
     async with paged_server(journal_url, limits) as (live, journal):
         fill(live.engine.journal, 5000)
         await live.engine.journal.flush()
-        stored = [e.pos for e in await journal.inner.read()]
+        stored = positions(await journal.inner.read())
         silent = [await silent_client(live.url, "/events") for _ in range(4)]
         try:
             async with live.client() as client:
                 run_id = (await client.post("/runs", json={"plan": chain_plan(120, 0)})).json()["run_id"]
                 await live.wait(run_id)
-                run_events = [e.pos for e in await journal.inner.read(run_id)]
+                run_events = positions(await journal.inner.read(run_id))
                 of_run = await read_events(client, f"/runs/{run_id}/events", run_events[-1])
                 every = await read_events(client, "/events", max(run_events[-1], stored[-1]))
             pages = list(journal.pages)
@@ -150,6 +154,6 @@ async def test_a_stream_that_falls_behind_the_live_events_ends_naming_where_to_r
         assert 20 + 32 < len(frames) - 1 < 120  # ended past max_lag live events, not after all of them
         after = lagging["data"]["after"]
         assert after == int(frames[-2]["id"]) and f"Last-Event-ID: {after}" in lagging["data"]["message"]
-        stored = [e.pos for e in await journal.inner.read()]
+        stored = positions(await journal.inner.read())
         rest = await read_events(client, "/events", stored[-1], after=after)
     assert [int(f["id"]) for f in frames[:-1] + rest] == stored  # nothing lost or repeated across the reconnect

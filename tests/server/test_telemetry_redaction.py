@@ -53,7 +53,8 @@ def leaky_tools() -> Toolbox:
 
 def everything_in(span: ReadableSpan) -> str:
     """The span as an exporter sees it: name, attributes, events, links, status (the SDK's own JSON form)."""
-    return span.to_json(indent=None)
+    text: str = span.to_json(indent=None)
+    return text
 
 
 async def test_no_span_carries_a_secret_of_the_environment(
