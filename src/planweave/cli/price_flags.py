@@ -3,9 +3,9 @@ dollar budget names only models with a price (exit 2 before any model call other
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -13,6 +13,7 @@ from planweave.cli.common import PANEL_MODEL, UsageError
 
 if TYPE_CHECKING:
     from planweave.allocate.model import TierTable
+    from planweave.plan.model import PlanSpec
 
 PricesOption = Annotated[Path | None, typer.Option(
     "--prices", rich_help_panel=PANEL_MODEL, metavar="FILE", envvar="PLANWEAVE_PRICES",
@@ -38,6 +39,15 @@ def called_models(model: str | None, tiers: TierTable | None = None, *others: st
     named = [] if model in (None, "auto") else [model]
     named += [] if tiers is None else [tier.model for tier in tiers.tiers.values()]
     return [m for m in (*named, *others) if m is not None]
+
+
+def queued_models(spec: PlanSpec, model: str | None, tiers: Mapping[str, Any] | None) -> list[str]:
+    """The models a queued plan's ``llm`` steps call (none without one): ``model`` and the tiers' (``submit``)."""
+    from planweave.models.pricing import calls_llm
+
+    if model is None or not calls_llm(spec.steps):
+        return []
+    return [model, *(str(tier["model"]) for tier in (tiers or {}).values())]
 
 
 def require_priced(models: Iterable[str], budget_usd: float | None, flag: str = "--budget-usd") -> None:

@@ -22,6 +22,7 @@ from planweave.cli.common import (
     parse_capacities,
     use_model_limits,
 )
+from planweave.cli.price_flags import PricesOption, use_price_file
 from planweave.cli.run_cmd import NoCacheOption
 from planweave.extras import require
 
@@ -60,6 +61,7 @@ def serve(
     max_replans: Annotated[int | None, typer.Option(
         "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
     model_limits: ModelLimitsOption = None,
+    prices: PricesOption = None,
     no_cache: NoCacheOption = False,
     request_timeout: Annotated[float, typer.Option(
         "--request-timeout", min=0.01, help="Seconds a client has to send a whole request; then its connection "
@@ -76,6 +78,7 @@ def serve(
         require("server", "the server")
         if model_limits is not None:
             use_model_limits(model_limits)
+        use_price_file(prices)  # POST /runs refuses a budget_usd over a model without a price (422)
         from planweave.server import serve as serve_forever
         from planweave.server.connections import ConnectionLimits
         from planweave.server.limits import LimitCaps

@@ -39,6 +39,7 @@ from planweave.cli.common import (
     use_model_limits,
 )
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
+from planweave.cli.price_flags import PricesOption, queued_models, require_priced, use_price_file
 from planweave.cli.run_cmd import NoCacheOption
 from planweave.extras import require
 from planweave.journal import default_journal_url, redact_url
@@ -113,6 +114,7 @@ def submit(
     tiers: Annotated[Path | None, typer.Option("--tiers", metavar="FILE", help=(
         "Model tiers (YAML/JSON) for the plan's llm steps saying model: auto: the worker allocates tier and "
         "samples per step (docs/allocation.md); kept by a worker that takes the run over."))] = None,
+    prices: PricesOption = None,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
@@ -141,6 +143,8 @@ def submit(
         if model is not None and "llm" not in toolbox:
             toolbox = toolbox.merged(_llm_for_checks())
         spec = with_default_timeout(load_plan_file(file), _seconds_flag(step_timeout))
+        use_price_file(prices)  # a dollar budget over a model without a price: exit 2, nothing queued
+        require_priced(queued_models(spec, model, table), budget_usd)
         rid = run_id or uuid.uuid4().hex[:12]
 
         async def go() -> None:
@@ -232,6 +236,7 @@ def worker(
         "--base-url", metavar="URL", help="OpenAI-compatible endpoint of the models queued runs' llm steps call "
                                           "(default $OPENAI_BASE_URL).")] = None,
     model_limits: ModelLimitsOption = None,
+    prices: PricesOption = None,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Run the runs queued in a PostgreSQL journal, under leases, until SIGTERM/SIGINT (then hand them back)."""
@@ -248,6 +253,7 @@ def worker(
         flags = ExecutorFlags(executor, ray_address, tuple(tools or ()))
         if model_limits is not None:
             use_model_limits(model_limits)
+        use_price_file(prices)  # what its llm steps' calls cost: a dollar budget refuses a model without a price
         tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), base_url,
                                   cache=not no_cache))
     if json_output:
