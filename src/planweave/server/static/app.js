@@ -532,40 +532,132 @@
     }
   }
 
-  // The run's last forecast (a "forecast" event): a probability bar for its deadline and its budget, the
-  // makespan percentiles, and a histogram of the simulated makespans with the deadline marked.
+  // The run's last forecast (a "forecast" event): probability bars for its deadline, its budget, success and all of
+  // them together, the makespan percentiles, and a histogram of the simulated makespans with axes and the deadline.
+  // A probability the forecast cannot know (p_success, p_all with no history: null) reads "unknown", never 0 or 100%.
   function renderForecast(data) {
     $("forecast").hidden = false;
     $("forecast-runs").textContent = `(${data.runs} simulated runs, at ${formatDuration(data.elapsed || 0)})`;
-    for (const [id, p] of [["forecast-deadline", data.p_deadline], ["forecast-budget", data.p_budget]]) {
+    const limited = data.p_deadline !== null && data.p_deadline !== undefined
+      || data.p_budget !== null && data.p_budget !== undefined;
+    const bars = [
+      ["forecast-deadline", data.p_deadline, "p_deadline" in data && data.p_deadline !== null],
+      ["forecast-budget", data.p_budget, "p_budget" in data && data.p_budget !== null],
+      ["forecast-success", data.p_success, "p_success" in data],
+      ["forecast-all", data.p_all, "p_all" in data && limited],
+    ];
+    for (const [id, p, shown] of bars) {
       const bar = $(id);
-      bar.hidden = p === null || p === undefined;
-      if (bar.hidden) continue;
-      bar.dataset.p = String(p);
-      bar.classList.toggle("low", p < 0.5);
-      bar.querySelector(".fill").style.width = `${Math.round(p * 100)}%`;
-      bar.querySelector(".value").textContent = `${Math.round(p * 100)}%`;
+      bar.hidden = !shown;
+      if (!shown) continue;
+      const unknown = p === null || p === undefined;
+      bar.dataset.p = unknown ? "unknown" : String(p);
+      bar.classList.toggle("unknown", unknown);
+      bar.classList.toggle("low", !unknown && p < 0.5);
+      bar.querySelector(".fill").style.width = unknown ? "0%" : `${Math.round(p * 100)}%`;
+      bar.querySelector(".value").textContent = unknown ? "unknown (no history)" : `${Math.round(p * 100)}%`;
+      bar.querySelector(".value").title = unknown
+        ? "No run of these steps or tools in the journal yet: nothing to estimate success from." : "";
     }
     const m = data.makespan || {};
     $("forecast-makespan").textContent = `makespan p50 ${formatDuration(m.p50)} · p90 ${formatDuration(m.p90)} · ` +
       `p99 ${formatDuration(m.p99)}` + (data.critical_steps && data.critical_steps.length
       ? ` · critical: ${data.critical_steps.join(" → ")}` : "");
-    const hist = data.histogram || [];
-    const chart = $("forecast-hist");
-    const width = 360, height = 60;
-    const most = Math.max(1, ...hist.map((b) => b[1]));
-    const low = hist.length ? hist[0][0] : 0;
-    const step = hist.length > 1 ? hist[1][0] - hist[0][0] : 1;
-    const high = low + step * Math.max(1, hist.length);
-    const x = (t) => ((t - low) / (high - low || 1)) * width;
-    const bars = hist.map(([start, count]) => svg("rect", {
-      class: "bin", x: x(start), width: Math.max(1, x(start + step) - x(start) - 1),
-      y: height - (count / most) * height, height: (count / most) * height,
-    }, svg("title", {}, `${formatDuration(start)}: ${count} runs`)));
-    const marks = data.deadline !== null && data.deadline !== undefined && data.deadline >= low && data.deadline <= high
-      ? [svg("line", { class: "deadline", x1: x(data.deadline), x2: x(data.deadline), y1: 0, y2: height })] : [];
+    const untimed = data.untimed || [];
+    $("forecast-untimed").hidden = !untimed.length;
+    $("forecast-untimed").textContent = untimed.length
+      ? `untimed (no history, estimate or literal duration; counted as instant): ${untimed.join(", ")}` : "";
+    renderHistogram($("forecast-hist"), data.histogram || [], data.deadline);
+  }
+
+  // Nice steps for a time axis: 1-2-5 below ten seconds, then whole seconds, minutes and hours.
+  const TIME_STEPS = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
+    900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
+
+  // A tick's time, in the units formatDuration uses, without its trailing zeros ("2 s", "2.5 s", "1 min 30 s").
+  function formatTick(seconds) {
+    if (Math.abs(seconds) < 1e-9) return "0";
+    if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+    if (seconds < 60) return `${Number(seconds.toFixed(2))} s`;
+    const m = Math.floor(seconds / 60 + 1e-9);
+    const s = Math.round(seconds - m * 60);
+    if (m < 60) return s ? `${m} min ${s} s` : `${m} min`;
+    return m % 60 ? `${Math.floor(m / 60)} h ${m % 60} min` : `${Math.floor(m / 60)} h`;
+  }
+
+  function renderHistogram(chart, hist, deadline) {
+    const width = 460, height = 150;
+    const left = 46, right = 16, top = 20, bottom = 34;
+    const plotW = width - left - right, plotH = height - top - bottom;
     chart.setAttribute("viewBox", `0 0 ${width} ${height}`);
-    chart.replaceChildren(...bars, ...marks);
+    chart.setAttribute("width", String(width));
+    chart.setAttribute("height", String(height));
+    if (!hist.length) { chart.replaceChildren(); return; }
+    const most = Math.max(1, ...hist.map((b) => b[1]));
+    const first = hist[0][0];
+    // Bins are equal-width. A single bin means every simulated run took the same time: a thin bar at that time,
+    // with some room on either side (a tenth of it, at least 50 ms).
+    const single = hist.length === 1;
+    const binW = single ? 0 : hist[1][0] - hist[0][0];
+    const room = Math.max(Math.abs(first) * 0.1, 0.05);
+    let lo = single ? first - room : first;
+    let hi = single ? first + room : first + binW * hist.length;
+    const hasDeadline = deadline !== null && deadline !== undefined && isFinite(deadline);
+    // The deadline is drawn where it is when it is near the simulated makespans (within their spread again on
+    // either side); farther away an arrow at the edge points to it, so that the bars keep their width.
+    const spread = hi - lo;
+    const near = hasDeadline && deadline >= lo - spread && deadline <= hi + spread;
+    if (near) { lo = Math.min(lo, deadline); hi = Math.max(hi, deadline); }
+    const pad = (hi - lo) * 0.04;
+    lo = Math.max(0, lo - pad);
+    hi += pad;
+    const x = (t) => left + ((t - lo) / (hi - lo)) * plotW;
+    const y = (count) => top + plotH - (count / most) * plotH;
+    const parts = [];
+    // y axis: how many simulated runs took each makespan
+    const yTicks = most >= 4 ? [0, Math.round(most / 2), most] : most >= 2 ? [0, most] : [0, 1];
+    for (const c of yTicks) {
+      parts.push(svg("line", { class: "grid", x1: left, x2: left + plotW, y1: y(c), y2: y(c) }));
+      parts.push(svg("text", { class: "tick y-tick", x: left - 5, y: y(c) + 3, "text-anchor": "end", text: String(c) }));
+    }
+    parts.push(svg("text", { class: "axis-label y-label", x: 11, y: top + plotH / 2, "text-anchor": "middle",
+      transform: `rotate(-90 11 ${top + plotH / 2})`, text: "runs" }));
+    // bars
+    for (const [start, count] of hist) {
+      const tip = single ? `${formatDuration(start)}: all ${count} runs`
+        : `${formatDuration(start)} – ${formatDuration(start + binW)}: ${count} runs`;
+      parts.push(svg("rect", {
+        class: "bin", x: single ? x(start) - 4 : x(start), width: single ? 8 : Math.max(1, x(start + binW) - x(start) - 1),
+        y: y(count), height: top + plotH - y(count),
+      }, svg("title", { text: tip })));
+    }
+    // x axis: time from the run's start, at nice steps
+    parts.push(svg("line", { class: "axis x-axis", x1: left, x2: left + plotW, y1: top + plotH, y2: top + plotH }));
+    parts.push(svg("line", { class: "axis", x1: left, x2: left, y1: top, y2: top + plotH }));
+    const step = TIME_STEPS.find((s) => (hi - lo) / s <= 6) || Math.ceil((hi - lo) / 6 / 86400) * 86400;
+    const ticks = svg("g", { class: "x-ticks" });
+    for (let t = Math.ceil(lo / step - 1e-9) * step; t <= hi + 1e-9; t += step) {
+      ticks.append(svg("line", { class: "axis", x1: x(t), x2: x(t), y1: top + plotH, y2: top + plotH + 4 }),
+        svg("text", { class: "tick x-tick", x: x(t), y: top + plotH + 15, "text-anchor": "middle", text: formatTick(t) }));
+    }
+    parts.push(ticks);
+    parts.push(svg("text", { class: "axis-label x-label", x: left + plotW / 2, y: height - 3, "text-anchor": "middle",
+      text: "simulated makespan (time from the run's start)" }));
+    // the deadline, marked and labelled
+    if (hasDeadline) {
+      const label = `deadline ${formatDuration(deadline)}`;
+      if (near) {
+        const at = x(deadline);
+        const anchor = at > left + plotW * 0.8 ? "end" : at < left + plotW * 0.2 ? "start" : "middle";
+        parts.push(svg("line", { class: "deadline", x1: at, x2: at, y1: top - 4, y2: top + plotH }));
+        parts.push(svg("text", { class: "deadline-label", x: at, y: top - 7, "text-anchor": anchor, text: label }));
+      } else {
+        const after = deadline > hi;
+        parts.push(svg("text", { class: "deadline-label off-chart", x: after ? left + plotW : left, y: top - 7,
+          "text-anchor": after ? "end" : "start", text: after ? `${label} →` : `← ${label}` }));
+      }
+    }
+    chart.replaceChildren(...parts);
   }
 
   async function refreshRun(current) {
