@@ -30,16 +30,25 @@ NPX_FILESYSTEM = "npx -y @modelcontextprotocol/server-filesystem"
 WAIT_S = 240  # for a step to reach a state, and for a run to end: generous, a loaded 2-core machine is slow
 
 
+def run_commands(lines: list[str]) -> list[list[str]]:
+    """The ``planweave run`` commands in ``lines`` (stripped), each as argv: continuation lines joined."""
+    commands: list[list[str]] = []
+    for start, line in enumerate(lines):
+        if not line.startswith("planweave run "):
+            continue
+        command = ""
+        for part in lines[start:]:
+            command += part.removesuffix("\\") + " "
+            if not part.endswith("\\"):
+                break
+        commands.append(shlex.split(command))
+    return commands
+
+
 def header_command(script: Path) -> list[str]:
-    """The ``planweave run`` command of ``script``'s header comment, as argv (continuation lines joined)."""
-    lines = [line[1:].strip() for line in script.read_text(encoding="utf-8").splitlines() if line.startswith("#")]
-    start = next(i for i, line in enumerate(lines) if line.startswith("planweave run "))
-    command = ""
-    for line in lines[start:]:
-        command += line.removesuffix("\\") + " "
-        if not line.endswith("\\"):
-            break
-    return shlex.split(command)
+    """The ``planweave run`` command of ``script``'s header comment."""
+    text = script.read_text(encoding="utf-8")
+    return run_commands([line[1:].strip() for line in text.splitlines() if line.startswith("#")])[0]
 
 
 def as_run_here(argv: list[str], replace: dict[str, str], journal: str) -> list[str]:
@@ -111,6 +120,22 @@ def run_with_approval(command: list[str], url: str, step: str, env: dict[str, st
     assert out.strip(), err
     report: dict[str, Any] = json.loads(out)
     return proc.returncode, report
+
+
+@pytest.mark.parametrize(("module", "script"), [("research_agent.py", "research-agent.yaml"),
+                                                ("coding_agent.py", "coding-agent.yaml")])
+def test_an_agent_module_gives_its_scripts_offline_command_and_the_same_with_a_model(module: str, script: str) -> None:
+    docstring = (REPO / "examples" / module).read_text(encoding="utf-8").split('"""')[1]
+    offline, with_key = run_commands([line.strip() for line in docstring.splitlines()])
+    assert offline == header_command(OFFLINE / script)
+    assert option(offline, "--model") == f"scripted:examples/offline/{script}"
+    assert option(with_key, "--model") == "gpt-4o-mini"
+
+    def rest(argv: list[str]) -> list[str]:  # all but the goal and the model
+        drop = {argv.index("--goal") + 1, argv.index("--model") + 1}
+        return [a for i, a in enumerate(argv) if i not in drop]
+
+    assert rest(with_key) == rest(offline)
 
 
 # -- the research agent ---------------------------------------------------------------------------------------------
