@@ -15,8 +15,7 @@ import httpx
 
 from planweave import Engine, Event, open_journal
 from planweave.journal import Journal
-from planweave.server import LiveServer, StreamTiming, create_app
-from planweave.server.streams import StreamLimits
+from planweave.server import LiveServer, StreamLimits, StreamTiming, create_app
 
 from .conftest import TOKEN, Live, RunTracker, chain_plan, sse
 
