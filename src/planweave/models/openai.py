@@ -430,7 +430,7 @@ class OpenAIChatClient:
             prompt_tokens=prompt,
             completion_tokens=completion,
             usage_source=source,
-            cost_usd=self.prices.cost(model, prompt, completion),
+            cost_usd=self.prices.cost(model, prompt, completion, _cached_tokens(usage)),
             finish_reason=finish_reason,
             parsed=parsed,
             structured_mode=mode,
@@ -684,6 +684,14 @@ def _admission_tokens(request: CompletionRequest) -> int:
     """The tokens a call is admitted with (what providers count against tokens per minute: prompt plus max_tokens)."""
     out = request.max_tokens if request.max_tokens is not None else DEFAULT_MAX_TOKENS
     return approx_prompt_tokens(m.content for m in request.messages) + out
+
+
+def _cached_tokens(usage: Mapping[str, Any] | None) -> int:
+    """The prompt tokens the provider read from its cache (``prompt_tokens_details.cached_tokens``: billed at the
+    model's cached input rate), else 0."""
+    details = usage.get("prompt_tokens_details") if usage else None
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+    return cached if isinstance(cached, int) and not isinstance(cached, bool) else 0
 
 
 def _server_tokens(usage: Mapping[str, Any] | None) -> int | None:
