@@ -622,12 +622,16 @@ def step_panel(detail: Mapping[str, Any], origin: float | None) -> RenderableTyp
         line = Text(f"  attempt {attempt['attempt']}  {format_offset(attempt.get('started_at'), origin)}"
                     f"..{format_offset(attempt.get('finished_at'), origin)}  ")
         line.append_text(status_text(outcome))
-        if attempt.get("error"):
-            line.append(f"  {attempt['error']}", style="red")
+        error_text = str(attempt.get("error") or "")
+        first, _, rest = error_text.partition("\n")
+        if first:
+            line.append(f"  {first}", style="red")
         hit = attempt.get("cache")
         if isinstance(hit, Mapping):
             line.append(f"  cached: the output of run {hit.get('run')} step {hit.get('step')}", style="cyan")
         parts.append(line)
+        if rest and error_text != detail.get("error"):  # what an earlier attempt's program printed (the last's: below)
+            parts.append(Text("    " + rest.replace("\n", "\n    "), style="dim"))
     if detail.get("error"):
         parts += [Text("error", style="bold red"), Text(str(detail["error"]))]
     if detail.get("status") == "succeeded":

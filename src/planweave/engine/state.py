@@ -668,7 +668,9 @@ class RunState:
         if failed:
             root = self.records[self.root_cause] if self.root_cause else failed[0]
             more = f" ({len(failed) - 1} other step(s) failed too)" if len(failed) > 1 else ""
-            return "failed", f"step '{root.id}' failed: {root.error}{more}"
+            # The first line: the rest of a step's error (what a failed program printed) is its own detail.
+            first = (root.error or "").strip().partition("\n")[0] or root.error
+            return "failed", f"step '{root.id}' failed: {first}{more}"
         unknown = [r.id for r in left if r.status == "unknown"]
         if unknown:
             names = ", ".join(f"'{u}'" for u in unknown)

@@ -112,15 +112,35 @@ async def run_program(
                 pass
             await proc.wait()
         raise
-    stderr = _cap(err.decode(errors="replace"))
-    result = {"exit_code": proc.returncode, "stdout": _cap(out.decode(errors="replace")), "stderr": stderr}
+    stdout, stderr = _cap(out.decode(errors="replace")), _cap(err.decode(errors="replace"))
+    result = {"exit_code": proc.returncode, "stdout": stdout, "stderr": stderr}
     if check and proc.returncode != 0:
         tail = stderr.strip().splitlines()[-3:]
         raise ToolError(
-            f"{argv[0]} exited with code {proc.returncode}" + (": " + " | ".join(tail) if tail else ""),
+            f"{argv[0]} exited with code {proc.returncode}" + (": " + " | ".join(tail) if tail else "")
+            + _streams_kept(stdout, stderr),
             kind="exit_code",
         )
     return result
+
+
+FAILED_STREAM_CHARS = 4_000  # of a failed program's stdout and stderr kept in its step's error: the end of each
+
+
+def _streams_kept(stdout: str, stderr: str) -> str:
+    """What a failed program printed, below the error's first line (the summary tables show): the last
+    :data:`FAILED_STREAM_CHARS` of its stdout and of its stderr, each under a heading (nothing for an empty one)."""
+    kept = ""
+    for name, text in (("stdout", stdout), ("stderr", stderr)):
+        text = text.rstrip("\n")
+        if not text.strip():
+            continue
+        cut = len(text) - FAILED_STREAM_CHARS
+        if cut > 0:
+            kept += f"\n{name} (the last {FAILED_STREAM_CHARS:,} of {len(text):,} characters):\n{text[cut:]}"
+        else:
+            kept += f"\n{name}:\n{text}"
+    return kept
 
 
 def _response(resp: httpx.Response) -> dict[str, Any]:
