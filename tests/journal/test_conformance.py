@@ -19,9 +19,10 @@ from planweave import Engine, Toolbox, builtin_tools
 from planweave.engine.events import Event, EventKind
 from planweave.errors import EventNotRecorded, JournalError
 from planweave.journal import open_journal
+from planweave.journal import redact_url as redact
 from planweave.journal.base import CachedOutput, Journal, OutputNotSerialisable, canonical_output
 from planweave.journal.group_commit import GroupCommitJournal
-from planweave.journal.postgres import parse_url, redact
+from planweave.journal.postgres import parse_url
 from planweave.journal.sqlite import SQLiteJournal, path_of
 from planweave.journal.summary import PruneResult, RunQuery, fold_summary
 

@@ -416,9 +416,9 @@ def listing_table(result: ListingResult) -> str:
 
 
 def _safe(url: str) -> str:
-    from planweave.journal.postgres import redact
+    from planweave.journal import redact_url
 
-    return redact(url) if url.startswith("postgres") else url
+    return redact_url(url) if url.startswith("postgres") else url
 
 
 def _table(head: str, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
