@@ -19,7 +19,9 @@ from the same directory, read the patch and approve it::
 
 then the tests run again and pass (``planweave show fix-median --step retest`` has their output). A rejected patch
 is not written: the step fails (kind ``rejected``) and the planner is asked to repair it; this script has no other
-patch, so the run ends without the fix, where a model may propose another one. With a model (any
+patch, so the run ends without the fix, where a model may propose another one. A run id names one run of the
+journal: to run again, give another ``--run-id`` (or none: a waiting run prints its id and the ``planweave approve``
+command). With a model (any
 OpenAI-compatible endpoint: ``--base-url URL`` or ``$OPENAI_BASE_URL``)::
 
     export OPENAI_API_KEY=sk-...
@@ -28,7 +30,10 @@ OpenAI-compatible endpoint: ``--base-url URL`` or ``$OPENAI_BASE_URL``)::
 propose the smallest fix with patch.propose, write it with file.write (that step needs my approval), then run \
 the tests again (check true)" \
         --tools examples.coding_agent:toolbox --workdir /tmp/stats-project --allow-exec pytest \
-        --model gpt-4o-mini --run-id fix-median
+        --model gpt-4o-mini --run-id fix-median-model
+
+The model names its own steps: approve the write with the ``planweave approve fix-median-model STEP`` command the
+run prints when it waits (``planweave show fix-median-model --step STEP`` shows the arguments it will write).
 
 Confinement: ``shell`` may run ``pytest`` only, with its cwd inside ``--workdir``; ``file.*`` reach only that folder
 (``--root`` defaults to it). pytest runs the project's own code, which the agent may change: the approval before

@@ -14,8 +14,9 @@ The run stops at step ``write`` and waits; in another terminal, from the same di
 
     planweave approve research write
 
-then ``cat /tmp/research-notes/summary.md``. With a model (any OpenAI-compatible endpoint: ``--base-url URL`` or
-``$OPENAI_BASE_URL``)::
+then ``cat /tmp/research-notes/summary.md``. A run id names one run of the journal: to run again, give another
+``--run-id`` (or none: a waiting run prints its id and the ``planweave approve`` command). With a model (any
+OpenAI-compatible endpoint: ``--base-url URL`` or ``$OPENAI_BASE_URL``)::
 
     export OPENAI_API_KEY=sk-...
     planweave run --goal "Read every note in the notes folder (the notes.* tools) and the page that site.serve \
@@ -23,7 +24,10 @@ serves (http.get, then html.text), and write a one-page summary to summary.md in
 notes.write_file; that write needs my approval" \
         --tools examples.research_agent:toolbox \
         --mcp notes="npx -y @modelcontextprotocol/server-filesystem /tmp/research-notes" \
-        --model gpt-4o-mini --run-id research
+        --model gpt-4o-mini --run-id research-model
+
+The model names its own steps: approve the write with the ``planweave approve research-model STEP`` command the run
+prints when it waits.
 
 (``scripts/install-mcp-servers.sh`` puts the server in ``.cache/mcp/node_modules/.bin/mcp-server-filesystem``: give
 that path instead of ``npx -y @modelcontextprotocol/server-filesystem`` to run without the network.)

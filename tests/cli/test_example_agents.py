@@ -131,8 +131,8 @@ def test_an_agent_module_gives_its_scripts_offline_command_and_the_same_with_a_m
     assert option(offline, "--model") == f"scripted:examples/offline/{script}"
     assert option(with_key, "--model") == "gpt-4o-mini"
 
-    def rest(argv: list[str]) -> list[str]:  # all but the goal and the model
-        drop = {argv.index("--goal") + 1, argv.index("--model") + 1}
+    def rest(argv: list[str]) -> list[str]:  # all but the values of the goal, the model and the run id
+        drop = {argv.index(name) + 1 for name in ("--goal", "--model", "--run-id")}
         return [a for i, a in enumerate(argv) if i not in drop]
 
     assert rest(with_key) == rest(offline)
