@@ -401,6 +401,7 @@
       plan: null,
       version: null, // null: follow the current version
       attempts: new Map(), // step -> [{attempt, start, end, outcome}]
+      finishedAt: new Map(), // step -> when its last outcome (succeeded, failed, cancelled after it started) came
       errors: [],
       startedAt: null,
       lastAt: null,
@@ -488,15 +489,18 @@
         break;
       case "step_succeeded":
         closeOpenAttempts(current, at, "succeeded", [step]);
+        current.finishedAt.set(step, at);
         break;
       case "step_failed":
         closeOpenAttempts(current, at, "failed", [step]);
+        current.finishedAt.set(step, at);
         current.errors.push({ at, step, attempt: data.attempt, kind: data.kind, text: data.error || "failed",
           final: data.final !== false, retryIn: data.retry_in });
         renderErrors(current);
         break;
       case "step_cancelled":
         closeOpenAttempts(current, at, "cancelled", [step]);
+        if (current.attempts.has(step)) current.finishedAt.set(step, at); // a step cancelled before it ran took no time
         break;
       case "run_cancelled":
         closeOpenAttempts(current, at, "cancelled");
@@ -767,6 +771,37 @@
     $("versions").replaceChildren(...items);
   }
 
+  // -- the critical path: by estimates while the run goes, as it happened once it ended ----------------------------
+  const ENDED = ["succeeded", "failed", "cancelled"];
+
+  // The chain of steps that determined the end of a finished run: from the step that finished last, back through
+  // each step's latest-finishing dependency. Steps that never ran (skipped, cancelled while waiting) have no finish
+  // time and are never on it. A tie goes to the later step in plan order (a dependent that took no time ends the run).
+  function actualCriticalPath(plan, finishedAt) {
+    const byId = new Map(plan.steps.map((step) => [step.id, step]));
+    const latest = (ids) => {
+      let found = null;
+      for (const id of ids) {
+        const t = finishedAt.get(id);
+        if (t !== undefined && (found === null || t >= finishedAt.get(found))) found = id;
+      }
+      return found;
+    };
+    const path = [];
+    for (let id = latest(plan.steps.map((step) => step.id)); id !== null; id = latest(byId.get(id).deps)) path.push(id);
+    return path.reverse();
+  }
+
+  // What the DAG and the timeline outline: {steps, actual}. A finished run's path follows its actual durations; a
+  // running (or interrupted) run's is the plan's, by estimates (GET /runs/{id}/plan).
+  function criticalPath(current) {
+    const plan = current.plan;
+    if (!plan) return { steps: [], actual: false };
+    const ended = current.summary && ENDED.includes(current.summary.status);
+    if (ended && current.finishedAt.size) return { steps: actualCriticalPath(plan, current.finishedAt), actual: true };
+    return { steps: plan.critical_path || [], actual: false };
+  }
+
   // -- the DAG: layered by topological depth, critical path highlighted -------------------------------------------
   function layout(steps) {
     const depth = new Map();
@@ -809,9 +844,16 @@
       const offset = ((tallest - layer.length) * (H + GY)) / 2;
       return { x: PAD + depth.get(id) * (W + GX), y: PAD + offset + row.get(id) * (H + GY) };
     };
-    const critical = new Set(plan.critical_path);
+    const path = criticalPath(current);
+    const critical = new Set(path.steps);
     const criticalEdges = new Set();
-    for (let i = 1; i < plan.critical_path.length; i++) criticalEdges.add(`${plan.critical_path[i - 1]}>${plan.critical_path[i]}`);
+    for (let i = 1; i < path.steps.length; i++) criticalEdges.add(`${path.steps[i - 1]}>${path.steps[i]}`);
+    const key = $("critical-key");
+    key.textContent = path.actual ? "critical path (as run)" : "critical path (by estimates)";
+    key.title = path.actual
+      ? "The steps that determined when the run ended: from the last to finish, each one's latest-finishing dependency."
+      : "The longest chain of steps by their estimated durations.";
+    container.dataset.critical = path.actual ? "actual" : "estimated";
     const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "plan graph" });
     root.append(svg("defs", {},
       svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8, markerHeight: 8, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
@@ -991,6 +1033,7 @@
     const order = current.plan ? current.plan.steps.map((s) => s.id) : [];
     for (const step of current.attempts.keys()) if (!order.includes(step)) order.push(step);
     const rows = order.filter((id) => current.attempts.has(id));
+    const critical = new Set(criticalPath(current).steps);
     if (!rows.length || current.startedAt === null) {
       container.replaceChildren(el("p", { class: "muted", text: "No step has started yet." }));
       return;
@@ -1016,12 +1059,14 @@
     }
     rows.forEach((id, i) => {
       const y = AXIS + i * ROW;
-      root.append(svg("text", { x: 4, y: y + 15, class: "row-label", text: id.length > 20 ? `${id.slice(0, 19)}…` : id }));
+      root.append(svg("text", { x: 4, y: y + 15, class: `row-label${critical.has(id) ? " critical" : ""}`,
+        text: id.length > 20 ? `${id.slice(0, 19)}…` : id }));
       for (const a of current.attempts.get(id)) {
         const end = a.end !== null ? a.end : running && now !== null ? now : t1;
         const bar = svg("rect", {
           x: x(a.start), y: y + 4, width: Math.max(x(end) - x(a.start), 2), height: ROW - 8, rx: 3,
           class: `bar outcome-${a.outcome}${a.speculative ? " speculative" : ""}`, "data-step": id,
+          "data-critical": critical.has(id) ? "true" : null,
           "data-attempt": a.attempt,
         });
         const how = a.speculative ? " (started speculatively, adopted)" : "";
