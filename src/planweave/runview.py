@@ -32,8 +32,9 @@ def unbounded(state: RunState) -> list[str]:
 
 
 def run_overview(run_id: str, state: RunState | None, status: str, problem: str | None = None) -> dict[str, Any]:
-    """One item of a run list: id, plan name, status, times, error, step counts, the steps waiting for a person
-    (``{step: "waiting_approval" | "waiting_input"}``), the unbounded steps, tokens and cost.
+    """One item of a run list: id, name (``plan``: the plan's, or a goal run's goal cut to fit), status, times,
+    error, step counts, the steps waiting for a person (``{step: "waiting_approval" | "waiting_input"}``), the
+    unbounded steps, tokens and cost.
 
     ``state`` None is a run whose events cannot be folded: ``problem`` says why (as ``error``).
     """
@@ -44,7 +45,7 @@ def run_overview(run_id: str, state: RunState | None, status: str, problem: str 
     summary = state.summary()
     return {
         "run_id": run_id,
-        "plan": state.plan.spec.name or None,
+        "plan": state.plan.spec.shown_name(),
         "status": status,
         "started_at": summary["started_at"],
         "finished_at": summary["finished_at"],
@@ -63,9 +64,9 @@ def run_report(
     redact: Redact | None = None,
 ) -> dict[str, Any]:
     """One run in full: :meth:`RunState.summary` (steps, tokens, cost, answer, plan versions) with ``status``
-    overriding the fold's when given, plus the plan name, root cause, waiting and unbounded steps, each step's
-    ``duration_s`` (first start to end, None until it ends) and ``attempt_log``, and, given ``outputs``,
-    ``"outputs"`` as :func:`~planweave.engine.report.outputs_summary` shows them (redacted)."""
+    overriding the fold's when given, plus the name (``plan``, as :func:`run_overview`'s), root cause, waiting and
+    unbounded steps, each step's ``duration_s`` (first start to end, None until it ends) and ``attempt_log``, and,
+    given ``outputs``, ``"outputs"`` as :func:`~planweave.engine.report.outputs_summary` shows them (redacted)."""
     report = state.summary()
     report["cost_usd"], unpriced = shown_cost(state, report["cost_usd"])
     if unpriced:
@@ -79,7 +80,7 @@ def run_report(
         ]
     if status is not None:
         report["status"] = status
-    report["plan"] = state.plan.spec.name or None
+    report["plan"] = state.plan.spec.shown_name()
     report["root_cause"] = state.root_cause
     report["waiting"] = state.waiting_steps()
     report["unbounded"] = unbounded(state)

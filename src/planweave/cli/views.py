@@ -285,8 +285,9 @@ def run_header(state: RunState, now: float | None, status: str | None = None) ->
     """``run ID · plan name · status · counts · elapsed`` (secrets in the name hidden)."""
     head = Text()
     head.append(f"run {state.run_id}", style="bold")
-    if state.plan.spec.name:
-        head.append(f" · {hide_secrets(state.plan.spec.name)}")
+    name = state.plan.spec.shown_name()  # a goal run: its goal
+    if name:
+        head.append(f" · {hide_secrets(name)}")
     if state.plan.version > 1:
         head.append(f" · plan v{state.plan.version}")
     shown = status or state.status
@@ -644,7 +645,7 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """The ``planweave runs`` table, from the objects ``runs --json`` prints."""
     table = Table(box=None, pad_edge=False, header_style="bold")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("run", "left"), ("plan", "left"), ("status", "left"), ("started", "left"), ("duration", "right"),
+        ("run", "left"), ("name", "left"), ("status", "left"), ("started", "left"), ("duration", "right"),
         ("steps", "left"),
     )
     for name, justify in columns:

@@ -204,7 +204,7 @@ def summarise(state: RunState, *, updated_at: float | None, seq: int = 0, owner:
         waiting = {r.id: r.status for r in state.records.values()
                    if r.status == "waiting_approval" or r.status == "waiting_input"}
     stored = cast(StoredStatus, state.status if state.status in _STORED else "running")
-    name, error = state.plan.spec.name or None, state.error
+    name, error = state.plan.spec.shown_name(), state.error  # a goal run: its goal
     if redact is not None:
         name, error = redact(name), redact(error)
     return RunSummary(

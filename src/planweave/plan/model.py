@@ -307,6 +307,19 @@ class PlanSpec(_Frozen):
     cache: bool = Field(True, description="false: no step of this plan reuses a cached output (docs/caching.md).")
     schema_: str | None = Field(None, alias="$schema")
 
+    def shown_name(self) -> str | None:
+        """What a run of this plan is listed as: its name, else (a goal run's) its goal on one line, cut to
+        :data:`SHOWN_GOAL_CHARS`; None for neither."""
+        if self.name:
+            return self.name
+        goal = " ".join(self.goal.split())
+        if len(goal) > SHOWN_GOAL_CHARS:
+            goal = goal[: SHOWN_GOAL_CHARS - 1].rstrip() + "…"
+        return goal or None
+
+
+SHOWN_GOAL_CHARS = 60  # of a goal shown as its run's name (runs, show, GET /runs)
+
 
 StepStatus = Literal["pending", "ready", "running", "succeeded", "failed", "cancelled", "skipped", "unknown",
                      "waiting_approval", "waiting_input"]
