@@ -18,20 +18,43 @@ class PlanError(PlanweaveError):
 
 @dataclass(frozen=True, slots=True)
 class PlanProblem:
-    """One thing wrong with a plan, located by step id and field (either may be empty)."""
+    """One thing wrong with a plan, located by step id and field (either may be empty) and, for a plan read from a
+    file, by the 1-based ``line`` and ``column`` of the step or field it concerns (None where unknown)."""
 
     step: str
     field: str
     message: str
+    line: int | None = None
+    column: int | None = None
 
-    def __str__(self) -> str:
+    @property
+    def position(self) -> str:
+        """``line 12, column 7`` (or ``line 12``), or an empty string where the position is unknown."""
+        if self.line is None:
+            return ""
+        return f"line {self.line}" if self.column is None else f"line {self.line}, column {self.column}"
+
+    @property
+    def detail(self) -> str:
+        """The message without the position it may open with (syntax errors name theirs in the message too)."""
+        position = self.position
+        if position and self.message.startswith(position + ": "):
+            return self.message[len(position) + 2:]
+        return self.message
+
+    def unplaced(self) -> str:
+        """The problem as text without its position: ``step 'fetch', args.url: message``."""
         where = []
         if self.step:
             where.append(f"step '{self.step}'")
         if self.field:
             where.append(self.field)
         prefix = ", ".join(where)
-        return f"{prefix}: {self.message}" if prefix else self.message
+        return f"{prefix}: {self.detail}" if prefix else self.detail
+
+    def __str__(self) -> str:
+        position = self.position
+        return f"{position}: {self.unplaced()}" if position else self.unplaced()
 
 
 class PlanInvalid(PlanError):

@@ -14,17 +14,32 @@ from __future__ import annotations
 import json
 import re
 import time
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from yaml.composer import ComposerError
 from yaml.error import Mark
-from yaml.nodes import MappingNode, Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from planweave.errors import PlanInvalid, PlanProblem
-from planweave.plan.document import MAX_DEPTH, MAX_VALUES, DuplicateKey, document_problems, unique_keys
-from planweave.plan.graph import parse_plan_document
+from planweave.plan.catalog import ToolCatalog
+from planweave.plan.document import (
+    MAX_DEPTH,
+    MAX_VALUES,
+    DocumentPath,
+    DuplicateKey,
+    Position,
+    Positions,
+    document_problems,
+    in_plan_order,
+    place_problems,
+    unique_keys,
+)
+from planweave.plan.graph import check_plan_document, parse_plan_document
 from planweave.plan.model import PlanSpec
 
 MAX_PLAN_BYTES = 16 * 1024 * 1024
@@ -231,7 +246,8 @@ def _decode(raw: bytes, source: str) -> str:
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         byte = raw[exc.start]
         raise PlanInvalid(
-            _problem(f"line {line}, column {column}: the file is not UTF-8 text (byte 0x{byte:02x}); save it as UTF-8"),
+            [_placed_message("", f"line {line}, column {column}: the file is not UTF-8 text (byte 0x{byte:02x}); "
+                                 "save it as UTF-8")],
             source,
         ) from None
 
@@ -339,7 +355,7 @@ def plan_document(text: str, source: str, *, as_json: bool = False, time_limit: 
     try:
         data = _parse_text(text, as_json, _Reading(time_limit))
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
-        raise PlanInvalid([PlanProblem("", field, _syntax_problem(exc))], source) from None
+        raise PlanInvalid([_placed_message(field, _syntax_problem(exc))], source) from None
     if isinstance(data, dict):  # other top levels get parse_plan_document's message
         problems = document_problems(data)
         if problems:
@@ -347,9 +363,214 @@ def plan_document(text: str, source: str, *, as_json: bool = False, time_limit: 
     return data
 
 
+_POSITION_OPENING = re.compile(r"^line (\d+), column (\d+): ")
+
+
+def _placed_message(field: str, message: str) -> PlanProblem:
+    """A problem with ``message``, placed at the position the message opens with (syntax errors name theirs)."""
+    opening = _POSITION_OPENING.match(message)
+    if opening is None:
+        return PlanProblem("", field, message)
+    return PlanProblem("", field, message, int(opening.group(1)), int(opening.group(2)))
+
+
 def load_plan_file(path: str | Path) -> PlanSpec:
-    """Read and parse a plan file; raise :class:`PlanInvalid` naming the file (and line, for syntax errors)."""
+    """Read and parse a plan file; raise :class:`PlanInvalid` naming the file, each problem placed at its line and
+    column."""
     p = Path(path)
     source = str(path)
     text = _decode(_read_bytes(p, source), source)
-    return parse_plan_document(plan_document(text, source, as_json=p.suffix == ".json"), source)
+    as_json = p.suffix == ".json"
+    try:
+        data = plan_document(text, source, as_json=as_json)
+    except PlanInvalid as exc:
+        raise _placed(exc, text, as_json) from None
+    try:
+        return parse_plan_document(data, source)
+    except PlanInvalid as exc:
+        raise _placed(exc, text, as_json, data) from None
+
+
+def _placed(error: PlanInvalid, text: str, as_json: bool, data: Any = None) -> PlanInvalid:
+    """``error`` with its problems placed at their lines in ``text`` (the file read again, only on this path)."""
+    if all(problem.line is not None for problem in error.problems):
+        return error
+    try:
+        positions = document_positions(text, as_json)
+    except (ValueError, yaml.YAMLError, RecursionError):  # the positions are a help: without them, as it was
+        return error
+    return PlanInvalid(place_problems(error.problems, data, positions), error.source)
+
+
+def placed_in_source(error: PlanInvalid) -> PlanInvalid:
+    """``error`` with each problem placed at its line and column in the plan file it names (``source``), when that
+    is a readable plan file; else ``error`` as it is. For the problems of a plan read from a file but found later
+    (``validate_plan``'s, by step id): the CLI edge places them before it shows them."""
+    if all(problem.line is not None for problem in error.problems):
+        return error
+    path = Path(error.source)
+    try:
+        if not path.is_file():
+            return error
+        text = _decode(_read_bytes(path, error.source), error.source)
+        as_json = path.suffix == ".json"
+        return _placed(error, text, as_json, plan_document(text, error.source, as_json=as_json))
+    except (PlanInvalid, OSError):
+        return error
+
+
+# -- where each part of a document is ---------------------------------------------------------------------------
+def document_positions(text: str, as_json: bool) -> Positions:
+    """Where each part of the document in ``text`` (read fine before) starts: the YAML parser's marks, or for JSON
+    a pass over its tokens."""
+    return Positions(_json_positions(text) if as_json else _yaml_positions(text))
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _yaml_positions(text: str) -> dict[DocumentPath, Position]:
+    """Each path of the YAML document's nodes and where it starts (a key's mark for an entry, an item's for a list
+    item). A node an alias repeats is walked once: what lies under a second use is placed at the alias."""
+    loader = (_CLoader or _PlanYamlLoader)(text)
+    try:
+        root = loader.get_single_node()
+    finally:
+        loader.dispose()
+    marks: dict[DocumentPath, Position] = {}
+    seen: set[int] = set()
+    stack: list[tuple[DocumentPath, Node, bool]] = [] if root is None else [((), root, False)]
+    while stack:
+        path, node, merged = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            for key, value in node.value:
+                if key.tag == _MERGE_TAG:  # `<<: *base`: its keys are this mapping's, unless written here too
+                    merges = value.value if isinstance(value, SequenceNode) else [value]
+                    stack.extend((path, item, True) for item in merges)
+                elif isinstance(key, ScalarNode):
+                    child = (*path, str(key.value))
+                    where = (key.start_mark.line + 1, key.start_mark.column + 1)
+                    if merged:
+                        marks.setdefault(child, where)
+                    else:
+                        marks[child] = where
+                    stack.append((child, value, False))
+        elif isinstance(node, SequenceNode):
+            for index, item in enumerate(node.value):
+                child = (*path, str(index))
+                marks[child] = (item.start_mark.line + 1, item.start_mark.column + 1)
+                stack.append((child, item, False))
+    return marks
+
+
+_JSON_PARTS = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\],:]|[^\s{}\[\],:"]+')
+
+
+class _JsonFrame:
+    """An open object or list while :func:`_json_positions` reads the tokens."""
+
+    __slots__ = ("index", "is_object", "key", "path", "waiting")
+
+    def __init__(self, path: DocumentPath, is_object: bool) -> None:
+        self.path = path
+        self.is_object = is_object
+        self.waiting = True  # for a key (object) or an item (list)
+        self.key = ""
+        self.index = 0
+
+
+def _json_positions(text: str) -> dict[DocumentPath, Position]:
+    """Each path of the JSON document (valid: read before) and where it starts: its key, or its list item."""
+    marks: dict[DocumentPath, Position] = {}
+    frames: list[_JsonFrame] = []
+    lines = _LineStarts(text)
+    for token in _JSON_PARTS.finditer(text):
+        t = token.group()
+        top = frames[-1] if frames else None
+        if t in "}]":
+            frames.pop()
+            continue
+        if t == ",":
+            if top is not None:
+                top.waiting = True
+                top.index += 0 if top.is_object else 1
+            continue
+        if t == ":":
+            continue
+        path: DocumentPath = ()
+        if top is not None:
+            if top.is_object:
+                if top.waiting:  # a key
+                    top.key, top.waiting = json.loads(t), False
+                    marks[(*top.path, top.key)] = lines.position(token.start())
+                    continue
+                path = (*top.path, top.key)
+            else:
+                path = (*top.path, str(top.index))
+                if top.waiting:
+                    marks[path] = lines.position(token.start())
+                    top.waiting = False
+        if t in "{[":
+            frames.append(_JsonFrame(path, t == "{"))
+    return marks
+
+
+class _LineStarts:
+    """Offsets to 1-based lines and columns of one text, by bisecting its line starts."""
+
+    def __init__(self, text: str) -> None:
+        self.starts = [0, *(match.end() for match in re.finditer("\n", text))]
+
+    def position(self, offset: int) -> Position:
+        line = bisect_right(self.starts, offset)
+        return line, offset - self.starts[line - 1] + 1
+
+
+# -- checking a plan file ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanFileCheck:
+    """Everything wrong with one plan file (``planweave validate``): its problems in plan order, each placed at its
+    line and column where known, and how many steps it lists."""
+
+    source: str
+    problems: tuple[PlanProblem, ...]
+    steps: int
+    readable: bool = True  # false: the file could not be read at all (missing, a directory, too large)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def check_plan_file(path: str | Path, tools: ToolCatalog | None = None,
+                    capacities: Mapping[str, int] | None = None) -> PlanFileCheck:
+    """Every problem of the plan file at ``path`` at once, schema and semantic, each at its line and column.
+
+    A file that cannot be read gives that one problem (``readable`` false); a syntax error or a document past the
+    limits of plan documents gives its problems (nothing else can be checked); else
+    :func:`~planweave.plan.graph.check_plan_document` with ``tools`` and ``capacities``.
+    """
+    p = Path(path)
+    source = str(path)
+    try:
+        raw = _read_bytes(p, source)
+    except PlanInvalid as exc:
+        return PlanFileCheck(source, exc.problems, 0, readable=False)
+    as_json = p.suffix == ".json"
+    try:
+        text = _decode(raw, source)
+    except PlanInvalid as exc:
+        return PlanFileCheck(source, exc.problems, 0)
+    try:
+        data = plan_document(text, source, as_json=as_json)
+    except PlanInvalid as exc:
+        return PlanFileCheck(source, tuple(in_plan_order(_placed(exc, text, as_json).problems)), 0)
+    try:
+        positions = document_positions(text, as_json)
+    except (ValueError, yaml.YAMLError, RecursionError):
+        positions = Positions({})
+    check = check_plan_document(data, tools, capacities, positions=positions)
+    return PlanFileCheck(source, check.problems, check.steps)

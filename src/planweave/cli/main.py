@@ -62,6 +62,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "planweave.cli.rollouts_cmd": ("rollouts",),
     "planweave.cli.control_cmd": ("control",),
     "planweave.cli.memory_cmd": ("memory",),
+    "planweave.cli.validate_cmd": ("validate",),
 }
 
 

@@ -1,7 +1,11 @@
-"""Limits on plan documents: JSON values only, bounded nesting and size, valid Unicode (pure, no I/O)."""
+"""Limits on plan documents: JSON values only, bounded nesting and size, valid Unicode; and where in its file each
+part of a document was written, to place problems at their line and column (pure, no I/O)."""
 
 from __future__ import annotations
 
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from planweave.errors import PlanProblem
@@ -129,3 +133,124 @@ class _Walk:
                 self.visit(child)
             self.path.pop()
         self.above.discard(id(value))
+
+
+# -- positions ---------------------------------------------------------------------------------------------------
+Position = tuple[int, int]
+"""A 1-based line and column in a plan file."""
+
+DocumentPath = tuple[str, ...]
+"""A place in a plan document, every part as text: ``("steps", "3", "args", "url")`` for ``steps[3].args.url``."""
+
+_PATH_SEPARATORS = re.compile(r"[.\[\]]+")
+
+
+def path_parts(where: str) -> DocumentPath:
+    """The parts of a problem's field or a document path: ``steps[3].args.url`` (:func:`document_problems`) and
+    ``retry.on.0`` (pydantic's locations) alike. A key holding a dot reads as two parts (placed at its parent)."""
+    return tuple(part for part in _PATH_SEPARATORS.split(where) if part)
+
+
+class Positions:
+    """Where each part of one plan document starts in its file (read from the parser's marks by the loader): a key's
+    position for an object's entry, an item's for a list's."""
+
+    def __init__(self, marks: Mapping[DocumentPath, Position]) -> None:
+        self._marks = marks
+
+    def at(self, path: DocumentPath) -> Position | None:
+        """The position of ``path``, else of the nearest part above it that has one (a key under an alias, a key
+        holding a dot); None if none does."""
+        for end in range(len(path), 0, -1):
+            found = self._marks.get(path[:end])
+            if found is not None:
+                return found
+        return None
+
+    def of(self, index: int | None, field: str) -> Position | None:
+        """The position of ``field`` in the step at ``index`` of ``steps`` (None: a field of the plan itself)."""
+        base: DocumentPath = () if index is None else ("steps", str(index))
+        return self.at(base + path_parts(field))
+
+
+_REFERENCE_OPENING = re.compile(r"^(\$\{[^}]*\})")
+
+
+def problem_path(problem: PlanProblem, raw_step: Any) -> str:
+    """Where in its step (``raw_step``, as written) ``problem`` is: its field, or for a reference found in the
+    arguments (``args: ${serch.out} refers to ...``) the argument that holds it (``args.x``)."""
+    opening = _REFERENCE_OPENING.match(problem.message)
+    if opening is None or problem.field not in ("args", "fallback.args") or not isinstance(raw_step, Mapping):
+        return problem.field
+    args = raw_step.get("args") if problem.field == "args" else raw_step.get("fallback")
+    if problem.field == "fallback.args":
+        args = args.get("args") if isinstance(args, Mapping) else None
+    found = _holding(args, opening.group(1), 0)
+    return problem.field if found is None else ".".join((problem.field, *found))
+
+
+def _holding(value: Any, text: str, depth: int) -> list[str] | None:
+    """The path of the first text under ``value`` that contains ``text``, or None."""
+    if isinstance(value, str):
+        return [] if text in value else None
+    if depth >= MAX_DEPTH or not isinstance(value, Mapping | list):
+        return None
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    for key, child in items:
+        found = _holding(child, text, depth + 1)
+        if found is not None:
+            return [str(key), *found]
+    return None
+
+
+def placed(problem: PlanProblem, position: Position | None) -> PlanProblem:
+    """``problem`` at ``position`` (unchanged if it has a line already or the position is unknown)."""
+    if position is None or problem.line is not None:
+        return problem
+    return dataclasses.replace(problem, line=position[0], column=position[1])
+
+
+def step_indices(data: Any) -> dict[str, list[int]]:
+    """Per step id, the indices in the document's ``steps`` of the steps giving it (in order)."""
+    found: dict[str, list[int]] = {}
+    steps = data.get("steps") if isinstance(data, Mapping) else None
+    if isinstance(steps, list):
+        for index, raw in enumerate(steps):
+            if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
+                found.setdefault(raw["id"], []).append(index)
+    return found
+
+
+def place_problems(problems: Iterable[PlanProblem], data: Any, positions: Positions) -> list[PlanProblem]:
+    """Each problem of ``data`` placed where its step (and field) is written, in plan order.
+
+    A problem names its step by id (``#3`` for the third step when it has none): the first step giving that id,
+    except for a repeated id's own problem (field ``id``, one per repetition, in order), placed at the repetition.
+    """
+    indices = step_indices(data)
+    repeated: dict[str, int] = {}
+    located: list[PlanProblem] = []
+    for problem in problems:
+        index: int | None = None
+        if problem.step:
+            given = indices.get(problem.step, ())
+            if problem.field == "id" and len(given) > 1:
+                seen = repeated[problem.step] = repeated.get(problem.step, 0) + 1
+                index = given[min(seen, len(given) - 1)]
+            elif given:
+                index = given[0]
+            elif problem.step.startswith("#") and problem.step[1:].isdigit():
+                index = int(problem.step[1:]) - 1
+            else:
+                located.append(problem)
+                continue
+        steps = data.get("steps") if isinstance(data, Mapping) else None
+        raw = steps[index] if index is not None and isinstance(steps, list) and index < len(steps) else None
+        located.append(placed(problem, positions.of(index, problem_path(problem, raw))))
+    return in_plan_order(located)
+
+
+def in_plan_order(problems: Sequence[PlanProblem]) -> list[PlanProblem]:
+    """``problems`` in the order of the file: those without a position first (as found), then by line and column;
+    problems at one position keep their order (a step's schema problems before its semantic ones)."""
+    return sorted(problems, key=lambda p: (-1, 0) if p.line is None else (p.line, p.column or 0))

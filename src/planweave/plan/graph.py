@@ -16,6 +16,7 @@ from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
 from planweave.plan import passes
 from planweave.plan.catalog import ToolCatalog
 from planweave.plan.critical import critical_path, slacks, upward_ranks
+from planweave.plan.document import Positions, in_plan_order, path_parts, placed, problem_path
 from planweave.plan.model import Claim, PlanSpec, Step, StepDefaults
 from planweave.plan.refs import Compiled, Interpolation, Ref
 
@@ -236,15 +237,43 @@ def parse_step(data: Any, source: str = "step") -> Step:
         raise PlanInvalid([_problem_from_pydantic(label, e) for e in exc.errors()], source) from None
 
 
-def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
-    """Read a plan document (the parsed YAML/JSON) into a :class:`PlanSpec`, reporting every problem at once."""
+def _top_level_problem(data: Any) -> PlanProblem | None:
+    """What makes ``data`` no plan document at all (empty, not an object), or None."""
     if data is None:
-        raise PlanInvalid([PlanProblem("", "", "the document is empty (expected an object with a 'steps' list)")],
-                          source)
+        return PlanProblem("", "", "the document is empty (expected an object with a 'steps' list)")
     if not isinstance(data, Mapping):
         got = _kind_of(data)
-        raise PlanInvalid([PlanProblem("", "", f"expected an object with a 'steps' list at the top level, got {got}")],
-                          source)
+        return PlanProblem("", "", f"expected an object with a 'steps' list at the top level, got {got}")
+    return None
+
+
+def _step_label(index: int, raw: Any) -> str:
+    """How problems name the step at ``index``: its id, or ``#3`` (1-based) when it gives none."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
+        return str(raw["id"])
+    return f"#{index + 1}"
+
+
+def _plan_keys(data: Mapping[str, Any], problems: list[PlanProblem]) -> tuple[PlanSpec | None, frozenset[str]]:
+    """The plan's own keys (all but ``steps``) as a spec with no steps, or None if they have problems (appended);
+    and the keys those problems are on."""
+    rest = {k: v for k, v in data.items() if k != "steps"}
+    try:
+        return PlanSpec.model_validate({**rest, "steps": []}), frozenset()
+    except ValidationError as exc:
+        for e in exc.errors():
+            loc = ".".join(str(p) for p in e["loc"])
+            extra = e["type"] == "extra_forbidden"
+            msg = f"unknown key{did_you_mean(loc, PlanSpec.model_fields)}" if extra else e["msg"]
+            problems.append(PlanProblem("", loc, msg))
+        return None, frozenset(str(e["loc"][0]) for e in exc.errors() if e["loc"])
+
+
+def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
+    """Read a plan document (the parsed YAML/JSON) into a :class:`PlanSpec`, reporting every problem at once."""
+    top = _top_level_problem(data)
+    if top is not None:
+        raise PlanInvalid([top], source)
     problems: list[PlanProblem] = []
     raw_steps = data.get("steps")
     if not isinstance(raw_steps, list):
@@ -252,26 +281,136 @@ def parse_plan_document(data: Any, source: str = "plan") -> PlanSpec:
         raw_steps = []
     steps: list[Step] = []
     for index, raw in enumerate(raw_steps):
-        label = f"#{index + 1}"
-        if isinstance(raw, Mapping) and isinstance(raw.get("id"), str):
-            label = raw["id"]
         try:
             steps.append(Step.model_validate(raw))
         except ValidationError as exc:
+            label = _step_label(index, raw)
             problems.extend(_problem_from_pydantic(label, e) for e in exc.errors())
-    rest = {k: v for k, v in data.items() if k != "steps"}
-    try:
-        spec = PlanSpec.model_validate({**rest, "steps": []})
-    except ValidationError as exc:
-        for e in exc.errors():
-            loc = ".".join(str(p) for p in e["loc"])
-            extra = e["type"] == "extra_forbidden"
-            msg = f"unknown key{did_you_mean(loc, PlanSpec.model_fields)}" if extra else e["msg"]
-            problems.append(PlanProblem("", loc, msg))
-        spec = PlanSpec(steps=())
-    if problems:
+    spec, _ = _plan_keys(data, problems)
+    if problems or spec is None:
         raise PlanInvalid(problems, source)
     return spec.model_copy(update={"steps": tuple(steps)})
+
+
+_STAND_IN_TOOL = "?"  # the tool of a stand-in whose own tool has a problem: no catalog has it (and it is not said)
+
+
+@dataclass(frozen=True)
+class DocumentCheck:
+    """What :func:`check_plan_document` found: every problem of the document, in plan order, and its step count."""
+
+    problems: tuple[PlanProblem, ...]
+    steps: int  # the items of the document's `steps` list (0 if it has none)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def check_plan_document(
+    data: Any,
+    tools: ToolCatalog | None = None,
+    capacities: Mapping[str, int] | None = None,
+    *,
+    positions: Positions | None = None,
+) -> DocumentCheck:
+    """Every problem of a plan document at once, schema and semantic, in plan order (``planweave validate``).
+
+    Each step is read on its own (a step with problems does not hide the next one's), then :func:`validate_plan`'s
+    passes run on the steps that parsed, with ``tools`` (None: no tool checks) and the plan's capacities plus
+    ``capacities`` (none checked if the plan's ``capacities:`` has a problem). A step with schema problems that
+    gives an id takes part through a stand-in (its keys without problems), so that the steps naming it are not told
+    it is unknown and its other keys are still checked; what the stand-in lacks is not reported again. With
+    ``positions``, each problem is placed at the line and column of its step or field.
+    """
+    top = _top_level_problem(data)
+    if top is not None:
+        return DocumentCheck((top,), 0)
+    found: list[tuple[int | None, PlanProblem]] = []
+    raw_steps = data.get("steps")
+    if not isinstance(raw_steps, list):
+        found.append((None, PlanProblem("", "steps", "missing or not a list")))
+        raw_steps = []
+    parsed: list[tuple[int, Step]] = []
+    left_out: dict[int, frozenset[str] | None] = {}  # per stand-in: the keys it lacks (None: all but its id)
+    for index, raw in enumerate(raw_steps):
+        try:
+            parsed.append((index, Step.model_validate(raw)))
+        except ValidationError as exc:
+            label = _step_label(index, raw)
+            found.extend((index, _problem_from_pydantic(label, e)) for e in exc.errors())
+            stand_in = _stand_in(raw, exc)
+            if stand_in is not None:
+                parsed.append((index, stand_in[0]))
+                left_out[index] = stand_in[1]
+    plan_problems: list[PlanProblem] = []
+    spec, bad_keys = _plan_keys(data, plan_problems)
+    found.extend((None, problem) for problem in plan_problems)
+    if spec is None:  # the plan's keys that are fine still count (defaults, capacities)
+        kept = {k: v for k, v in data.items() if k != "steps" and k not in bad_keys}
+        try:
+            spec = PlanSpec.model_validate({**kept, "steps": []})
+        except ValidationError:
+            spec = PlanSpec(steps=())
+    checked_capacities = None if "capacities" in bad_keys else {**spec.capacities, **(capacities or {})}
+    try:
+        validate_plan(spec.model_copy(update={"steps": tuple(step for _, step in parsed)}), tools,
+                      checked_capacities)
+    except PlanInvalid as exc:
+        found.extend(_semantic(exc.problems, parsed, left_out))
+    if positions is None:
+        ordered = sorted(found, key=lambda item: -1 if item[0] is None else item[0])
+        return DocumentCheck(tuple(problem for _, problem in ordered), len(raw_steps))
+    problems = [placed(problem, positions.of(index, problem.field if index is None
+                                             else problem_path(problem, raw_steps[index])))
+                for index, problem in found]
+    return DocumentCheck(tuple(in_plan_order(problems)), len(raw_steps))
+
+
+def _stand_in(raw: Any, exc: ValidationError) -> tuple[Step, frozenset[str] | None] | None:
+    """A step standing in for ``raw``, which has the schema problems of ``exc``, and the keys it leaves out (None:
+    every key but its id); None when ``raw`` gives no valid id (nothing can name it)."""
+    if not isinstance(raw, Mapping):
+        return None
+    dropped = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+    sid = raw.get("id")
+    if "id" in dropped or not isinstance(sid, str):
+        return None
+    kept = {k: v for k, v in raw.items() if k not in dropped}
+    if not isinstance(kept.get("tool"), str):
+        kept["tool"] = _STAND_IN_TOOL
+        dropped.add("tool")
+    try:
+        return Step.model_validate(kept), frozenset(dropped)
+    except ValidationError:  # a problem of the whole step (no key to leave out): only its id takes part
+        return Step(id=sid, tool=_STAND_IN_TOOL), None
+
+
+def _semantic(problems: tuple[PlanProblem, ...], parsed: list[tuple[int, Step]],
+              left_out: Mapping[int, frozenset[str] | None]) -> list[tuple[int | None, PlanProblem]]:
+    """``validate_plan``'s problems with the index of the step each concerns (a repeated id's own problem: the
+    repetition), less those about what a stand-in left out."""
+    indices: dict[str, list[int]] = {}
+    for index, step in parsed:
+        indices.setdefault(step.id, []).append(index)
+    repeated: dict[str, int] = {}
+    found: list[tuple[int | None, PlanProblem]] = []
+    for problem in problems:
+        given = indices.get(problem.step)
+        if not given:
+            found.append((None, problem))
+            continue
+        index = given[0]
+        if problem.field == "id" and len(given) > 1:
+            seen = repeated[problem.step] = repeated.get(problem.step, 0) + 1
+            index = given[min(seen, len(given) - 1)]
+        if index in left_out:
+            lacks = left_out[index]
+            parts = path_parts(problem.field)
+            if lacks is None or (parts and parts[0] in lacks):
+                continue
+        found.append((index, problem))
+    return found
 
 
 def _canonical(template: Compiled, prints: Mapping[str, str]) -> Any:
