@@ -83,6 +83,8 @@ async def test_a_finished_runs_critical_path_follows_what_happened_not_the_estim
             assert edges == {("b", "m"), ("m", "z")}
             await expect(page.locator("#gantt rect.bar[data-critical]")).to_have_count(3)
             assert await outlined(page, "#gantt rect.bar[data-critical]", "data-step") == {"b", "m", "z"}
+            ticks = await page.locator("#gantt text.tick").all_text_contents()
+            assert ticks[0] == "0" and len(ticks) >= 3, ticks  # nice times from the run's start
             await page.screenshot(path=str(tmp_path / "critical.png"), full_page=True)
 
             # A page opened on the finished run (its events replayed) shows the same.

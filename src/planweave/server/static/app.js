@@ -1052,10 +1052,13 @@
     const height = AXIS + rows.length * ROW + PAD;
     const x = (t) => LABEL + PAD + ((t - t0) / span) * plotW;
     const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "timeline of step attempts" });
-    for (let i = 0; i <= 5; i++) {
-      const t = t0 + (span * i) / 5;
-      root.append(svg("line", { x1: x(t), x2: x(t), y1: AXIS - 4, y2: height, class: "grid" }));
-      root.append(svg("text", { x: x(t), y: 12, class: "tick", "text-anchor": i === 0 ? "start" : i === 5 ? "end" : "middle", text: formatDuration((span * i) / 5) }));
+    // Ticks at nice times from the run's start (as the forecast's histogram), at most six.
+    const every = TIME_STEPS.find((s) => span / s <= 6) || Math.ceil(span / 6 / 86400) * 86400;
+    for (let d = 0; d <= span + 1e-9; d += every) {
+      const at = x(t0 + d);
+      const anchor = d === 0 ? "start" : at > LABEL + PAD + plotW - 30 ? "end" : "middle";
+      root.append(svg("line", { x1: at, x2: at, y1: AXIS - 4, y2: height, class: "grid" }));
+      root.append(svg("text", { x: at, y: 12, class: "tick", "text-anchor": anchor, text: formatTick(d) }));
     }
     rows.forEach((id, i) => {
       const y = AXIS + i * ROW;
