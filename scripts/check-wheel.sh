@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Build the wheel from this checkout, install it in a fresh venv without extras, run the example, and check that
-# the server, a PostgreSQL journal and MCP each say which extra they need (exit 2, no traceback). Then the same
-# for the compiled wheel (setup.py, PLANWEAVE_COMPILE=1: built with the dev venv's mypyc), in a venv of its own.
+# the server, a PostgreSQL journal and MCP each say which extra they need (exit 2, no traceback).
 # Used by .ci/run; takes about a minute with a warm pip cache. Leaves nothing behind (a temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -63,18 +62,4 @@ expect_extra postgres "$PW" runs --journal postgresql://127.0.0.1:9/none
 expect_extra mcp "$PW" tools list --mcp files=./no-such-server
 expect_extra memory-embed "$PW" run --goal "weather report for oslo" --memory --memory-embed --journal "sqlite:///$WORK/runs.db"
 
-# The compiled wheel: a platform wheel that installs and runs the example on its own, its engine the native one.
-[ -x "$REPO/.venv/bin/python" ] || fail "the compiled wheel is built with .venv's mypyc: run scripts/setup.sh first"
-(cd "$WORK/src" && rm -rf build && PLANWEAVE_COMPILE=1 "$REPO/.venv/bin/python" -m pip wheel -qq --no-build-isolation \
-  --no-deps -w "$WORK/compiled" .)
-COMPILED_WHEEL=$(ls "$WORK"/compiled/planweave-*.whl)
-case $(basename "$COMPILED_WHEEL") in *-py3-none-any.whl) fail "PLANWEAVE_COMPILE=1 built a pure wheel";; esac
-"$PY" -m venv "$WORK/venv-compiled"
-"$WORK/venv-compiled/bin/python" -m pip install -qq "$COMPILED_WHEEL"
-"$WORK/venv-compiled/bin/planweave" --version | grep -q "engine compiled with mypyc" \
-  || fail "the compiled wheel's planweave does not run its compiled engine"
-"$WORK/venv-compiled/bin/planweave" run hello.yaml --journal "sqlite:///$WORK/compiled.db" >run.out 2>&1 \
-  || { cat run.out; fail "the example failed on the compiled wheel"; }
-grep -q "succeeded" run.out || { cat run.out; fail "the example did not say it succeeded on the compiled wheel"; }
-echo "check-wheel: $(basename "$COMPILED_WHEEL"): planweave run examples/hello.yaml succeeded, engine compiled"
 echo "check-wheel: ok"
