@@ -198,8 +198,18 @@ def _error_document(errors: Sequence[PlanweaveError]) -> dict[str, Any]:
     problems = [p for e in invalid for p in e.problems]
     if problems:
         return {"status": "invalid", "source": invalid[0].source, "problems": [
-            {"step": p.step, "field": p.field, "message": p.message, "text": str(p)} for p in problems]}
+            {"step": p.step, "field": p.field, "message": p.message, "line": p.line, "column": p.column,
+             "text": str(p)} for p in problems]}
     return {"status": "error", "error": "; ".join(str(e) for e in errors)}
+
+
+def _placed(error: PlanweaveError) -> PlanweaveError:
+    """A plan file's problems placed at their lines (those found after it was read name only their step)."""
+    if not isinstance(error, PlanInvalid):
+        return error
+    from planweave.planfile import placed_in_source
+
+    return placed_in_source(error)
 
 
 @contextmanager
@@ -214,6 +224,7 @@ def clean_errors(json_output: bool = False) -> Iterator[None]:
         errors = _plain_errors(exc)
         if errors is None:
             raise
+        errors = [_placed(error) for error in errors]
         for error in errors:
             typer.echo(str(error) if isinstance(error, PlanInvalid) else f"error: {error}", err=True)
         if json_output:
