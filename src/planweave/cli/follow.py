@@ -211,7 +211,7 @@ async def _announce(run: Run, journal: Journal, session: Session, console: Conso
         line = f"run {run.id} {verb} (resume with: {session.resume_command(run.id)})"
     else:
         line = f"run {run.id} {verb} (the journal {session.journal_url} is not durable: it cannot be resumed)"
-    (console or Console(stderr=True, highlight=False)).print(line, markup=False, soft_wrap=True)
+    (console or views.console(stderr=True)).print(line, markup=False, soft_wrap=True)
 
 
 async def follow_run(
@@ -311,8 +311,8 @@ async def _with_daemon_executor(main: Coroutine[Any, Any, T]) -> T:
 def console_for(json_output: bool) -> Console | None:
     """Where the live view goes: stdout, or with ``--json`` stderr if that is a terminal (else nowhere)."""
     if not json_output:
-        return Console(highlight=False)
-    return Console(stderr=True, highlight=False) if sys.stderr.isatty() else None
+        return views.console()
+    return views.console(stderr=True) if sys.stderr.isatty() else None
 
 
 def report_outcome(outcome: Outcome, session: Session) -> None:
@@ -324,7 +324,7 @@ def report_outcome(outcome: Outcome, session: Session) -> None:
         return
     if session.json_output:
         print_json(outcome.report)
-    out = Console(stderr=session.json_output, highlight=False)
+    out = views.console(stderr=session.json_output)
     if outcome.status == "interrupted":
         if outcome.run_id is None:
             out.print("interrupted before the run started", markup=False)
@@ -348,7 +348,7 @@ def report_outcome(outcome: Outcome, session: Session) -> None:
         # A run that failed before any step was planned (no model to plan with) has nothing else to show: its error
         # is a command's error, on stderr.
         nothing_ran = outcome.status == "failed" and outcome.state is not None and not outcome.state.records
-        (Console(stderr=True, highlight=False) if nothing_ran else out).print(
+        (views.console(stderr=True) if nothing_ran else out).print(
             Text("error: ", style="bold red") + Text(outcome.error))
     if outcome.report.get("answer"):
         out.print(Text("answer: ", style="bold green") + Text(str(outcome.report["answer"])))

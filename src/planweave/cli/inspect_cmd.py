@@ -276,7 +276,7 @@ def runs(
     if json_output:
         print_json(rows)
         return
-    console = Console(highlight=False)
+    console = views.console()
     if not rows:
         console.print(f"no runs in the journal {url}" + (" match" if statuses or since else ""), markup=False)
         return
@@ -362,7 +362,7 @@ def show(
         if json_output:
             print_json(detail)
         else:
-            Console(highlight=False).print(views.step_panel(detail, found.state.created_at))
+            views.console().print(views.step_panel(detail, found.state.created_at))
         return
     parent, children = asyncio.run(read_tree(url, run_id))
     if json_output:
@@ -370,7 +370,7 @@ def show(
         return
     state = found.state
     _hide_secrets(state)
-    console = Console(highlight=False)
+    console = views.console()
     console.print(views.run_header(state, found.horizon, found.status))
     times = Text(f"started {views.format_instant(state.created_at)}", style="dim")
     if state.finished_at is not None:
@@ -401,7 +401,7 @@ def show(
     _print_unfinished(console, found, url)
     console.print()
     console.print(Text("timeline", style="bold"))
-    console.print(views.timeline(state, console.width, found.horizon, shown), soft_wrap=True)
+    console.print(views.timeline(state, views.timeline_width(console), found.horizon, shown), soft_wrap=True)
     if len(state.versions) > 1 or state.model_calls:
         console.print()
         console.print(views.versions_table(state))

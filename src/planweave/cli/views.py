@@ -10,6 +10,7 @@ import asyncio
 import functools
 import heapq
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -65,6 +66,27 @@ _EPOCH_THRESHOLD = 1e9
 UNBOUNDED_MARK = "⚠ no timeout"
 """Beside a step that may still wait forever: it has no timeout, or one longer than a day."""
 _YEAR = 365 * 86400.0
+
+
+OFF_TERMINAL_WIDTH = 10_000
+"""The width of the views off a terminal (a CI log, a pipe) when $COLUMNS does not say: wide enough that a row of a
+table stays one line, as a log or a grep needs it (Rich's default there is 80)."""
+OFF_TERMINAL_TIMELINE = 120  # the width of a timeline off a terminal without $COLUMNS: its bars scale to it
+
+
+def console(*, stderr: bool = False) -> Console:
+    """A console for the command line's views: a terminal's own width; off a terminal $COLUMNS if set, else
+    :data:`OFF_TERMINAL_WIDTH` (no wrapping)."""
+    out = Console(stderr=stderr, highlight=False)
+    if not out.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
+        out.width = OFF_TERMINAL_WIDTH
+    return out
+
+
+def timeline_width(out: Console) -> int:
+    """How wide a timeline drawn on ``out`` is: the console's width, or :data:`OFF_TERMINAL_TIMELINE` on a console
+    of :func:`console` off a terminal (bars that wide say nothing more)."""
+    return OFF_TERMINAL_TIMELINE if out.width >= OFF_TERMINAL_WIDTH else out.width
 
 
 def format_duration(seconds: float | None) -> str:
