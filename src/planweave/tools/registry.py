@@ -7,7 +7,7 @@ import typing
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -235,6 +235,7 @@ def _returns_plain(fn: Callable[..., Any]) -> bool:
 
 
 ToolFunction = Callable[..., Awaitable[Any]] | Callable[..., Any]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Toolbox(Mapping[str, Tool]):
@@ -276,13 +277,22 @@ class Toolbox(Mapping[str, Tool]):
         self._tools[t.name] = t
         return t
 
-    def tool(
-        self, fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False,
-        cache: CacheOption = None, version: str = "",
-    ) -> Any:
-        """Decorator registering a function as a tool; the function itself is returned unchanged."""
+    @overload
+    def tool(self, fn: F, /, *, name: str | None = None, idempotent: bool = False, cache: CacheOption = None,
+             version: str = "") -> F: ...
 
-        def register(f: ToolFunction) -> ToolFunction:
+    @overload
+    def tool(self, fn: None = None, /, *, name: str | None = None, idempotent: bool = False,
+             cache: CacheOption = None, version: str = "") -> Callable[[F], F]: ...
+
+    def tool(
+        self, fn: F | None = None, /, *, name: str | None = None, idempotent: bool = False,
+        cache: CacheOption = None, version: str = "",
+    ) -> F | Callable[[F], F]:
+        """Decorator registering a function as a tool; the function itself is returned unchanged (and typed so:
+        ``@toolbox.tool`` keeps a function's signature under ``mypy --strict``)."""
+
+        def register(f: F) -> F:
             self.add(f, name=name, idempotent=idempotent, cache=cache, version=version)
             return f
 
@@ -319,10 +329,20 @@ class Toolbox(Mapping[str, Tool]):
             await closer()
 
 
+@overload
+def tool(fn: ToolFunction, /, *, name: str | None = None, idempotent: bool = False, description: str | None = None,
+         cache: CacheOption = None, version: str = "", speculate: bool = True) -> Tool: ...
+
+
+@overload
+def tool(fn: None = None, /, *, name: str | None = None, idempotent: bool = False, description: str | None = None,
+         cache: CacheOption = None, version: str = "", speculate: bool = True) -> Callable[[ToolFunction], Tool]: ...
+
+
 def tool(
     fn: ToolFunction | None = None, /, *, name: str | None = None, idempotent: bool = False,
     description: str | None = None, cache: CacheOption = None, version: str = "", speculate: bool = True,
-) -> Any:
+) -> Tool | Callable[[ToolFunction], Tool]:
     """Decorator turning a function into a :class:`Tool` (add it to a Toolbox, or pass it in ``tools=[...]``).
 
     ``cache=True`` or ``cache={"ttl": seconds}`` (with ``idempotent=True``): steps calling it reuse the output of an
