@@ -45,6 +45,8 @@ from planweave.plan.model import PlanSpec
 MAX_PLAN_BYTES = 16 * 1024 * 1024
 """The largest plan file read (16 MiB): a plan is a program, not a data set."""
 
+_Marks = dict[DocumentPath, Position]  # where each part of a document starts, as the loader reads it
+
 _YAML_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 _TEXT_TAGS = frozenset({"tag:yaml.org,2002:str", "tag:yaml.org,2002:timestamp"})  # keys read as text (dates too)
 # A document refused by libyaml is read again by the pure-Python loader for its messages only up to this size: the
@@ -193,14 +195,14 @@ def _within_limits(text: str, reading: _Reading) -> bool:
     return True
 
 
-def _parse_yaml(text: str, reading: _Reading | None = None) -> Any:
+def _parse_yaml(text: str, reading: _Reading | None = None, marks: _Marks | None = None) -> Any:
     """YAML through libyaml when it is there and the document is fine; else (and for every error in a small
-    document) PyYAML's own."""
+    document) PyYAML's own. ``marks``, when given, gets where each part of the document starts."""
     reading = reading or _Reading(None)
     if _CLoader is not None:
         try:
             if _within_limits(text, reading):
-                return _load(_CLoader, text, reading)  # a SafeLoader's constructors: no arbitrary objects
+                return _load(_CLoader, text, reading, marks)  # a SafeLoader's constructors: no arbitrary objects
         except _Refused:
             raise  # the pure-Python loader would say the same, slower
         except (yaml.YAMLError, ValueError, RecursionError):
@@ -209,14 +211,21 @@ def _parse_yaml(text: str, reading: _Reading | None = None) -> Any:
             # read again below, for the message the pure-Python parser gives (or its result)
         reading = _Reading(reading.time_limit) if reading.deadline is None else reading
         reading.values = 0
-    return _load(_PlanYamlLoader, text, reading)  # a SafeLoader subclass
+    return _load(_PlanYamlLoader, text, reading, marks)  # a SafeLoader subclass
 
 
-def _load(loader_class: type[Any], text: str, reading: _Reading) -> Any:
+def _load(loader_class: type[Any], text: str, reading: _Reading, marks: _Marks | None = None) -> Any:
     loader = loader_class(text)
     loader.reading = reading
     try:
-        return loader.get_single_data()
+        if marks is None:
+            return loader.get_single_data()
+        node = loader.get_single_node()  # what get_single_data does, with the nodes' marks read in between
+        if node is None:
+            return None
+        marks.clear()
+        marks.update(_node_marks(node))
+        return loader.construct_document(node)
     finally:
         loader.dispose()
 
@@ -315,12 +324,15 @@ def _line_column(text: str, offset: int) -> tuple[int, int]:
     return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
 
 
-def _parse_text(text: str, as_json: bool, reading: _Reading | None = None) -> Any:
+def _parse_text(text: str, as_json: bool, reading: _Reading | None = None, marks: _Marks | None = None) -> Any:
     """Parse JSON or YAML; syntax errors become :class:`PlanProblem` lists via the exceptions below."""
     reading = reading or _Reading(None)
     if as_json:
-        return json.loads(text, object_pairs_hook=_JsonObjects(text, reading))
-    return _parse_yaml(text, reading)
+        data = json.loads(text, object_pairs_hook=_JsonObjects(text, reading))
+        if marks is not None:
+            marks.update(_json_positions(text))
+        return data
+    return _parse_yaml(text, reading, marks)
 
 
 def _syntax_problem(exc: Exception) -> str:
@@ -341,19 +353,20 @@ def _syntax_problem(exc: Exception) -> str:
 
 
 def plan_document(text: str, source: str, *, as_json: bool = False, time_limit: float | None = None,
-                  field: str = "") -> Any:
+                  field: str = "", marks: _Marks | None = None) -> Any:
     """The plan document a plan file's text holds, checked (:func:`document_problems`); raise :class:`PlanInvalid`
     naming ``source`` (and ``field``, the problems' field: the server's ``plan_yaml``) and the line where known.
 
     Refused before the document is built: text longer than :data:`MAX_PLAN_BYTES`, more than :data:`MAX_VALUES`
     values, a key given twice in one object, and (``time_limit`` seconds, checked while reading) a read that takes
-    longer. JSON is read as YAML when ``as_json`` is false (YAML holds it).
+    longer. JSON is read as YAML when ``as_json`` is false (YAML holds it). ``marks``, when given, gets where
+    each part of the document starts (for :class:`~planweave.plan.document.Positions`), read in the same pass.
     """
     if len(text) > MAX_PLAN_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_PLAN_BYTES:
         raise PlanInvalid([PlanProblem("", field, f"the plan is larger than {MAX_PLAN_BYTES // (1024 * 1024)} MiB "
                                                   "(the limit of plan documents)")], source)
     try:
-        data = _parse_text(text, as_json, _Reading(time_limit))
+        data = _parse_text(text, as_json, _Reading(time_limit), marks)
     except (ValueError, yaml.YAMLError, RecursionError) as exc:  # JSONDecodeError is a ValueError
         raise PlanInvalid([_placed_message(field, _syntax_problem(exc))], source) from None
     if isinstance(data, dict):  # other top levels get parse_plan_document's message
@@ -423,23 +436,25 @@ def placed_in_source(error: PlanInvalid) -> PlanInvalid:
 def document_positions(text: str, as_json: bool) -> Positions:
     """Where each part of the document in ``text`` (read fine before) starts: the YAML parser's marks, or for JSON
     a pass over its tokens."""
-    return Positions(_json_positions(text) if as_json else _yaml_positions(text))
-
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-def _yaml_positions(text: str) -> dict[DocumentPath, Position]:
-    """Each path of the YAML document's nodes and where it starts (a key's mark for an entry, an item's for a list
-    item). A node an alias repeats is walked once: what lies under a second use is placed at the alias."""
+    if as_json:
+        return Positions(_json_positions(text))
     loader = (_CLoader or _PlanYamlLoader)(text)
     try:
         root = loader.get_single_node()
     finally:
         loader.dispose()
-    marks: dict[DocumentPath, Position] = {}
+    return Positions({} if root is None else _node_marks(root))
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _node_marks(root: Node) -> _Marks:
+    """Each path of the YAML document's nodes and where it starts (a key's mark for an entry, an item's for a list
+    item). A node an alias repeats is walked once: what lies under a second use is placed at the alias."""
+    marks: _Marks = {}
     seen: set[int] = set()
-    stack: list[tuple[DocumentPath, Node, bool]] = [] if root is None else [((), root, False)]
+    stack: list[tuple[DocumentPath, Node, bool]] = [((), root, False)]
     while stack:
         path, node, merged = stack.pop()
         if id(node) in seen:
@@ -482,9 +497,9 @@ class _JsonFrame:
         self.index = 0
 
 
-def _json_positions(text: str) -> dict[DocumentPath, Position]:
+def _json_positions(text: str) -> _Marks:
     """Each path of the JSON document (valid: read before) and where it starts: its key, or its list item."""
-    marks: dict[DocumentPath, Position] = {}
+    marks: _Marks = {}
     frames: list[_JsonFrame] = []
     lines = _LineStarts(text)
     for token in _JSON_PARTS.finditer(text):
@@ -564,13 +579,10 @@ def check_plan_file(path: str | Path, tools: ToolCatalog | None = None,
         text = _decode(raw, source)
     except PlanInvalid as exc:
         return PlanFileCheck(source, exc.problems, 0)
+    marks: _Marks = {}
     try:
-        data = plan_document(text, source, as_json=as_json)
+        data = plan_document(text, source, as_json=as_json, marks=marks)
     except PlanInvalid as exc:
         return PlanFileCheck(source, tuple(in_plan_order(_placed(exc, text, as_json).problems)), 0)
-    try:
-        positions = document_positions(text, as_json)
-    except (ValueError, yaml.YAMLError, RecursionError):
-        positions = Positions({})
-    check = check_plan_document(data, tools, capacities, positions=positions)
+    check = check_plan_document(data, tools, capacities, positions=Positions(marks))
     return PlanFileCheck(source, check.problems, check.steps)
