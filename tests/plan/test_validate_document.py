@@ -132,6 +132,8 @@ def test_a_syntax_error_is_one_problem_at_its_position(tmp_path: Path) -> None:
     problem = check.problems[0]
     assert problem.line is not None and problem.message.startswith(f"line {problem.line}, ")
     assert str(problem) == problem.message  # the position is said once
+    assert problem.detail == problem.message.removeprefix(f"line {problem.line}, column {problem.column}: ")
+    assert not problem.detail.startswith("line ")
     assert check.readable
 
 

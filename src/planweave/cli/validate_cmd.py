@@ -57,7 +57,7 @@ def exit_code(checks: list[PlanFileCheck]) -> ExitCode:
 
 
 def validate(
-    plans: Annotated[list[Path], typer.Argument(metavar="PLAN...", help="Plan files (YAML or JSON) to check.",
+    plans: Annotated[list[Path], typer.Argument(metavar="PLAN", help="Plan files (YAML or JSON) to check.",
                                                 show_default=False)],
     tools: ToolsOption = None,
     json_output: JsonOption = False,
@@ -65,8 +65,7 @@ def validate(
     """Check plan files without running them: every problem at once (schema and semantic), each at its line and
     column. Exit 0 if every file is valid, 1 if one has problems, 2 if one cannot be read.
 
-    --json prints {file, valid, problems: [{step, field, line, column, message}]} for one file, and
-    {valid, files: [...]} (one such object per file) for several.
+    --json: {file, valid, problems: [{step, field, line, column, message}]}; for several files {valid, files}.
     """
     with clean_errors(json_output):
         catalog = load_tools(tools or ())  # a --tools that cannot be imported: exit 2, as for run
