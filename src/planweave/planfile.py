@@ -7,6 +7,12 @@ and, where known, the line and column: undecodable bytes, syntax errors, nesting
 files larger than :data:`MAX_PLAN_BYTES`, keys given twice in one object. The limits are checked while the text is
 read, before a document's Python objects are built: a file of millions of values is refused in a couple of seconds
 and a few MB, at the position where the limit was crossed, not after building them all.
+
+Every problem is placed at the line and column of the step or field it concerns (``PlanProblem.line``/``column``):
+the loader keeps where each document path starts (the YAML nodes' marks, a pass over the JSON tokens) and
+:func:`~planweave.plan.document.place_problems` looks each problem's step and field up in it. :func:`check_plan_file`
+(``planweave validate``) reports a file's schema and semantic problems together; :func:`placed_in_source` places the
+problems found later, by step id, in the file they name (``run``'s report).
 """
 
 from __future__ import annotations
