@@ -4,7 +4,8 @@
 #   scripts/install-mcp-servers.sh            # into <repo>/.cache/mcp
 #   PLANWEAVE_MCP_CACHE=/some/dir scripts/install-mcp-servers.sh
 #
-# The binaries land in $PLANWEAVE_MCP_CACHE/node_modules/.bin (mcp-server-everything, mcp-server-filesystem).
+# The binaries land in $PLANWEAVE_MCP_CACHE/node_modules/.bin (mcp-server-everything, mcp-server-filesystem,
+# mcp-inspector).
 # Versions are pinned so a test run means the same thing tomorrow; bump them here.
 set -euo pipefail
 
@@ -13,6 +14,7 @@ cache="${PLANWEAVE_MCP_CACHE:-$repo/.cache/mcp}"
 packages=(
   "@modelcontextprotocol/server-everything@2026.8.31"
   "@modelcontextprotocol/server-filesystem@2026.8.31"
+  "@modelcontextprotocol/inspector@2.12.0"  # an independent MCP client: tests/server/test_mcp_server_inspector.py
 )
 
 if ! command -v npm >/dev/null 2>&1; then
@@ -42,7 +44,7 @@ fi
 
 echo "install-mcp-servers: installing ${missing[*]} into $cache"
 npm install --prefix "$cache" --save-exact --no-audit --no-fund --loglevel=error "${packages[@]}"
-for bin in mcp-server-everything mcp-server-filesystem; do
+for bin in mcp-server-everything mcp-server-filesystem mcp-inspector; do
   if [ ! -x "$cache/node_modules/.bin/$bin" ]; then
     echo "install-mcp-servers: $bin is missing from $cache/node_modules/.bin after npm install" >&2
     exit 1

@@ -63,6 +63,7 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "planweave.cli.control_cmd": ("control",),
     "planweave.cli.memory_cmd": ("memory",),
     "planweave.cli.validate_cmd": ("validate",),
+    "planweave.cli.mcp_cmd": ("mcp",),
 }
 
 
