@@ -64,7 +64,8 @@ def run_report(
     redact: Redact | None = None,
 ) -> dict[str, Any]:
     """One run in full: :meth:`RunState.summary` (steps, tokens, cost, answer, plan versions) with ``status``
-    overriding the fold's when given, plus the name (``plan``, as :func:`run_overview`'s), root cause, waiting and
+    overriding the fold's when given, plus ``ran_s`` (the time it ran: ``makespan_s``, the wall-clock span, less
+    the downtime before each resume), the name (``plan``, as :func:`run_overview`'s), root cause, waiting and
     unbounded steps, each step's ``duration_s`` (first start to end, None until it ends) and ``attempt_log``, and,
     given ``outputs``, ``"outputs"`` as :func:`~planweave.engine.report.outputs_summary` shows them (redacted)."""
     report = state.summary()
@@ -80,6 +81,8 @@ def run_report(
         ]
     if status is not None:
         report["status"] = status
+    # makespan_s is the wall-clock span: a resumed run's also holds the time no process ran it; ran_s does not.
+    report["ran_s"] = state.ran_s(state.created_at, state.finished_at)
     report["plan"] = state.plan.spec.shown_name()
     report["root_cause"] = state.root_cause
     report["waiting"] = state.waiting_steps()

@@ -11,7 +11,8 @@ import yaml
 
 from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env
 
-GOAL = "Compare tomorrow's weather in Paris and Rome\nand recommend one, with a short reason for the choice and a packing list"
+GOAL = ("Compare tomorrow's weather in Paris and Rome\nand recommend one, with a short reason for the choice and a "
+        "packing list")
 SHOWN = "Compare tomorrow's weather in Paris and Rome and recommend…"
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import shlex
 import signal
 import subprocess
+import time
 from pathlib import Path
 
+import pytest
 import yaml
 
-from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env, wait_for_step
+from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
 from tests.processes import read_until, running
 
 SCRIPT = {
@@ -20,6 +22,19 @@ SCRIPT = {
     ],
     "answer": "done after resume",
 }
+
+
+def _wait_running(url: str, run_id: str, step: str, proc: subprocess.Popen[str]) -> None:
+    """Until the planner has written ``step`` and it runs (bounded); fail if the run exited first."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        seen = journal_view(url, run_id)
+        rec = seen.state.records.get(step) if seen is not None and seen.state is not None else None
+        if rec is not None and rec.status == "running":
+            return
+        assert proc.poll() is None, f"the run exited early with {proc.returncode}"
+        time.sleep(0.05)
+    pytest.fail(f"step '{step}' of run '{run_id}' was not running within 30 s")
 
 
 def _hint(line: str) -> list[str]:
@@ -37,7 +52,7 @@ def test_the_resume_hint_of_a_killed_goal_run_works_as_printed(tmp_path: Path) -
     with running(cli_command("run", "--goal", "g", "--model", "scripted:script.yaml", "--journal", url,
                              "--run-id", "killed"), env=env, cwd=tmp_path) as proc:
         started = read_until(proc, "run killed started")[-1]
-        wait_for_step(url, "killed", "slow", "running", proc)
+        _wait_running(url, "killed", "slow", proc)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     argv = _hint(started)

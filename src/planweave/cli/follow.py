@@ -336,7 +336,8 @@ def report_outcome(outcome: Outcome, session: Session) -> None:
         return
     if session.json_output:
         return
-    makespan = views.format_duration(outcome.report.get("makespan_s"))
+    makespan = (views.elapsed_text(outcome.state, outcome.state.finished_at) if outcome.state is not None
+                else "") or views.format_duration(outcome.report.get("makespan_s"))  # the time it ran
     line = Text()
     line.append_text(views.status_text(outcome.status))
     line.append(f" {'in' if outcome.status == 'succeeded' else 'after'} {makespan} · run {outcome.run_id}")

@@ -397,11 +397,13 @@ def show(
     console.print()
     shown = None if all_rows else views.summary_steps(state, found.horizon, views.SUMMARY_TOP)[0]
     console.print(views.steps_table(state, found.horizon, detailed=True, top=None if all_rows else views.SUMMARY_TOP,
-                                    more_hint=views.ALL_HINT, cached=found.cached))
+                                    more_hint=views.ALL_HINT, cached=found.cached,
+                                    interrupted=found.status == "interrupted"))
     _print_unfinished(console, found, url)
     console.print()
     console.print(Text("timeline", style="bold"))
-    console.print(views.timeline(state, views.timeline_width(console), found.horizon, shown), soft_wrap=True)
+    console.print(views.timeline(state, views.timeline_width(console), found.horizon, shown,
+                                 interrupted=found.status == "interrupted"), soft_wrap=True)
     if len(state.versions) > 1 or state.model_calls:
         console.print()
         console.print(views.versions_table(state))

@@ -45,7 +45,7 @@ STATUS_STYLE: Mapping[str, str] = {
 }
 _COUNT_LABEL: Mapping[str, str] = {"waiting_approval": "waiting for approval", "waiting_input": "waiting for input"}
 # The order counts are listed in, most urgent first.
-STATUS_ORDER = ("waiting_approval", "waiting_input", "running", "ready",
+STATUS_ORDER = ("waiting_approval", "waiting_input", "running", "interrupted", "ready",
                 "unknown", "failed", "cancelled", "skipped", "succeeded", "pending")
 
 # Timeline glyphs, distinct without colour so retries stay visible in logs and plain terminals.
@@ -127,8 +127,17 @@ def status_text(status: str) -> Text:
     return Text(status, style=STATUS_STYLE.get(status, ""))
 
 
-def counts_text(counts: Mapping[str, int]) -> Text:
-    """``3 running · 5 succeeded · 1 failed`` with each state in its colour."""
+def shown_status(status: str, interrupted: bool) -> str:
+    """A step's status as the views show it: in a run whose process stopped (``interrupted``), a step it was
+    running is ``interrupted``, not running (a resume re-runs it, or finds its outcome unknown)."""
+    return "interrupted" if interrupted and status == "running" else status
+
+
+def counts_text(counts: Mapping[str, int], interrupted: bool = False) -> Text:
+    """``3 running · 5 succeeded · 1 failed`` with each state in its colour (``interrupted``: of a run whose
+    process stopped, :func:`shown_status`)."""
+    if interrupted and counts.get("running"):
+        counts = {**counts, "interrupted": counts.get("interrupted", 0) + counts["running"], "running": 0}
     out = Text()
     for status in STATUS_ORDER:
         n = counts.get(status, 0)
@@ -139,12 +148,27 @@ def counts_text(counts: Mapping[str, int]) -> Text:
     return out
 
 
-def step_elapsed(rec: StepRecord, now: float | None) -> float | None:
-    """Time from the step's first start to its end (or to ``now`` while it is not finished)."""
+def step_elapsed(rec: StepRecord, now: float | None, state: RunState | None = None) -> float | None:
+    """Time from the step's first start to its end (or to ``now`` while it is not finished); given the run's
+    ``state``, the time it ran: less the run's downtime between (a resume re-ran it)."""
     if rec.started_at is None:
         return None
     end = rec.finished_at if rec.finished_at is not None else now
+    if state is not None and state.downtime:
+        return state.ran_s(rec.started_at, end)
     return None if end is None else end - rec.started_at
+
+
+def elapsed_text(state: RunState, end: float | None) -> str:
+    """How long the run has run until ``end``: its live spans summed, then the wall-clock span when a resume left
+    a time no process ran it (``12.0s (wall clock 2h05m)``); empty without a start or an end."""
+    ran = state.ran_s(state.created_at, end)
+    if ran is None or state.created_at is None or end is None:
+        return ""
+    wall = end - state.created_at
+    if wall - ran < 0.01:
+        return format_duration(ran)
+    return f"{format_duration(ran)} (wall clock {format_duration(wall)})"
 
 
 def _attempt_text(state: RunState, rec: StepRecord) -> str:
@@ -217,9 +241,9 @@ def summary_steps(state: RunState, now: float | None, top: int = 10) -> tuple[li
         elif rec.status in ("running", "waiting_approval", "waiting_input"):
             running.append(rec.id)
         elif rec.started_at is not None:
-            end = rec.finished_at if rec.finished_at is not None else now
-            if end is not None:
-                timed.append((end - rec.started_at, rec.id))
+            elapsed = step_elapsed(rec, now, state)
+            if elapsed is not None:
+                timed.append((elapsed, rec.id))
     slowest = [sid for _elapsed, sid in heapq.nlargest(top, timed, key=lambda item: item[0])]
     shown = [*failed[:top], *running[:top], *slowest]
     return shown, _hidden_counts(state, set(shown))
@@ -250,11 +274,13 @@ def unbounded_hint(state: RunState, shown: int = 5) -> Text | None:
 def steps_table(
     state: RunState, now: float | None, *, max_rows: int | None = None, detailed: bool = False,
     top: int | None = None, more_hint: str = "", cached: Mapping[str, Mapping[str, Any]] | None = None,
+    interrupted: bool = False,
 ) -> RenderableType:
     """One row per step: state, attempt, elapsed and error (``detailed`` adds started and finished offsets).
 
     ``cached`` (step -> the ``cache`` of its ``step_succeeded``) marks the steps whose output was reused from the
-    result cache, naming the run and step it came from.
+    result cache, naming the run and step it came from. ``interrupted``: the run's process stopped
+    (:func:`shown_status`).
 
     Which rows: with ``top``, :func:`summary_steps`; else at most ``max_rows`` (None: every step). A last row counts
     the steps left out, followed by ``more_hint``, is printed below the table.
@@ -272,7 +298,7 @@ def steps_table(
     origin = state.created_at
     for sid in shown:
         rec = state.records[sid]
-        status = status_text(rec.status)
+        status = status_text(shown_status(rec.status, interrupted))
         if still_unbounded(state, sid):
             status.append(f" {UNBOUNDED_MARK}", style="yellow")
         hit = cached.get(sid) if cached else None
@@ -281,11 +307,11 @@ def steps_table(
         cells: list[RenderableType] = [sid, status, _attempt_text(state, rec)]
         if detailed:
             cells += [format_offset(rec.started_at, origin), format_offset(rec.finished_at, origin)]
-        cells += [format_duration(step_elapsed(rec, now)), _error_text(rec)]
+        cells += [format_duration(step_elapsed(rec, now, state)), _error_text(rec)]
         table.add_row(*cells)
     if hidden:
         more = Text(f"… {sum(hidden.values())} more: ", style="dim")
-        more.append_text(counts_text(hidden))
+        more.append_text(counts_text(hidden, interrupted))
         if more_hint:
             more.append(f" ({more_hint})", style="dim")
         return Group(table, more)
@@ -316,10 +342,10 @@ def run_header(state: RunState, now: float | None, status: str | None = None) ->
     head.append(" · ")
     head.append_text(status_text(shown))
     head.append(" · ")
-    head.append_text(counts_text(state.counts()))
-    end = state.finished_at if state.finished_at is not None else now
-    if state.created_at is not None and end is not None:
-        head.append(f" · {format_duration(end - state.created_at)}", style="bold")
+    head.append_text(counts_text(state.counts(), shown == "interrupted"))
+    elapsed = elapsed_text(state, state.finished_at if state.finished_at is not None else now)
+    if elapsed:
+        head.append(f" · {elapsed}", style="bold")
     return head
 
 
@@ -394,12 +420,15 @@ SUMMARY_TOP = 10  # failed and slowest steps a final view shows by default
 ALL_HINT = "--all shows every step"
 
 
-def final_view(state: RunState, now: float | None, *, all_rows: bool = False) -> RenderableType:
-    """The last frame of a run's live display: header and counts, then the failed and slowest steps (or all)."""
-    table = (steps_table(state, now) if all_rows
-             else steps_table(state, now, top=SUMMARY_TOP, more_hint=ALL_HINT))
+def final_view(state: RunState, now: float | None, *, all_rows: bool = False,
+               interrupted: bool = False) -> RenderableType:
+    """The last frame of a run's live display: header and counts, then the failed and slowest steps (or all);
+    ``interrupted``: the run was interrupted (its running steps shown so)."""
+    table = (steps_table(state, now, interrupted=interrupted) if all_rows
+             else steps_table(state, now, top=SUMMARY_TOP, more_hint=ALL_HINT, interrupted=interrupted))
     hint = unbounded_hint(state)
-    return Group(run_header(state, now), table, *([hint] if hint is not None else []))
+    header = run_header(state, now, "interrupted" if interrupted else None)
+    return Group(header, table, *([hint] if hint is not None else []))
 
 
 _ASKING = frozenset({"approval_requested", "input_requested"})
@@ -432,6 +461,7 @@ class LiveRunView:
         self._ticking = ticking
         self._state: RunState | None = None
         self._forecast: Mapping[str, Any] | None = None  # the run's last forecast event (the fold ignores them)
+        self._interrupted = False  # the run was stopped before it ended: its final frame says so
         self._live: Live | None = None
         self._last_draw = 0.0
         self._redraw: asyncio.Handle | None = None
@@ -456,13 +486,18 @@ class LiveRunView:
             if not self._terminal:  # steps that began waiting before this call (e.g. a first step asking)
                 for sid in run.state.waiting_steps():
                     self._say(waiting_line(run.state, sid, self._journal_flag))
+            stopped = False  # the block was left by an interrupt (or an error): the run did not end
             try:
                 yield
+            except BaseException:
+                stopped = True
+                raise
             finally:
                 for handle in (self._redraw, self._tick, *self._asking):
                     if handle is not None:
                         handle.cancel()
                 self._redraw = self._tick = None
+                self._interrupted = stopped and run.state.finished_at is None
                 self._draw(final=True)
                 self._live = None
         if not self._console.is_terminal:
@@ -516,7 +551,7 @@ class LiveRunView:
             now: float | None = self._clock.now()
         except RuntimeError:  # no loop to read a virtual clock from (the final draw after it stopped)
             now = None
-        frame = (final_view(self._state, now, all_rows=self._all_rows) if final
+        frame = (final_view(self._state, now, all_rows=self._all_rows, interrupted=self._interrupted) if final
                  else live_view(self._state, now, self._max_rows, self._journal_flag, self._forecast))
         self._live.update(frame, refresh=True)
         self._last_draw = time.monotonic()
@@ -537,14 +572,16 @@ class _Segment:
 
 
 def _segments(rec: StepRecord, t0: float, span: float, width: int, horizon: float,
-              thrown: Sequence[tuple[float, float | None]] = ()) -> list[_Segment]:
+              thrown: Sequence[tuple[float, float | None]] = (), interrupted: bool = False) -> list[_Segment]:
     """Columns of each attempt of ``rec`` on a bar ``width`` wide; attempts never share a column while space lasts.
 
-    ``thrown`` are the (start, end) of the step's speculative attempts that were thrown away, drawn ``╌``.
+    ``thrown`` are the (start, end) of the step's speculative attempts that were thrown away, drawn ``╌``;
+    ``interrupted``: the run's process stopped, so an attempt still running is drawn interrupted.
     """
     out: list[_Segment] = []
     floor = 0
-    attempts: list[tuple[float, float | None, str]] = [(a[1], a[2], str(a[3])) for a in rec.attempt_log]
+    attempts: list[tuple[float, float | None, str]] = [(a[1], a[2], shown_status(str(a[3]), interrupted))
+                                                       for a in rec.attempt_log]
     if thrown:
         attempts = sorted([*attempts, *((start, end, "speculative") for start, end in thrown)], key=lambda a: a[0])
     for started, finished, outcome in attempts:
@@ -560,8 +597,10 @@ def _segments(rec: StepRecord, t0: float, span: float, width: int, horizon: floa
     return out
 
 
-def timeline(state: RunState, width: int, horizon: float | None = None, steps: Sequence[str] | None = None) -> Text:
-    """A text Gantt chart: a row per step (of ``steps``, default all), bars scaled to ``width``, a segment per attempt.
+def timeline(state: RunState, width: int, horizon: float | None = None, steps: Sequence[str] | None = None, *,
+             interrupted: bool = False) -> Text:
+    """A text Gantt chart: a row per step (of ``steps``, default all), bars scaled to ``width``, a segment per attempt
+    (``interrupted``: of a run whose process stopped, :func:`shown_status`).
 
     Retries show as separate segments (``▓`` a failed attempt, ``·`` the wait before the next); ``horizon`` is where
     unfinished attempts end (default: the run's end or its last recorded moment). The scale is the whole run's.
@@ -587,7 +626,7 @@ def timeline(state: RunState, width: int, horizon: float | None = None, steps: S
         out.append(sid[:label_width].ljust(label_width) + " │", style="bold" if rec.status == "running" else "")
         cursor = 0
         previous_end: int | None = None
-        for seg in _segments(rec, t0, span, bar_width, t1, thrown.get(sid, ())):
+        for seg in _segments(rec, t0, span, bar_width, t1, thrown.get(sid, ()), interrupted):
             gap = seg.start - cursor
             if gap > 0:
                 # Between two attempts of one step: the step was waiting to retry.
@@ -597,12 +636,12 @@ def timeline(state: RunState, width: int, horizon: float | None = None, steps: S
             cursor = previous_end = seg.end
         out.append(" " * (bar_width - cursor) + "│ ")
         if rec.attempt_log:
-            note = format_duration(step_elapsed(rec, t1))
+            note = format_duration(step_elapsed(rec, t1, state))
             if len(rec.attempt_log) > 1:
                 note += f" x{len(rec.attempt_log)}"
             if rec.speculative:
                 note += " " + SPECULATIVE_MARK
-            out.append(note, style=STATUS_STYLE.get(rec.status, ""))
+            out.append(note, style=STATUS_STYLE.get(shown_status(rec.status, interrupted), ""))
         else:
             out.append(rec.status, style=STATUS_STYLE.get(rec.status, ""))
         out.append("\n")
@@ -667,13 +706,13 @@ def runs_table(rows: Sequence[Mapping[str, Any]]) -> Table:
     """The ``planweave runs`` table, from the objects ``runs --json`` prints."""
     table = Table(box=None, pad_edge=False, header_style="bold")
     columns: tuple[tuple[str, JustifyMethod], ...] = (
-        ("run", "left"), ("name", "left"), ("status", "left"), ("started", "left"), ("duration", "right"),
+        ("run", "left"), ("name", "left"), ("status", "left"), ("started", "left"), ("wall clock", "right"),
         ("steps", "left"),
     )
     for name, justify in columns:
         table.add_column(name, justify=justify, no_wrap=name != "steps")
     for row in rows:
-        steps: Text = (counts_text(row.get("steps") or {}) if row.get("steps")
+        steps: Text = (counts_text(row.get("steps") or {}, row.get("status") == "interrupted") if row.get("steps")
                        else Text(str(row.get("error") or ""), "red"))
         for sid, status in (row.get("waiting") or {}).items():
             what = "approval" if status == "waiting_approval" else "input"

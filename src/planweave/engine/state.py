@@ -181,6 +181,10 @@ class RunState:
         self.active = 0  # steps that are ready or running: the run is over when this reaches zero
         self.last_pos = 0
         self.events_applied = 0
+        self.last_at: float | None = None  # the time of the last event applied
+        # (from, to) per resume: from the run's last event before it (its process died then, or a little after:
+        # nothing journals a kill) to the resume, a time no process ran the run.
+        self.downtime: list[tuple[float, float]] = []
         self.retired: list[tuple[int, StepRecord]] = []  # (version, record) of steps later versions replaced
         self.versions: list[dict[str, Any]] = []  # one entry per plan version: trigger, times and its diff
         self.model_calls: list[dict[str, Any]] = []
@@ -267,7 +271,9 @@ class RunState:
             fold = _FOLD[event.kind]
         except KeyError:
             raise JournalError(f"run '{self.run_id}': unknown event kind '{event.kind}'") from None
-        return fold(self, event, event.data)
+        ready = fold(self, event, event.data)
+        self.last_at = event.at
+        return ready
 
     # One handler per kind of event, each given the event's payload as its kind's type (engine/events.py); _FOLD,
     # after the class, maps the kinds to them. The step events are the hot path: the engine folds several per step.
@@ -618,6 +624,8 @@ class RunState:
             rec.attempt_outcome = outcome
 
     def _run_resumed(self, event: Event, data: RunResumedData) -> Sequence[str]:
+        if self.last_at is not None and event.at > self.last_at:
+            self.downtime.append((self.last_at, event.at))
         retry_unknown = bool(data.get("retry_unknown"))
         ready: list[str] = []
         for entry in self._speculating.values():  # died with the process: nothing of them is kept
@@ -656,6 +664,14 @@ class RunState:
         return ready
 
     # -- views -------------------------------------------------------------------------------------------------
+    def ran_s(self, start: float | None, end: float | None) -> float | None:
+        """Of the time from ``start`` to ``end``, the seconds a process ran the run: less its :attr:`downtime`
+        (None if either is None)."""
+        if start is None or end is None:
+            return None
+        down = sum(max(0.0, min(end, until) - max(start, since)) for since, until in self.downtime)
+        return max(0.0, end - start - down)
+
     def outcome(self) -> tuple[RunStatus, str | None]:
         """The status and error a run that has no active step ends with."""
         if self.status == "cancelled":
