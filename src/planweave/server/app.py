@@ -63,6 +63,7 @@ from planweave.plan.graph import parse_plan_document
 from planweave.plan.model import PlanSpec
 from planweave.planfile import plan_document
 from planweave.runview import list_overviews, parse_since
+from planweave.server.agui import AguiCursor, agui_events
 from planweave.server.connections import ConnectionLimits
 from planweave.server.limits import (
     LimitCaps,
@@ -721,6 +722,16 @@ async def stream_run(state: State, run_id: str, last_event_id: LastEventId = Non
     stream = run_events(state.engine, state.engine.journal, state.feed, run_id, last_event_id or 0, state.timing,
                         state.stream_limits)
     return _sse(stream)
+
+
+@api.get("/runs/{run_id}/agui", response_class=StreamingResponse, responses={**_SSE, 404: _ERRORS[404]})
+async def stream_run_agui(state: State, run_id: str, last_event_id: Annotated[str | None, Header(
+        alias="Last-Event-ID", pattern=AguiCursor.PATTERN, description="Resume after this `id:`.")] = None,
+) -> StreamingResponse:
+    """The run as an AG-UI 1.0 event stream after ``Last-Event-ID``, then live (docs/protocols.md, "AG-UI")."""
+    await _known(state, run_id)
+    return _sse(agui_events(state.engine, state.feed, run_id, AguiCursor.parse(last_event_id), state.timing,
+                            state.stream_limits, state.redact))
 
 
 @api.get("/events", response_class=StreamingResponse, responses=_SSE)
