@@ -880,6 +880,8 @@ def create_app(
 
     app.include_router(api)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    from planweave.server.mcp import mount_mcp  # /mcp: these runs over MCP (docs/protocols.md, "MCP")
+    mount_mcp(app)
     return app
 
 
