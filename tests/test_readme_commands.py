@@ -110,10 +110,14 @@ def slug(title: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
 
 
-def fenced_blocks(doc: str) -> Iterator[tuple[str, str, int, list[str]]]:
-    """Every fenced block of ``doc``: (language, title above it, line of its first line, its lines)."""
+def read(doc: str) -> str:
+    return (REPO / doc).read_text(encoding="utf-8")
+
+
+def fenced_blocks(markdown: str) -> Iterator[tuple[str, str, int, list[str]]]:
+    """Every fenced block of ``markdown``: (language, title above it, line of its first line, its lines)."""
     title = ""
-    lines = (REPO / doc).read_text(encoding="utf-8").splitlines()
+    lines = markdown.splitlines()
     number = 0
     while number < len(lines):
         line, after_blank = lines[number], number == 0 or not lines[number - 1].strip()
@@ -131,11 +135,12 @@ def fenced_blocks(doc: str) -> Iterator[tuple[str, str, int, list[str]]]:
             title = bold.group(1)  # a paragraph's bold lead ("**Crash and resume.**"), not a bold word
 
 
-def command_blocks(doc: str) -> list[Block]:
-    """The command blocks of ``doc``: ``bash``/``sh`` blocks, and untagged ones showing a ``planweave`` command."""
+def command_blocks(doc: str, markdown: str) -> list[Block]:
+    """The command blocks of ``doc`` (its text: ``markdown``): ``bash``/``sh`` blocks, and untagged ones showing a
+    ``planweave`` command."""
     blocks: list[Block] = []
     seen: dict[str, int] = {}
-    for language, title, first, body in fenced_blocks(doc):
+    for language, title, first, body in fenced_blocks(markdown):
         commands = block_commands(body, first)
         shows_planweave = any(c.code.startswith("planweave ") for c in commands)
         if language not in COMMAND_LANGUAGES and not (language == "" and shows_planweave):
@@ -148,12 +153,12 @@ def command_blocks(doc: str) -> list[Block]:
 
 def doc_code(doc: str, contains: str) -> str:
     """The text of the one fenced block of ``doc`` containing ``contains`` (a file the documents show)."""
-    found = ["\n".join(body) + "\n" for _, _, _, body in fenced_blocks(doc) if contains in "\n".join(body)]
+    found = ["\n".join(body) + "\n" for _, _, _, body in fenced_blocks(read(doc)) if contains in "\n".join(body)]
     assert len(found) == 1, f"{doc}: {len(found)} blocks contain {contains!r}, expected one"
     return found[0]
 
 
-BLOCKS = [block for doc in DOCUMENTS for block in command_blocks(doc)]
+BLOCKS = [block for doc in DOCUMENTS for block in command_blocks(doc, read(doc))]
 
 
 # -- what CI cannot run, and how the others are set up --------------------------------------------------------------
@@ -305,17 +310,22 @@ class Terminal:
         self.background: Background | None = None
 
     # typing a line
-    def argv(self, command: Command) -> list[str]:
-        """``command`` with its placeholders filled as a user would, as argv (``planweave`` is this interpreter's)."""
-        code = command.code
+    def words(self, command: Command, code: str | None = None) -> list[str]:
+        """``command`` (or a part of it, ``code``) with its placeholders filled as a user would, split as the shell
+        splits it."""
+        code = command.code if code is None else code
         for old, new in self.scene.replace.items():
             code = code.replace(old, new.format(work=self.work))
         code = code.replace(NPX_FILESYSTEM, filesystem_server())
         if "RUN_ID" in code:
             assert self.last_run_id is not None, f"{command.text}: no run printed its id before it"
             code = code.replace("RUN_ID", self.last_run_id)
-        argv = shlex.split(code)
-        return [sys.executable, "-m", "planweave.cli.main", *argv[1:]] if argv[0] == "planweave" else argv
+        return shlex.split(code)
+
+    @staticmethod
+    def process(words: list[str]) -> list[str]:
+        """What runs for ``words``: ``planweave`` is the CLI of this interpreter (the venv's, the build under test)."""
+        return [sys.executable, "-m", "planweave.cli.main", *words[1:]] if words[0] == "planweave" else words
 
     def expected(self, command: Command) -> int:
         return self.scene.exits.get(command.text, 0)
@@ -329,22 +339,22 @@ class Terminal:
         if command.text == ACTIVATE:
             return
         if kill := KILL.match(command.text):
-            self.kill_after(command, float(kill["seconds"]))
+            self.kill_after(command, kill["command"], float(kill["seconds"]))
             return
         if shell := SHELL.match(command.text):
             self.fresh_copy(command, shell["dir"], shell["source"])
             return
-        argv = self.argv(command)
-        if argv[3] == "serve":
-            self.serve(command, argv)
+        words = self.words(command)
+        if words[:2] == ["planweave", "serve"]:
+            self.serve(command, words)
             return
-        self.wait_for_background_step(command, argv)
-        done = subprocess.run(argv, cwd=self.work, env=self.env, capture_output=True, text=True, timeout=WAIT_S,
-                              stdin=subprocess.DEVNULL)
+        self.wait_for_background_step(command, words)
+        done = subprocess.run(self.process(words), cwd=self.work, env=self.env, capture_output=True, text=True,
+                              timeout=WAIT_S, stdin=subprocess.DEVNULL)
         if done.returncode != self.expected(command):
             self.fail(command, f"exited {done.returncode}, the documents imply {self.expected(command)}",
                       done.stdout, done.stderr)
-        if "--json" in argv:
+        if "--json" in words:
             try:
                 json.loads(done.stdout)
             except json.JSONDecodeError:
@@ -355,10 +365,10 @@ class Terminal:
         if started := STARTED.search(output):
             self.last_run_id = started.group(1)
 
-    def kill_after(self, command: Command, seconds: float) -> None:
-        """``cmd &  sleep N; kill -9 %1``: the run started, ``N`` s after it printed its id, killed with SIGKILL."""
-        argv = self.argv(Command(KILL.match(command.text)["command"], "", command.line))  # type: ignore[index]
-        proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    def kill_after(self, command: Command, run: str, seconds: float) -> None:
+        """``run &  sleep N; kill -9 %1``: the run started, ``N`` s after it printed its id, killed with SIGKILL."""
+        proc = subprocess.Popen(self.process(self.words(command, run)), cwd=self.work, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, stdin=subprocess.DEVNULL)
         try:
             assert proc.stdout is not None
@@ -382,17 +392,17 @@ class Terminal:
 
     def fresh_copy(self, command: Command, directory: str, source: str) -> None:
         """``rm -rf DIR && cp -r SOURCE DIR``, with DIR moved into the working directory by the scene."""
-        target = Path(self.argv(Command(directory, "", command.line))[0])
+        target = Path(self.words(command, directory)[0])
         assert target.is_relative_to(self.work), f"{command.text}: {target} is outside the working directory"
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(self.work / source, target)
 
-    def serve(self, command: Command, argv: list[str]) -> None:
+    def serve(self, command: Command, words: list[str]) -> None:
         """A server: started (on a free port: the machine is shared, not on 8765), answering ``/healthz``, then
         stopped with Ctrl-C (SIGINT), ending with 0."""
         port = free_port()
-        proc = subprocess.Popen([*argv, "--port", str(port)], cwd=self.work, env=self.env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(self.process([*words, "--port", str(port)]), cwd=self.work, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
         out = ""
         try:
             assert proc.stdout is not None
@@ -415,22 +425,22 @@ class Terminal:
     # another terminal
     def start_in_background(self, command: Command) -> None:
         """A ``run`` whose next command is typed "in another terminal": started, and left running."""
-        argv = self.argv(command)
-        assert "--run-id" in argv, f"{command.text}: a run left in the background needs --run-id to be named"
+        words = self.words(command)
+        assert "--run-id" in words, f"{command.text}: a run left in the background needs --run-id to be named"
         output = self.work / f"background-{command.line}.out"
         with output.open("wb") as sink:
-            proc = subprocess.Popen(argv, cwd=self.work, env=self.env, stdout=sink, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        self.background = Background(proc, command, argv[argv.index("--run-id") + 1], output)
+            proc = subprocess.Popen(self.process(words), cwd=self.work, env=self.env, stdout=sink,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.background = Background(proc, command, words[words.index("--run-id") + 1], output)
         self.last_run_id = self.background.run_id
 
-    def wait_for_background_step(self, command: Command, argv: list[str]) -> None:
+    def wait_for_background_step(self, command: Command, words: list[str]) -> None:
         """Before ``approve RUN STEP`` or ``output RUN STEP`` of the run in the background: what the user waits to
         see in its live view (the step waiting for approval, or its output there)."""
         bg = self.background
-        if bg is None or argv[3] not in ("approve", "output") or argv[4] != bg.run_id:
+        if bg is None or len(words) < 4 or words[1] not in ("approve", "output") or words[2] != bg.run_id:
             return
-        step, want = argv[5], "waiting_approval" if argv[3] == "approve" else "succeeded"
+        step, want = words[3], "waiting_approval" if words[1] == "approve" else "succeeded"
         deadline = time.monotonic() + WAIT_S
         while time.monotonic() < deadline:
             if bg.proc.poll() is not None:
@@ -505,11 +515,52 @@ def test_the_documents_show_their_command_blocks() -> None:
     assert len(ids) == len(set(ids))
 
 
+def uncovered(blocks: list[Block]) -> list[str]:
+    """The commands of ``blocks`` that this test neither runs nor skips for a reason."""
+    return [f"{block.id}, line {c.line}: {c.text}" for block in blocks for c in block.commands
+            if skip_reason(block, c) is None and not runnable(c)]
+
+
+def test_a_block_joins_continued_lines_and_keeps_comments_apart() -> None:
+    commands = block_commands([
+        'planweave run --goal "a # not a comment" \\',
+        "    --model m      # the model",
+        "",
+        "# a line of comment",
+        """planweave send R ask --value '{"n": "#1"}'""",
+    ], 10)
+    assert [(c.code, c.comment, c.line) for c in commands] == [
+        ('planweave run --goal "a # not a comment" --model m', "the model", 10),
+        ("""planweave send R ask --value '{"n": "#1"}'""", "", 14),
+    ]
+
+
+def test_blocks_are_named_by_the_heading_or_bold_lead_above_them() -> None:
+    markdown = "\n".join([
+        "# Top", "```bash", "planweave runs", "```",
+        "", "**Crash and resume.** Kill a run", "and **bold** inside a line is no title:", "```bash",
+        "planweave resume RUN_ID", "```",
+        "```python", "planweave = 1", "```",
+        "```", "planweave show RUN_ID", "```",
+        "```", "output, not a command", "```",
+    ])
+    assert [(b.id, [c.text for c in b.commands]) for b in command_blocks("d.md", markdown)] == [
+        ("d.md:top", ["planweave runs"]),
+        ("d.md:crash-and-resume", ["planweave resume RUN_ID"]),
+        ("d.md:crash-and-resume-2", ["planweave show RUN_ID"]),
+    ]
+
+
+def test_a_new_command_without_a_way_to_run_it_or_a_reason_to_skip_it_is_named() -> None:
+    block = Block("README.md:install", "README.md", 26, (Command("pip install .", "", 27),
+                                                         Command("docker run planweave", "", 28)))
+    assert uncovered([block]) == ["README.md:install, line 28: docker run planweave"]
+
+
 def test_every_command_is_run_or_skipped_for_a_reason() -> None:
-    uncovered = [f"{block.id}, line {c.line}: {c.text}" for block in BLOCKS for c in block.commands
-                 if skip_reason(block, c) is None and not runnable(c)]
-    assert not uncovered, "commands neither run nor skipped (add them to SKIPPED with the reason):\n" + \
-        "\n".join(uncovered)
+    missing = uncovered(BLOCKS)
+    assert not missing, "commands neither run nor skipped (add them to SKIPPED with the reason):\n" + \
+        "\n".join(missing)
     shown = {(block.id, c.text) for block in BLOCKS for c in block.commands}
     assert not set(SKIPPED) - shown, f"skips of commands no block shows: {sorted(set(SKIPPED) - shown)}"
     ids = {block.id for block in BLOCKS}
