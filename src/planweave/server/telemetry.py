@@ -5,7 +5,29 @@ attempt spans) and wraps the engine's tool catalog (tool-call spans, children of
 found through :func:`~planweave.engine.context.current_step`). Nothing here runs unless :func:`instrument` is
 called: ``planweave serve`` calls it only when ``OTEL_TRACES_EXPORTER`` (or a flag) asks for traces.
 
-Span tree: ``planweave.run`` → ``step <id>`` (one per attempt) → ``tool <name>``; each model call's admission is a
+Span names and attributes follow one of two conventions, chosen by ``OTEL_SEMCONV_STABILITY_OPT_IN`` (the variable
+OpenTelemetry instrumentations use to move to new semantic conventions) or ``instrument(semconv=...)``:
+
+- ``gen_ai_latest_experimental`` in it: the OpenTelemetry GenAI conventions (``gen_ai.*``, as
+  opentelemetry-semantic-conventions 0.66 names them). ``invoke_workflow <plan>`` (the run: ``gen_ai.operation.name``
+  ``invoke_workflow``, ``gen_ai.workflow.name``) → ``execute_tool <tool>`` (one per step attempt: ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id`` ``<step>#<attempt>``, the id AG-UI streams carry too, ``gen_ai.tool.type`` ``function``;
+  the tool's call runs inside it, no span of its own) → ``chat <model>`` (each model call a step reports:
+  ``gen_ai.provider.name``, ``gen_ai.request.model``, ``gen_ai.response.model``, ``gen_ai.usage.input_tokens`` and
+  ``output_tokens``, the cost as ``planweave.cost_usd``). Each planner call is ``invoke_agent planner``
+  (``gen_ai.agent.name`` ``planner``, ``planweave.purpose`` plan, replan, repair, join, ...) under the run, with its
+  ``chat <model>`` under it; each plan version after the first is a span ``replan`` (``planweave.plan.version``,
+  ``planweave.trigger``) linked to the last attempt span of every step it changed (added again, cancelled, dropped or
+  adopted). The provider is the model's (``openai/gpt-4o``, or known model families: ``claude-*`` is anthropic,
+  ...), else ``openai``: planweave's model client speaks the OpenAI API, and the conventions name the API's provider
+  when the real one is not known. Metrics (the meter provider given, else the global one):
+  ``gen_ai.client.token.usage`` (``{token}``, per ``gen_ai.token.type``) and ``gen_ai.client.operation.duration``
+  (seconds) per model call.
+- otherwise the names planweave emitted before, kept so that dashboards and queries built on them keep working (the
+  metrics, which did not exist then, are recorded in both modes):
+
+Span tree: ``planweave.run`` → ``step <id>`` (one per attempt) → ``tool <name>``; each model call is a span
+``model <model>``; each model call's admission is a
 span ``model admission <model>`` (from queueing to the end of the call, a child of its step's attempt when it has
 one) with ``planweave.admission.*`` attributes: ``waited_s``, ``signal``, ``status``, ``window``, ``queued``,
 ``priority``, ``slack``, ``purpose``. Attributes:
@@ -24,16 +46,16 @@ import asyncio
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, Literal
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import trace
+    from opentelemetry import metrics, trace
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
-    from opentelemetry.trace import Span, Status, StatusCode, Tracer
+    from opentelemetry.trace import Link, Span, SpanContext, Status, StatusCode, Tracer
     from opentelemetry.util.types import Attributes
 except ModuleNotFoundError:  # the OpenTelemetry SDK: name the extra that brings it
     from planweave.extras import require
@@ -50,13 +72,49 @@ from planweave.models.admission import EndpointScheduler, Outcome, Ticket, add_d
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.tools.safety import SecretRedactor
 
-__all__ = ["TelemetryError", "instrument", "tracer_provider_from_env"]
+__all__ = ["TelemetryError", "instrument", "semconv_from_env", "tracer_provider_from_env"]
 
 RUN_ID = "planweave.run_id"
 STEP_ID = "planweave.step_id"
 TOOL = "planweave.tool"
 ATTEMPT = "planweave.attempt"
 ERROR_TYPE = "error.type"
+
+#: The conventions spans follow: the GenAI semantic conventions, or the names planweave used before them.
+Semconv = Literal["gen_ai_latest_experimental", "planweave"]
+GENAI: Semconv = "gen_ai_latest_experimental"
+OPERATION = "gen_ai.operation.name"
+PROVIDER = "gen_ai.provider.name"
+REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+TOOL_NAME = "gen_ai.tool.name"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
+COST = "planweave.cost_usd"
+PLANNER = "planner"  # gen_ai.agent.name of the planner's calls
+#: The providers known model families belong to (the conventions' gen_ai.provider.name values).
+_FAMILIES = (("gpt-", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"), ("chatgpt", "openai"),
+             ("claude", "anthropic"), ("gemini", "gcp.gemini"), ("mistral", "mistral_ai"), ("mixtral", "mistral_ai"),
+             ("codestral", "mistral_ai"), ("deepseek", "deepseek"), ("grok", "x_ai"), ("command", "cohere"))
+
+
+def semconv_from_env(environ: Mapping[str, str] | None = None) -> Semconv:
+    """The conventions ``OTEL_SEMCONV_STABILITY_OPT_IN`` asks for: the GenAI ones when it lists
+    ``gen_ai_latest_experimental``, else planweave's earlier names."""
+    env = os.environ if environ is None else environ
+    wanted = {part.strip().lower() for part in env.get("OTEL_SEMCONV_STABILITY_OPT_IN", "").split(",")}
+    return GENAI if GENAI in wanted else "planweave"
+
+
+def provider_of(model: str) -> str:
+    """``gen_ai.provider.name`` for ``model``: its ``provider/`` prefix, its family's provider, else ``openai`` (the
+    API planweave's model client speaks)."""
+    prefix, slash, _ = model.partition("/")
+    if slash and prefix:
+        return prefix.lower()
+    lowered = model.lower()
+    return next((provider for family, provider in _FAMILIES if lowered.startswith(family)), "openai")
 
 
 class TelemetryError(PlanweaveError):
@@ -112,20 +170,47 @@ class _SafeTracer:
         self._redact = redact
 
     def start_span(self, name: str, context: otel_context.Context | None = None,
-                   attributes: Mapping[str, Any] | None = None, start_time: int | None = None) -> _SafeSpan:
+                   attributes: Mapping[str, Any] | None = None, start_time: int | None = None,
+                   links: Iterable[SpanContext] = ()) -> _SafeSpan:
         span = self._tracer.start_span(self._redact(name), context=context,
-                                       attributes=_redacted(attributes, self._redact), start_time=start_time)
+                                       attributes=_redacted(attributes, self._redact), start_time=start_time,
+                                       links=[Link(link) for link in links])
         return _SafeSpan(span, self._redact)
+
+
+class _GenAiMetrics:
+    """The GenAI client metrics of the model calls runs report: token usage and operation duration."""
+
+    def __init__(self, meter: metrics.Meter, redact: Redact) -> None:
+        self._redact = redact
+        self._tokens = meter.create_histogram(
+            "gen_ai.client.token.usage", unit="{token}", description="Number of input and output tokens used.",
+            explicit_bucket_boundaries_advisory=[4.0 ** i for i in range(14)])  # 1 ... 67,108,864
+        self._duration = meter.create_histogram(
+            "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration.",
+            explicit_bucket_boundaries_advisory=[0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24,
+                                                 20.48, 40.96, 81.92])
+
+    def model_call(self, attributes: Mapping[str, Any], input_tokens: int, output_tokens: int,
+                   seconds: float | None) -> None:
+        shown = _redacted(attributes, self._redact)
+        self._tokens.record(input_tokens, {**(shown or {}), "gen_ai.token.type": "input"})
+        self._tokens.record(output_tokens, {**(shown or {}), "gen_ai.token.type": "output"})
+        if seconds is not None:
+            self._duration.record(seconds, shown)
 
 
 class _RunTracing:
     """The open spans of the engine's runs, driven by its events (the engine's listener)."""
 
-    def __init__(self, engine: Engine, tracer: _SafeTracer) -> None:
+    def __init__(self, engine: Engine, tracer: _SafeTracer, semconv: Semconv, meters: _GenAiMetrics) -> None:
         self._engine = engine
         self._tracer = tracer
+        self.genai = semconv == GENAI
+        self._meters = meters
         self._runs: dict[str, _SafeSpan] = {}
         self._attempts: dict[tuple[str, str], _SafeSpan] = {}
+        self._last_attempts: dict[tuple[str, str], SpanContext] = {}  # for the links of re-plans (GenAI)
         self._watchers: set[asyncio.Future[None]] = set()
 
     # -- spans the tool wrapper needs ---------------------------------------------------------------------------
@@ -133,6 +218,10 @@ class _RunTracing:
         """The span of the attempt of ``step_id`` that is running now, if any (to parent spans on)."""
         found = self._attempts.get((run_id, step_id))
         return found.span if found is not None else None
+
+    def attempt(self, run_id: str, step_id: str) -> _SafeSpan | None:
+        """The (redacting) span of the attempt of ``step_id`` running now, if any: a GenAI tool call records on it."""
+        return self._attempts.get((run_id, step_id))
 
     @property
     def tracer(self) -> _SafeTracer:
@@ -161,6 +250,8 @@ class _RunTracing:
             self._model_call(event)
         elif kind in ("plan_version", "steps_added", "escalation"):
             self._run_event(event)
+            if kind == "plan_version" and self.genai and event.data.get("parent") is not None:
+                self._replan(event)
 
     def _run(self, run_id: str) -> Run | None:
         try:
@@ -172,13 +263,18 @@ class _RunTracing:
         self._end_run(event.run_id, "interrupted", "the run was started again before its span ended")
         run = self._run(event.run_id)
         attributes: dict[str, Any] = {RUN_ID: event.run_id, "planweave.resumed": event.kind == "run_resumed"}
+        name = "planweave.run"
         if run is not None:
             attributes["planweave.plan"] = run.plan.spec.name
             attributes["planweave.steps"] = len(run.plan)
+        if self.genai:
+            attributes[OPERATION] = "invoke_workflow"
+            workflow = run.plan.spec.name if run is not None else None
+            name = f"invoke_workflow {workflow}" if workflow else "invoke_workflow"
+            if workflow:
+                attributes["gen_ai.workflow.name"] = workflow
         # A root span: a run outlives the request (or command) that started it.
-        self._runs[event.run_id] = self._tracer.start_span(
-            "planweave.run", context=otel_context.Context(), attributes=attributes
-        )
+        self._runs[event.run_id] = self._tracer.start_span(name, context=otel_context.Context(), attributes=attributes)
         if run is not None:
             self._watch(run)
 
@@ -198,35 +294,82 @@ class _RunTracing:
         assert event.step is not None
         parent = self._runs.get(event.run_id)
         run = self._run(event.run_id)
-        attributes: dict[str, Any] = {RUN_ID: event.run_id, STEP_ID: event.step,
-                                      ATTEMPT: int(event.data.get("attempt", 1))}
+        attempt = int(event.data.get("attempt", 1))
+        attributes: dict[str, Any] = {RUN_ID: event.run_id, STEP_ID: event.step, ATTEMPT: attempt}
         if run is not None and event.step in run.plan.steps:
             step = run.plan.steps[event.step]
             rec = run.state.records.get(event.step)
             on_fallback = rec is not None and rec.fallback_active and step.fallback is not None
             attributes[TOOL] = step.fallback.tool if on_fallback and step.fallback is not None else step.tool
+        name = f"step {event.step}"
+        if self.genai:
+            tool = str(attributes.get(TOOL, "unknown"))
+            name = f"execute_tool {tool}"
+            attributes.update({OPERATION: "execute_tool", TOOL_NAME: tool, TOOL_CALL_ID: f"{event.step}#{attempt}",
+                               "gen_ai.tool.type": "function"})
         context = trace.set_span_in_context(parent.span) if parent is not None else otel_context.Context()
-        self._attempts[(event.run_id, event.step)] = self._tracer.start_span(
-            f"step {event.step}", context=context, attributes=attributes
-        )
+        span = self._tracer.start_span(name, context=context, attributes=attributes)
+        self._attempts[(event.run_id, event.step)] = span
+        if self.genai:
+            self._last_attempts[(event.run_id, event.step)] = span.span.get_span_context()
 
     def _model_call(self, event: Event) -> None:
-        """A span for a model call the run reported, with its own times (it happened before the event)."""
+        """A span for a model call the run reported, with its own times (it happened before the event); under the
+        GenAI conventions a planner's call (no step) is an ``invoke_agent planner`` span around it."""
         data = event.data
+        model = str(data.get("model") or "")
+        input_tokens = int(data.get("prompt_tokens", 0) or 0)
+        output_tokens = int(data.get("completion_tokens", 0) or 0)
+        started, finished = data.get("started_at"), data.get("finished_at")
+        start, end = _epoch_ns(started), _epoch_ns(finished)
         parent = self._attempts.get((event.run_id, event.step)) if event.step else None
         parent = parent or self._runs.get(event.run_id)
-        attributes: dict[str, Any] = {RUN_ID: event.run_id, "gen_ai.request.model": str(data.get("model", "")),
-                                      "gen_ai.usage.input_tokens": int(data.get("prompt_tokens", 0) or 0),
-                                      "gen_ai.usage.output_tokens": int(data.get("completion_tokens", 0) or 0),
-                                      "planweave.cost_usd": float(data.get("cost_usd", 0.0) or 0.0)}
+        attributes: dict[str, Any] = {RUN_ID: event.run_id, REQUEST_MODEL: model, INPUT_TOKENS: input_tokens,
+                                      OUTPUT_TOKENS: output_tokens, COST: float(data.get("cost_usd", 0.0) or 0.0)}
         if event.step:
             attributes[STEP_ID] = event.step
         if data.get("purpose"):
             attributes["planweave.purpose"] = str(data["purpose"])
+        measured = {OPERATION: "chat", PROVIDER: provider_of(model), REQUEST_MODEL: model, RESPONSE_MODEL: model}
+        seconds = (float(finished) - float(started) if isinstance(started, int | float)
+                   and isinstance(finished, int | float) and finished >= started else None)
+        self._meters.model_call(measured, input_tokens, output_tokens, seconds)
         context = trace.set_span_in_context(parent.span) if parent is not None else otel_context.Context()
-        span = self._tracer.start_span(f"model {data.get('model', '')}".strip(), context=context,
-                                       attributes=attributes, start_time=_epoch_ns(data.get("started_at")))
-        span.end(end_time=_epoch_ns(data.get("finished_at")))
+        if not self.genai:
+            span = self._tracer.start_span(f"model {model}".strip(), context=context, attributes=attributes,
+                                           start_time=start)
+            span.end(end_time=end)
+            return
+        attributes.update(measured)
+        planner: _SafeSpan | None = None
+        if not event.step:  # the planner's call (plan, replan, repair, join, ...): an agent invocation
+            planner = self._tracer.start_span(
+                f"invoke_agent {PLANNER}", context=context, start_time=start,
+                attributes={RUN_ID: event.run_id, OPERATION: "invoke_agent", "gen_ai.agent.name": PLANNER,
+                            PROVIDER: measured[PROVIDER], REQUEST_MODEL: model,
+                            "planweave.purpose": str(data.get("purpose") or "plan")})
+            context = trace.set_span_in_context(planner.span)
+        span = self._tracer.start_span(f"chat {model}".strip(), context=context, attributes=attributes,
+                                       start_time=start)
+        span.end(end_time=end)
+        if planner is not None:
+            planner.end(end_time=end)
+
+    def _replan(self, event: Event) -> None:
+        """A ``replan`` span for a new plan version, linked to the last attempts of the steps it changed."""
+        data = event.data
+        changed = [sid for part in ("added", "cancelled", "dropped", "adopted") for sid in data.get(part, ())]
+        links = [found for sid in dict.fromkeys(changed)
+                 if (found := self._last_attempts.get((event.run_id, sid))) is not None]
+        parent = self._runs.get(event.run_id)
+        context = trace.set_span_in_context(parent.span) if parent is not None else otel_context.Context()
+        attributes: dict[str, Any] = {RUN_ID: event.run_id, "planweave.plan.version": int(data.get("version", 0)),
+                                      "planweave.trigger": str(data.get("trigger", "replan"))}
+        if data.get("parent") is not None:
+            attributes["planweave.plan.parent"] = int(data["parent"])
+        for part in ("added", "cancelled", "dropped", "adopted"):
+            attributes[f"planweave.plan.{part}"] = [str(sid) for sid in data.get(part, ())]
+        self._tracer.start_span("replan", context=context, attributes=attributes, links=links).end()
 
     def _run_event(self, event: Event) -> None:
         span = self._runs.get(event.run_id)
@@ -265,6 +408,8 @@ class _RunTracing:
     def _end_run(self, run_id: str, status: str, error: Any) -> None:
         for key in [key for key in self._attempts if key[0] == run_id]:
             self._end_attempt(key[0], key[1], status if status != "succeeded" else "unfinished")
+        for key in [key for key in self._last_attempts if key[0] == run_id]:
+            del self._last_attempts[key]
         span = self._runs.pop(run_id, None)
         if span is None:
             return
@@ -310,7 +455,8 @@ class _TracedTool:
         return self._inner.check_args(args, deferred)
 
     async def invoke(self, args: Mapping[str, Any]) -> Any:
-        """Call the tool inside a ``tool <name>`` span (the current span while it runs, for nested tracing)."""
+        """Call the tool inside a ``tool <name>`` span (the current span while it runs, for nested tracing); under the
+        GenAI conventions inside its attempt's ``execute_tool`` span, or one of its own outside any step."""
         attributes: dict[str, Any] = {TOOL: self.name}
         parent: Span | None = None
         try:
@@ -319,9 +465,15 @@ class _TracedTool:
             pass
         else:
             attributes.update({RUN_ID: step.run_id, STEP_ID: step.step_id, ATTEMPT: step.attempt})
+            if self._tracing.genai and (attempt := self._tracing.attempt(step.run_id, step.step_id)) is not None:
+                return await self._within(attempt, args)
             parent = self._tracing.attempt_span(step.run_id, step.step_id)
         context = trace.set_span_in_context(parent) if parent is not None else None
-        span = self._tracing.tracer.start_span(f"tool {self.name}", context=context, attributes=attributes)
+        name = f"tool {self.name}"
+        if self._tracing.genai:
+            name = f"execute_tool {self.name}"
+            attributes.update({OPERATION: "execute_tool", TOOL_NAME: self.name, "gen_ai.tool.type": "function"})
+        span = self._tracing.tracer.start_span(name, context=context, attributes=attributes)
         token = otel_context.attach(trace.set_span_in_context(span.span))
         try:
             return await self._inner.invoke(args)
@@ -336,6 +488,18 @@ class _TracedTool:
         finally:
             otel_context.detach(token)
             span.end()
+
+    async def _within(self, attempt: _SafeSpan, args: Mapping[str, Any]) -> Any:
+        """The call as part of its attempt's ``execute_tool`` span: current while it runs, its exception recorded
+        there (the attempt's events end the span)."""
+        token = otel_context.attach(trace.set_span_in_context(attempt.span))
+        try:
+            return await self._inner.invoke(args)
+        except Exception as exc:
+            attempt.record_exception(exc)
+            raise
+        finally:
+            otel_context.detach(token)
 
 
 class _TracedCatalog(Mapping[str, ToolSpec]):
@@ -360,17 +524,21 @@ class _TracedCatalog(Mapping[str, ToolSpec]):
         return len(self._inner)
 
 
-def instrument(engine: Engine, tracer_provider: trace.TracerProvider | None = None) -> None:
+def instrument(engine: Engine, tracer_provider: trace.TracerProvider | None = None,
+               meter_provider: metrics.MeterProvider | None = None, *, semconv: Semconv | None = None) -> None:
     """Trace ``engine``'s runs: call before starting them (the listener sees runs started after this call).
 
-    Spans go to ``tracer_provider`` (default: the global one, see :func:`opentelemetry.trace.set_tracer_provider`).
+    Spans go to ``tracer_provider`` (default: the global one, see :func:`opentelemetry.trace.set_tracer_provider`),
+    the GenAI metrics to ``meter_provider`` (default: the global one); ``semconv`` names the conventions they
+    follow (default: :func:`semconv_from_env`).
     Tool calls are traced for runs that use the engine's catalog (not for runs started with their own ``tools=``).
     Every text of a span is redacted as the engine's runs redact what they journal (``Engine(redact=...)``); an
     engine without a redaction still gets this process's secret variables hidden (:class:`SecretRedactor`).
     """
     redact: Redact = engine.redact if engine.redact is not None else SecretRedactor()
     tracer = _SafeTracer(trace.get_tracer("planweave", __version__, tracer_provider=tracer_provider), redact)
-    tracing = _RunTracing(engine, tracer)
+    meters = _GenAiMetrics(metrics.get_meter("planweave", __version__, meter_provider=meter_provider), redact)
+    tracing = _RunTracing(engine, tracer, semconv if semconv is not None else semconv_from_env(), meters)
     engine.subscribe(tracing.on_event)
     if engine.tools is None:
         from planweave.tools import builtin_tools  # what the engine would use by default
