@@ -16,6 +16,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "uvicorn"),
     "postgres": ("psycopg",),
     "mcp": ("mcp",),
+    "a2a": ("a2a", "fastapi", "uvicorn"),  # planweave.server.a2a: an A2A agent on the server
     "telemetry": ("opentelemetry.sdk", "fastapi", "uvicorn"),  # tracing lives in planweave.server
     "local": ("llama_cpp",),
     "ray": ("ray",),

@@ -52,7 +52,7 @@ from planweave.errors import (
     RunError,
     RunNotFound,
 )
-from planweave.extras import MissingExtra
+from planweave.extras import MissingExtra, installed
 from planweave.journal import default_journal_url
 from planweave.journal.summary import RunSummary
 from planweave.memory.model import MemoryStoreError, UnknownEntry
@@ -878,6 +878,9 @@ def create_app(
     async def dashboard() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
 
+    if installed("a2a"):  # /a2a and the agent card: these runs over A2A (docs/protocols.md, "A2A")
+        from planweave.server.a2a import mount_a2a
+        mount_a2a(app, submit_run, RunSubmission)
     app.include_router(api)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     from planweave.server.mcp import mount_mcp  # /mcp: these runs over MCP (docs/protocols.md, "MCP")
