@@ -4,6 +4,7 @@ through JSON Patch, ``Last-Event-ID`` resumes exactly, and no secret leaves the 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator
 from typing import Any
@@ -14,10 +15,12 @@ from ag_ui.core import Event as AguiEvent
 from ag_ui.core import Interrupt, ResumeEntry
 from pydantic import TypeAdapter
 
-from planweave import Toolbox, builtin_tools, current_step
-from planweave.server.agui import AguiCursor, json_patch
+from planweave import Toolbox, ToolError, builtin_tools, current_step
+from planweave.engine.events import Event
+from planweave.server.agui import AguiCursor, _decode, json_patch
+from planweave.server.streams import PING, encode_sse
 
-from .conftest import TOKEN, Live, sse, start_live
+from .conftest import TOKEN, Live, gated_tools, sse, start_live
 
 SECRET = "sk-agui-0123456789abcdefSECRET"
 EVENTS: TypeAdapter[Any] = TypeAdapter(AguiEvent)
@@ -46,6 +49,11 @@ def flaky_tools() -> Toolbox:
                                      "cost_usd": 0.0001, "purpose": "test"})
         return y
 
+    async def explode(message: str) -> None:
+        """Always fails."""
+        raise ToolError(message, kind="boom")
+
+    box.add(explode)
     box.add(think, idempotent=True)
     box.add(flaky, idempotent=True)
     box.add(leak, idempotent=True)
@@ -256,3 +264,62 @@ def test_a_cursor_is_a_journal_position_and_an_optional_index() -> None:
     assert AguiCursor.parse("42:3") == AguiCursor(42, 3)
     with pytest.raises(ValueError, match="neither"):
         AguiCursor.parse("-1")
+
+
+async def test_a_live_stream_shows_the_input_interrupt_then_the_failure_as_run_error(live: Live) -> None:
+    plan = {"steps": [
+        {"id": "ask", "tool": "human.input", "args": {"prompt": "How many replicas?", "schema": {"type": "integer"}}},
+        {"id": "boom", "tool": "explode", "args": {"message": "replicas: ${ask}"}},
+    ]}
+    async with live.client() as client:
+        resp = await client.post("/runs", json={"plan": plan})
+        assert resp.status_code == 201, resp.text
+        run_id = resp.json()["run_id"]
+        events: list[Any] = []
+        async with client.stream("GET", f"/runs/{run_id}/agui") as stream:
+            async for frame in sse(stream):
+                event = EVENTS.validate_python(frame["data"])
+                events.append(event)
+                if event.type.value == "CUSTOM" and event.name == "planweave.interrupt":
+                    given = await client.post(f"/runs/{run_id}/steps/ask/input", json={"value": 3})
+                    assert given.status_code in (200, 202), given.text
+    interrupt = Interrupt.model_validate(next(e.value for e in events if e.type.value == "CUSTOM"
+                                              and e.name == "planweave.interrupt"))
+    assert (interrupt.id, interrupt.reason, interrupt.tool_call_id) == ("ask:input", "input", "ask#1")
+    assert interrupt.response_schema == {"type": "integer"}
+    resolved = next(e.value for e in events if e.type.value == "CUSTOM" and e.name == "planweave.interrupt_resolved")
+    assert resolved["payload"]["value"] == 3
+    last = events[-1]
+    assert last.type.value == "RUN_ERROR" and last.code == "failed" and "replicas: 3" in last.message
+    assert [e.type.value for e in events].count("RUN_STARTED") == 1
+
+
+async def test_a_run_resumed_by_the_next_server_goes_on_in_the_same_ag_ui_run(journal_url: str) -> None:
+    closed = asyncio.Event()
+    plan = {"steps": [{"id": "first", "tool": "noop"}, {"id": "wait", "tool": "gate", "after": ["first"]},
+                      {"id": "last", "tool": "noop", "after": ["wait"]}]}
+    async with start_live(journal_url, tools=gated_tools(closed)) as first, first.client() as client:
+        resp = await client.post("/runs", json={"plan": plan})
+        assert resp.status_code == 201, resp.text
+        run_id = resp.json()["run_id"]
+        await first.until_step(run_id, "wait", "running")
+        before = await read_agui(client, run_id, limit=1)
+    async with start_live(journal_url, tools=gated_tools(None)) as second, second.client() as client:
+        assert second.server.recovered == [run_id]
+        await second.wait(run_id)
+        frames = await read_agui(client, run_id, last_id=before[0]["id"])
+    events = [EVENTS.validate_python(f["data"]) for f in frames]
+    kinds = [e.type.value for e in events]
+    assert "RUN_STARTED" not in kinds and kinds[-1] == "RUN_FINISHED"
+    resumed = kinds.index("CUSTOM", next(i for i, e in enumerate(events) if e.type.value == "CUSTOM"
+                                         and e.name == "planweave.resumed"))
+    interrupted = events[resumed + 1]  # the attempt the stop cut short gets its result: the next one is new
+    assert interrupted.type.value == "TOOL_CALL_RESULT" and interrupted.tool_call_id == "wait#1"
+    assert [e.tool_call_id for e in events if e.type.value == "TOOL_CALL_START"][-2:] == ["wait#2", "last#1"]
+    assert [e.step_name for e in events if e.type.value == "STEP_STARTED"] == ["first", "wait", "last"]
+
+
+def test_the_adapter_reads_the_frames_of_the_event_stream_back_as_its_events() -> None:
+    event = Event("r1", "step_failed", 1.8e9, "a", {"error": "x\ny", "final": False}, 42)
+    assert _decode(encode_sse(event)) == event
+    assert _decode(PING) == PING
