@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "mcp-http-test-token"
@@ -52,7 +52,7 @@ async def serving(journal: Path, port: int = 0) -> AsyncIterator[tuple[str, asyn
 @asynccontextmanager
 async def mcp_session(url: str, seen: list[str], token: str | None = TOKEN) -> AsyncIterator[Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with create_mcp_http_client(headers=headers) as http, \
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=None)) as http, \
             Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
 
         async def call(name: str, args: dict[str, Any]) -> Any:

@@ -23,6 +23,7 @@ built: ``/mcp`` answers 501 naming the ``mcp`` extra where it is not installed.
 # ``Context``, imported only in :func:`build_mcp_server`; the SDK finds that parameter from the evaluated annotation.
 
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -176,7 +177,7 @@ def build_mcp_server(api: RunsAPI) -> "MCPServer[Any]":
                          "outputs, approve or reject steps, send human input, cancel runs.",
             middleware=[_redacting(calls.shown)])
     for tool in (*_start_tools(calls), *_read_tools(calls), *_reply_tools(calls)):
-        server.add_tool(tool, structured_output=True)
+        server.add_tool(tool, description=inspect.cleandoc(tool.__doc__ or ""), structured_output=True)
     return server
 
 
