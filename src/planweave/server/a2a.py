@@ -412,6 +412,10 @@ class PlanweaveAgent(RequestHandler):
             return self._shown(task_of(run_id, report, run.state)), set(report["waiting"])
         await state.index.refresh()
         found = state.index.get(run_id)
+        if found is None and state.queue is not None and await state.queue.leases(run_id):
+            # serve --queue: queued for the workers, none has started it yet
+            return self._shown(Task(id=run_id, context_id=run_id,
+                                    status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED))), set()
         if found is None:
             raise RunNotFound(f"no run '{run_id}' in the journal")
         if found.state is None:
