@@ -15,9 +15,9 @@ from ag_ui.core import Event as AguiEvent
 from ag_ui.core import Interrupt, ResumeEntry
 from pydantic import TypeAdapter
 
-from planweave import Toolbox, ToolError, builtin_tools, current_step
+from planweave import Toolbox, ToolError, builtin_tools, current_step, open_engine
 from planweave.engine.events import Event
-from planweave.server.agui import AguiCursor, _decode, json_patch
+from planweave.server.agui import AguiCursor, AguiTranslator, _decode, json_patch
 from planweave.server.streams import PING, encode_sse
 
 from .conftest import TOKEN, Live, gated_tools, sse, start_live
@@ -323,3 +323,27 @@ def test_the_adapter_reads_the_frames_of_the_event_stream_back_as_its_events() -
     event = Event("r1", "step_failed", 1.8e9, "a", {"error": "x\ny", "final": False}, 42)
     assert _decode(encode_sse(event)) == event
     assert _decode(PING) == PING
+
+
+async def test_the_state_sent_step_by_step_is_always_the_whole_state_of_the_run() -> None:
+    plan = {"steps": [
+        {"id": "a", "tool": "noop"},
+        {"id": "b", "tool": "explode", "args": {"message": "no"}, "after": ["a"], "retries": {"max": 1, "backoff": 0}},
+        {"id": "c", "tool": "noop", "after": ["b"]}, {"id": "d", "tool": "noop", "after": ["c"]},
+        {"id": "e", "tool": "noop", "after": ["a"]},
+    ], "on_failure": "continue"}
+    async with open_engine("memory://", tools=flaky_tools()) as engine:
+        await (await engine.start(plan, run_id="whole")).wait()
+        journaled = await engine.journal.read("whole")
+    translator = AguiTranslator("whole")
+    state: Any = None
+    for event in journaled:
+        for item in translator.translate(event, {}):
+            EVENTS.validate_python(item)
+            if item["type"] == "STATE_SNAPSHOT":
+                state = item["snapshot"]
+            elif item["type"] == "STATE_DELTA":
+                state = apply_patch(state, item["delta"])
+        assert state == translator._document(), f"after {event.kind} {event.step}"
+    assert {sid: s["status"] for sid, s in state["plan"]["steps"].items()} == {
+        "a": "succeeded", "b": "failed", "c": "skipped", "d": "skipped", "e": "succeeded"}

@@ -34,7 +34,7 @@ to rebuild what the client had. Everything sent passes through the server's reda
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,10 +138,9 @@ class AguiTranslator:
         if event.kind == "step_succeeded":
             ref = event.data.get("output")
             return [ref] if isinstance(ref, str) else []
-        if event.kind == "step_started" and state is not None and event.step is not None \
-                and event.step in state.plan.steps:
-            refs = state.plan.refs[event.step]
-            return sorted({r for ref in refs if (r := state.records[ref.step].output_ref) is not None})
+        step = event.step
+        if event.kind == "step_started" and state is not None and step is not None and step in state.plan.steps:
+            return sorted({r for ref in state.plan.refs[step] if (r := state.records[ref.step].output_ref) is not None})
         return []
 
     # -- translation --------------------------------------------------------------------------------------------
@@ -158,7 +157,7 @@ class AguiTranslator:
         if event.kind == "step_started" and step is not None:
             head += self._open_step(step)
             args = self._args(state, step, blobs)  # rendered before the fold: the attempt's inputs
-        state.apply(event)
+        ready = state.apply(event)
         tail: list[AguiEvent] = []
         if event.kind == "run_finished":
             tail += self._close_calls({"cancelled": "the run ended"})
@@ -170,12 +169,56 @@ class AguiTranslator:
             if translate is not None:
                 head += translate(self, state, event, blobs, args)
             tail += self._close_steps(every=False)
-        document = self._document()
-        delta = json_patch(self._doc, document)
-        self._doc = document
+        delta = self._delta(state, structural=event.kind in _STRUCTURAL, touched=self._touched(state, event, ready))
         if delta:
             head.append({"type": "STATE_DELTA", "delta": delta})
         return self._stamped(event, head + tail)
+
+    @staticmethod
+    def _touched(state: RunState, event: Event, ready: Sequence[str]) -> Iterable[str]:
+        """The steps whose status or attempts ``event`` may have changed: its step, the steps it made ready, and when
+        its step ended without success, everything after it (skipped); every step for run-wide events."""
+        if event.step is None:
+            return () if event.kind in _RUN_NOTES else state.plan.order
+        touched = {event.step, *ready}
+        rec = state.records.get(event.step)
+        if rec is not None and rec.status in ("failed", "cancelled", "skipped"):
+            below = list(state.plan.dependents.get(event.step, ()))
+            while below:
+                sid = below.pop()
+                if sid not in touched:
+                    touched.add(sid)
+                    below.extend(state.plan.dependents.get(sid, ()))
+        return touched
+
+    def _delta(self, state: RunState, *, structural: bool, touched: Iterable[str]) -> list[dict[str, Any]]:
+        """The JSON Patch from the state last sent to the state now. An event that changes the plan is compared
+        whole; any other only the statuses and attempts of the steps it touched (a document per event cost 3 ms an
+        event at 1,000 steps)."""
+        if structural:
+            document = self._document()
+            delta = json_patch(self._doc, document)
+            self._doc = document
+            return delta
+        ops: list[dict[str, Any]] = []
+        run = self._doc["run"]
+        if run["status"] != state.status:
+            run["status"] = state.status
+            ops.append({"op": "replace", "path": "/run/status", "value": state.status})
+        shown = self._doc["plan"]["steps"]
+        records = state.records
+        for sid in touched:
+            step, rec = shown.get(sid), records.get(sid)
+            if step is None or rec is None or (step["status"] == rec.status and step["attempts"] == rec.attempts):
+                continue
+            where = f"/plan/steps/{_pointer(sid)}"
+            if step["status"] != rec.status:
+                step["status"] = rec.status
+                ops.append({"op": "replace", "path": f"{where}/status", "value": rec.status})
+            if step["attempts"] != rec.attempts:
+                step["attempts"] = rec.attempts
+                ops.append({"op": "replace", "path": f"{where}/attempts", "value": rec.attempts})
+        return ops
 
     # -- one method per kind of journal event that shows (after the fold) ---------------------------------------
     def _created(self, event: Event) -> list[AguiEvent]:
@@ -372,8 +415,9 @@ class AguiTranslator:
     def _args(state: RunState, step: str, blobs: Mapping[str, Any]) -> Any:
         if step not in state.plan.steps:
             return {}
-        outputs = {sid: blobs[rec.output_ref] for sid, rec in state.records.items()
-                   if rec.output_ref is not None and rec.output_ref in blobs}
+        records = state.records
+        outputs = {ref.step: blobs[out] for ref in state.plan.refs[step]
+                   if (out := records[ref.step].output_ref) is not None and out in blobs}
         return rendered_args(state, outputs, step)[0]
 
     def _document(self) -> dict[str, Any]:
@@ -389,6 +433,11 @@ class AguiTranslator:
                 "versions": [dict(v) for v in self._versions]}
 
 
+#: The journal events that change the plan (its steps, their dependencies, its versions) or may change every step.
+_STRUCTURAL = frozenset({"plan_version", "steps_added", "run_resumed"})
+#: The journal events of no step that change no step either (any other event of no step may change any step).
+_RUN_NOTES = frozenset({"model_call", "model_reserved", "model_released", "escalation", "answer", "warning",
+                        "allocation", "forecast"})
 _Translation = Callable[[AguiTranslator, RunState, Event, Mapping[str, Any], Any], list[AguiEvent]]
 #: The journal events that show as AG-UI events of their own (any event may also change the shared state).
 _TRANSLATIONS: dict[str, _Translation] = {
