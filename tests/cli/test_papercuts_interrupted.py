@@ -42,3 +42,4 @@ def test_the_steps_a_stopped_run_was_running_are_shown_interrupted(tmp_path: Pat
         assert _row(out, "slow ").split()[1] == "interrupted", out
         assert "running" not in out, out
     assert "1 interrupted · 1 succeeded" in _row(listed, "k "), listed
+    assert _row(stopped, "interrupted: resume with planweave resume k")  # on a line of its own, after the frame

@@ -17,7 +17,7 @@ from tests.processes import read_until, running
 
 SCRIPT = {
     "plan": [
-        {"id": "quick", "tool": "noop", "args": {"v": 1}},
+        {"id": "quick", "tool": "chatty", "args": {"word": "hi"}},
         {"id": "slow", "tool": "sleep", "args": {"seconds": 1.0, "result": {"slept": True}}},
     ],
     "answer": "done after resume",
@@ -49,8 +49,8 @@ def test_the_resume_hint_of_a_killed_goal_run_works_as_printed(tmp_path: Path) -
     (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT), encoding="utf-8")
     url = sqlite_url(tmp_path)
     env = {**subprocess_env(), "OPENAI_API_KEY": "sk-not-in-the-hint"}
-    with running(cli_command("run", "--goal", "g", "--model", "scripted:script.yaml", "--journal", url,
-                             "--run-id", "killed"), env=env, cwd=tmp_path) as proc:
+    with running(cli_command("run", "--goal", "g", "--model", "scripted:script.yaml", "--tools", "noisy_tools:toolbox",
+                             "--journal", url, "--run-id", "killed"), env=env, cwd=tmp_path) as proc:
         started = read_until(proc, "run killed started")[-1]
         _wait_running(url, "killed", "slow", proc)
         proc.send_signal(signal.SIGKILL)
@@ -58,7 +58,12 @@ def test_the_resume_hint_of_a_killed_goal_run_works_as_printed(tmp_path: Path) -
     argv = _hint(started)
     assert "--model" not in argv and "sk-not-in-the-hint" not in started  # the journal knows the model; no key
 
+    untooled = subprocess.run([a for a in argv if a not in ("--tools", "noisy_tools:toolbox")], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
     resumed = subprocess.run(argv, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    assert untooled.returncode == 2 and "unknown tool 'chatty'" in untooled.stderr
+    assert "resume it with the --tools and --mcp it was run with" in untooled.stderr
 
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "succeeded" in resumed.stdout and "done after resume" in resumed.stdout

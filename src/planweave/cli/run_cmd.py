@@ -171,6 +171,14 @@ def _goal_model(run_id: str, events: list[Event]) -> str | None:
     return model
 
 
+def _without_tools(run_id: str, exc: PlanInvalid) -> Exception:
+    """A resume refused for tools this command was not given: said so, with what gives them (exit 2)."""
+    if not any("unknown tool" in str(p) for p in exc.problems):
+        return exc
+    return UsageError(f"{exc}\n(run '{run_id}' calls tools this command was not given: resume it with the --tools "
+                      "and --mcp it was run with, as the 'resume with:' line it printed says)")
+
+
 def _resume_mode_flags(run_id: str, model: str | None, ask_human: bool, max_replans: int | None,
                        tiers: Path | None, speculate: str | None, predictor_model: str | None) -> None:
     """The flags of ``resume`` that apply to one kind of run only, checked against the run's kind (``model``: the
@@ -867,7 +875,10 @@ def resume(
                                    tiers=_journaled_planner_tiers(run_id, recorded),
                                    planner_auto=recorded.planner == "auto", context=modes[0], subplans=modes[1])
                 loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
-                resumed = await loop.resume(run_id, retry_unknown=retry_unknown)
+                try:
+                    resumed = await loop.resume(run_id, retry_unknown=retry_unknown)
+                except PlanInvalid as exc:
+                    raise _without_tools(run_id, exc) from None
                 created = resumed.state.created_at
                 if recorded.pressure is not None and recorded.deadline_at is not None and created is not None:
                     from planweave.forecast.live import LiveOptions, start_live_forecast
@@ -883,7 +894,7 @@ def resume(
                 if any("unknown tool 'llm'" in str(p) for p in exc.problems):
                     raise UsageError(f"{exc}\n(run '{run_id}' calls a model: resume it with --model NAME to "
                                      "re-attach its model, planner and llm tool)") from None
-                raise
+                raise _without_tools(run_id, exc) from None
 
         with tool_output_to_stderr(json_output):
             outcome = run_loop(follow_run(session, recorded_limits, begin, console_for(json_output), "resumed"),

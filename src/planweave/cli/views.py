@@ -500,8 +500,9 @@ class LiveRunView:
                 self._interrupted = stopped and run.state.finished_at is None
                 self._draw(final=True)
                 self._live = None
-        if not self._console.is_terminal:
-            self._console.line()  # off a terminal Live prints its last frame without ending the line
+                if not self._terminal:  # off a terminal Live prints its last frame without ending the line
+                    live.stop()
+                    self._console.line()  # (an interrupt too: what follows starts on a line of its own)
 
     def on_event(self, event: Event) -> None:
         """Listener for the run's events: schedule a redraw, throttled to the rate.
