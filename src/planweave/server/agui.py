@@ -509,10 +509,11 @@ async def agui_events(
             pos = event.pos or 0
             if pos > after:
                 break
-            translated = await _translated(translator, journal, event)
-            if pos == after and cursor.index is not None:
-                for frame in _frames(translated, pos, cursor.index + 1, redact):
+            if pos == after and cursor.index is not None:  # the client has part of this one's events
+                for frame in _frames(await _translated(translator, journal, event), pos, cursor.index + 1, redact):
                     yield frame
+            else:
+                translator.translate(event, {})  # outputs only fill events nobody sends: no blob is read
             seen = pos
         if len(page) < limits.page_size or (page and (page[-1].pos or 0) > after):
             break
