@@ -7,8 +7,9 @@ Every endpoint but ``/healthz``, ``/openapi.json`` and the dashboard's files wan
 Endpoints: ``GET /healthz``; ``POST /runs``; ``GET /runs``; ``GET /runs/{id}`` (the ``planweave run --json``
 object); ``GET /runs/{id}/steps/{step}``; ``GET /runs/{id}/plan``; ``POST /runs/{id}/cancel``;
 ``POST /runs/{id}/resume``; ``GET /runs/{id}/events`` and ``GET /events`` (``text/event-stream``, resumable with
-``Last-Event-ID``); ``GET /metrics`` (model-call admission, Prometheus text format); ``GET /memory`` and
-``GET /memory/{id}`` (lessons and skills across runs, server/memory.py).
+``Last-Event-ID``); ``GET /runs/{id}/agui`` (the run as AG-UI 1.0 events, server/agui.py); ``GET /metrics``
+(model-call admission, Prometheus text format); ``GET /memory`` and ``GET /memory/{id}`` (lessons and skills across
+runs, server/memory.py).
 """
 
 from __future__ import annotations
