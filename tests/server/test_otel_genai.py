@@ -17,7 +17,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from planweave import Toolbox, ToolError, builtin_tools, current_step, open_engine
-from planweave.server.telemetry import instrument, provider_of, semconv_from_env
+from planweave.server.telemetry import (
+    TelemetryError,
+    instrument,
+    meter_provider_from_env,
+    provider_of,
+    semconv_from_env,
+)
 from tests.timing import step_is, until
 
 SECRET = "sk-genai-0123456789abcdefSECRET"
@@ -208,3 +214,17 @@ def test_the_provider_is_the_models_or_the_api_planweave_speaks() -> None:
     assert provider_of("claude-3-5-haiku") == "anthropic"
     assert provider_of("Mistral-Large") == "mistral_ai"
     assert provider_of("qwen2.5:7b") == "openai"
+
+
+def test_metrics_leave_the_process_only_when_otel_metrics_exporter_asks() -> None:
+    assert meter_provider_from_env({}) is None
+    assert meter_provider_from_env({"OTEL_METRICS_EXPORTER": "none"}) is None
+    for exporter in ("console", "otlp"):
+        provider = meter_provider_from_env({"OTEL_METRICS_EXPORTER": exporter,
+                                            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+        assert provider is not None
+        provider.shutdown()
+    with pytest.raises(TelemetryError, match="prometheus"):
+        meter_provider_from_env({"OTEL_METRICS_EXPORTER": "prometheus"})
+    with pytest.raises(TelemetryError, match="protocol"):
+        meter_provider_from_env({"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/json"})

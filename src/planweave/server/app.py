@@ -1004,10 +1004,11 @@ async def serve(
     url = journal or default_journal_url()
     access = resolve_token(token, url)
     provider: Any = None
+    meters: Any = None  # the GenAI metrics, when OTEL_METRICS_EXPORTER asks too (docs/protocols.md)
     if telemetry_from_env() if telemetry is None else telemetry:
-        from planweave.server.telemetry import tracer_provider_from_env
+        from planweave.server.telemetry import meter_provider_from_env, tracer_provider_from_env
 
-        provider = tracer_provider_from_env()
+        provider, meters = tracer_provider_from_env(), meter_provider_from_env()
     try:
         async with contextlib.AsyncExitStack() as stack:
             engine = await stack.enter_async_context(
@@ -1016,7 +1017,7 @@ async def serve(
             if provider is not None:
                 from planweave.server.telemetry import instrument
 
-                instrument(engine, provider)
+                instrument(engine, provider, meters)
             server_model = await open_server_model(stack, engine, model, base_url) if model else None
             store = await _open_queue(stack, url) if queue else None
             async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=not queue,
@@ -1026,6 +1027,8 @@ async def serve(
     finally:
         if provider is not None:
             provider.shutdown()  # after the engine: the spans of interrupted runs are ended by then
+        if meters is not None:
+            meters.shutdown()
 
 
 async def _open_queue(stack: contextlib.AsyncExitStack, url: str) -> LeaseStore:

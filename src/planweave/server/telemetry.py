@@ -52,6 +52,8 @@ from typing import Any, Literal
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import metrics, trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricExporter, PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
@@ -72,7 +74,7 @@ from planweave.models.admission import EndpointScheduler, Outcome, Ticket, add_d
 from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.tools.safety import SecretRedactor
 
-__all__ = ["TelemetryError", "instrument", "semconv_from_env", "tracer_provider_from_env"]
+__all__ = ["TelemetryError", "instrument", "meter_provider_from_env", "semconv_from_env", "tracer_provider_from_env"]
 
 RUN_ID = "planweave.run_id"
 STEP_ID = "planweave.step_id"
@@ -613,16 +615,61 @@ def _exporter(name: str, env: Mapping[str, str]) -> SpanExporter:
     raise TelemetryError(f"OTEL_TRACES_EXPORTER names '{name}': planweave supports otlp, console and none")
 
 
+def _otlp_protocol(env: Mapping[str, str], signal: str) -> str:
+    protocol = (env.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                or "http/protobuf").strip().lower()
+    if protocol not in ("grpc", "http/protobuf"):
+        raise TelemetryError(f"OTLP protocol '{protocol}' is not supported: use http/protobuf or grpc")
+    return protocol
+
+
+def _metric_exporter(name: str, env: Mapping[str, str]) -> MetricExporter:
+    if name == "console":
+        return ConsoleMetricExporter()
+    if name != "otlp":
+        raise TelemetryError(f"OTEL_METRICS_EXPORTER names '{name}': planweave supports otlp, console and none")
+    if _otlp_protocol(env, "METRICS") == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found]
+                OTLPMetricExporter as GrpcExporter,
+            )
+        except ImportError:
+            raise TelemetryError(
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc needs the package opentelemetry-exporter-otlp-proto-grpc; "
+                "install it, or use http/protobuf (the default)"
+            ) from None
+        exporter: MetricExporter = GrpcExporter()
+        return exporter
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()  # reads OTEL_EXPORTER_OTLP_(METRICS_)ENDPOINT, _HEADERS, _TIMEOUT itself
+
+
+def _resource() -> Resource:
+    resource = Resource.create()
+    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({SERVICE_NAME: "planweave"}))
+    return resource
+
+
+def meter_provider_from_env(environ: Mapping[str, str] | None = None) -> MeterProvider | None:
+    """A meter provider for the GenAI metrics when ``OTEL_METRICS_EXPORTER`` names an exporter (otlp, console;
+    comma-separated), else None: metrics are opt-in, so a collector that takes only traces gets nothing new. Export
+    every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (the SDK reads it); shut it down at exit. Raises :class:`TelemetryError`.
+    """
+    env = os.environ if environ is None else environ
+    names = [n.strip().lower() for n in env.get("OTEL_METRICS_EXPORTER", "").split(",") if n.strip()]
+    readers = [PeriodicExportingMetricReader(_metric_exporter(name, env)) for name in names if name != "none"]
+    return MeterProvider(resource=_resource(), metric_readers=readers) if readers else None
+
+
 def tracer_provider_from_env(environ: Mapping[str, str] | None = None) -> TracerProvider:
     """A tracer provider set up from the standard variables: ``OTEL_TRACES_EXPORTER`` (otlp, console, none;
     comma-separated), ``OTEL_EXPORTER_OTLP_ENDPOINT`` and friends, ``OTEL_SERVICE_NAME`` (default ``planweave``),
     ``OTEL_RESOURCE_ATTRIBUTES``. Shut it down at exit to send the last spans. Raises :class:`TelemetryError`.
     """
     env = os.environ if environ is None else environ
-    resource = Resource.create()
-    if str(resource.attributes.get(SERVICE_NAME, "")).startswith("unknown_service"):
-        resource = resource.merge(Resource({SERVICE_NAME: "planweave"}))
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=_resource())
     names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",") if n.strip()]
     for name in names:
         if name != "none":
