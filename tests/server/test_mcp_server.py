@@ -138,6 +138,7 @@ async def test_bad_input_is_an_error_result_naming_what_is_wrong_never_a_crash(
             "bad status": await call("list_runs", {"status": ["sideways"]}),
             "bad wait": await call("wait_run", {"run_id": "x", "timeout_s": -1}),
             "secret id": await call("get_run", {"run_id": SECRET}),
+            "secret in a bad type": await call("get_run", {"run_id": {"key": SECRET}}),  # the SDK echoes it
             "no tool": await call("no_such_tool", {}),
         }
         still = (await call("list_runs", {})).structured_content
@@ -148,7 +149,7 @@ async def test_bad_input_is_an_error_result_naming_what_is_wrong_never_a_crash(
     assert "exactly one of" in texts["both plans"]
     assert "no model" in texts["no model"] and "--model gpt-x" in texts["wrong model"]
     assert "sideways" in texts["bad status"]
-    assert "***" in texts["secret id"]
+    assert "***" in texts["secret id"] and "***" in texts["secret in a bad type"]
     assert still == {"runs": [], "next_cursor": None}  # the server went on serving
     assert all(SECRET not in text for text in seen.texts), [t for t in seen.texts if SECRET in t]
 

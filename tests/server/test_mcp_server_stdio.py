@@ -4,7 +4,9 @@ session; nothing a client receives holds the planted secret."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -72,3 +74,49 @@ async def test_a_goal_planned_offline_with_a_scripted_model_over_stdio(tmp_path:
     assert set(done["outputs"]) == {"paris", "rome", "pick"}
     assert any(" of 3 steps ended" in text for text in seen)  # progress notifications reached the client
     assert not [text for text in seen if SECRET in text]
+
+
+def test_malformed_requests_get_json_rpc_errors_and_the_server_serves_on(tmp_path: Path) -> None:
+    """Raw JSON-RPC on the process's stdin: each bad request is answered with an error (a line that is not JSON
+    has no id to answer), none ends the server, and what it answers holds no secret."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": 5}},
+        {"jsonrpc": "2.0", "id": 3, "method": "no/such/method", "params": {}},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get_run", "arguments": [SECRET]}},
+        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "get_run",
+                                                                     "arguments": {"run_id": SECRET}}},
+        {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {"name": "list_runs", "arguments": {}}},
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PLANWEAVE_", "OPENAI_"))}
+    env["OPENAI_API_KEY"] = SECRET
+    with subprocess.Popen([PLANWEAVE, "mcp", "--journal", f"sqlite:///{tmp_path / 'runs.db'}"], env=env, cwd=REPO,
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                          text=True) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+
+            def send(line: str) -> None:
+                assert proc.stdin is not None
+                proc.stdin.write(line + "\n")
+                proc.stdin.flush()
+
+            send(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}))
+            shown = [proc.stdout.readline()]
+            send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            send("this is not json {")
+            answers: dict[int, dict[str, Any]] = {}
+            for request in requests:
+                send(json.dumps(request))
+                shown.append(proc.stdout.readline())
+                answers[request["id"]] = json.loads(shown[-1])  # type: ignore[index]  # the ids are ints
+            proc.stdin.close()
+            assert proc.wait(timeout=30) == 0
+        finally:
+            if proc.poll() is None:  # a failed read: never left behind
+                proc.kill()
+    assert answers[2]["error"]["code"] == -32602 and answers[3]["error"]["code"] == -32601
+    assert answers[4]["error"]["code"] == -32602
+    assert answers[5]["result"]["isError"] is True and "no run '***'" in answers[5]["result"]["content"][0]["text"]
+    assert answers[6]["result"]["structuredContent"] == {"runs": [], "next_cursor": None}  # still serving
+    assert not [line for line in shown if SECRET in line]

@@ -373,25 +373,19 @@ async def _question(api: RunsAPI, run_id: str, step: str, how: str) -> dict[str,
 
 
 def _redacting(shown: _Shown) -> Any:
-    """Server middleware: every result and JSON-RPC error with the process's secrets as ``***`` (the SDK's own
-    messages may echo a request's arguments)."""
+    """Server middleware: every result (the wire form, a dict by then) and JSON-RPC error with the process's
+    secrets as ``***``: the SDK's own messages may echo a request's arguments (a tool's argument errors do)."""
     from mcp.shared.exceptions import MCPError
-    from pydantic import BaseModel
 
     async def middleware(ctx: Any, call_next: Any) -> Any:
         try:
             result = await call_next(ctx)
         except MCPError as exc:
-            text = shown(str(exc))
-            if text != str(exc):
-                raise MCPError(exc.error.code, text) from None
+            message, data = shown(exc.error.message), shown(exc.error.data)
+            if (message, data) != (exc.error.message, exc.error.data):
+                raise MCPError(exc.error.code, message, data) from None
             raise
-        if isinstance(result, BaseModel) and shown.secrets:
-            dumped = result.model_dump(by_alias=True, mode="json", exclude_unset=True)
-            hidden = shown(dumped)
-            if hidden != dumped:
-                return type(result).model_validate(hidden)
-        return result
+        return shown(result) if isinstance(result, dict) else result
 
     return middleware
 
