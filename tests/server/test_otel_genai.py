@@ -128,7 +128,8 @@ async def test_spans_follow_the_genai_conventions(
     for attempt in attempts:
         assert parent_of(attempt) == span_id(run)
         assert attempt.status.status_code is StatusCode.ERROR and attrs(attempt)["error.type"] == "boom"
-        assert any(e.name == "exception" for e in attempt.events)
+        [exception] = [e for e in attempt.events if e.name == "exception"]  # the tool's, with its stack trace
+        assert "exception.stacktrace" in (exception.attributes or {})
     assert not [s for s in spans if s.name.startswith(("tool ", "step ", "model ", "planweave.run"))]
 
     [think] = named(spans, "execute_tool think")

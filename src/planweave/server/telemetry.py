@@ -129,11 +129,12 @@ Redact = Callable[[Any], Any]
 class _SafeSpan:
     """An SDK span whose every text passes through ``redact`` before it is recorded (what exporters ship)."""
 
-    __slots__ = ("_redact", "span")
+    __slots__ = ("_redact", "excepted", "span")
 
     def __init__(self, span: Span, redact: Redact) -> None:
         self.span = span  # the SDK's span: for contexts (parents) only, never to record text on
         self._redact = redact
+        self.excepted = False  # an exception was recorded on it (with its stack trace)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, self._redact(value))
@@ -155,6 +156,7 @@ class _SafeSpan:
         self.add_event("exception", {"exception.type": name, "exception.message": str(exc),
                                      "exception.stacktrace": "".join(traceback.format_exception(exc)),
                                      "exception.escaped": False})
+        self.excepted = True
 
     def end(self, end_time: int | None = None) -> None:
         self.span.end(end_time=end_time)
@@ -393,7 +395,8 @@ class _RunTracing:
         span.set_attribute("planweave.final", bool(event.data.get("final", True)))
         if "retry_in" in event.data:
             span.set_attribute("planweave.retry_in", float(event.data["retry_in"]))
-        span.add_event("exception", {"exception.type": kind, "exception.message": error})
+        if not span.excepted:  # a GenAI attempt has its tool's exception, stack trace and all, already
+            span.add_event("exception", {"exception.type": kind, "exception.message": error})
         span.set_status(Status(StatusCode.ERROR, error))
         span.end()
 
