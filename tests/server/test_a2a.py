@@ -26,11 +26,13 @@ from a2a.helpers import new_data_part, new_text_part
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
     SendMessageRequest,
     StreamResponse,
+    SubscribeToTaskRequest,
     Task,
     TaskState,
 )
@@ -139,6 +141,14 @@ def artifact_names(events: list[StreamResponse]) -> set[str]:
     return names | {e.artifact_update.artifact.name for e in events if e.HasField("artifact_update")}
 
 
+def asked_steps(event: StreamResponse) -> set[str]:
+    """The steps an input-required status (the task's or an update's) says wait for a person."""
+    status = event.task.status if event.HasField("task") else event.status_update.status
+    if status.state != TaskState.TASK_STATE_INPUT_REQUIRED:
+        return set()
+    return {MessageToDict(p)["data"]["step"] for p in status.message.parts if p.HasField("data")}
+
+
 def outputs(task: Task) -> dict[str, Any]:
     return {a.name: MessageToDict(a.parts[0]).get("data", a.parts[0].text) for a in task.artifacts}
 
@@ -214,14 +224,42 @@ async def test_a_value_through_a2a_is_checked_against_the_schema_and_becomes_the
             await collected(served, client, user_message(new_data_part({"value": "three"}), task_id=asked.id))
         served.saw(wrong.value)
         still = served.saw(await client.get_task(GetTaskRequest(id=asked.id)))
-        done = final_task(await collected(served, client, user_message(new_data_part({"step": "ask", "value": 3}),
-                                                                        task_id=asked.id)))
+        done = final_task(await collected(served, client, user_message(new_text_part("3"), task_id=asked.id)))
     assert asked.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert MessageToDict(asked.status.message.parts[1])["data"]["input_schema"] == {"type": "integer"}
     assert "'three' is not of type 'integer'" in str(wrong.value)
     assert still.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     assert done.status.state == TaskState.TASK_STATE_COMPLETED
     assert outputs(done) == {"ask": 3, "scale": {"replicas": 3}}
+
+
+async def test_a_subscriber_follows_two_approvals_answered_by_step_to_the_end(served: Served) -> None:
+    plan = {"steps": [{"id": "a", "tool": "noop", "args": {"n": 1}, "approval": "Run a?"},
+                      {"id": "b", "tool": "noop", "args": {"n": 2}, "approval": "Run b?"}]}
+    async with a2a_client(served) as client:
+        asked = await collected(served, client, user_message(new_data_part(plan)))
+        task_id = asked[0].task.id
+        subscription = client.subscribe(SubscribeToTaskRequest(id=task_id))
+        first = served.saw(await anext(subscription))
+        waiting = asked_steps(first)
+        while waiting != {"a", "b"}:  # the second approval may be asked a moment after the first
+            waiting |= asked_steps(served.saw(await anext(subscription)))
+        listed = served.saw(await client.list_tasks(ListTasksRequest()))
+        with pytest.raises(A2AError) as which:
+            await collected(served, client, user_message(new_text_part("approve"), task_id=task_id))
+        served.saw(which.value)
+        approved = await collected(served, client, user_message(new_data_part({"step": "a", "approve": True}),
+                                                                 task_id=task_id))
+        rejected = await collected(served, client, user_message(
+            new_data_part({"step": "b", "approve": False, "reason": "freeze week"}), task_id=task_id))
+        followed = [served.saw(event) async for event in subscription]
+    assert [(t.id, t.status.state) for t in listed.tasks] == [(task_id, TaskState.TASK_STATE_INPUT_REQUIRED)]
+    assert first.task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert "steps a, b are waiting: say which one" in str(which.value)
+    assert states(approved) == [TaskState.TASK_STATE_INPUT_REQUIRED]  # b still waits: the stream ends at once
+    assert states(rejected)[-1] == TaskState.TASK_STATE_FAILED
+    assert "freeze week" in MessageToJson(rejected[-1])
+    assert "a" in artifact_names(followed) and states(followed)[-1] == TaskState.TASK_STATE_FAILED
 
 
 async def test_cancel_ends_a_running_task_canceled(served: Served) -> None:
@@ -265,6 +303,8 @@ async def test_bad_input_gets_a_json_rpc_error_naming_it_never_a_500_nor_a_secre
         ("not json", -32700, ""),
         ({"jsonrpc": "2.0", "id": 1, "method": "NoSuchMethod"}, -32601, ""),
         ({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": "x"}}, -32602, ""),
+        ({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": {"taskId": [SECRET]}}}, -32602,
+         ""),
         (send([{"data": bad_plan}]), -32602, "unknown tool"),
         (send([{"data": {"steps": []}}], budget_usd=-1), -32602, "budget_usd"),
         (send([{"data": {"steps": []}, }], deadline="soon"), -32602, "deadline"),

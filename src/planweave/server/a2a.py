@@ -199,12 +199,24 @@ def submission_fields(params: SendMessageRequest) -> dict[str, Any]:
     return fields
 
 
-def _reply_of(params: SendMessageRequest, waiting: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+def _text_value(text: str, schema: Any) -> Any:
+    """A value given as text: the text itself for a step wanting a string (or saying nothing), else its JSON if it
+    is JSON (``3`` for an integer), else the text (which the step's schema then refuses, saying why)."""
+    if not isinstance(schema, Mapping) or schema.get("type") in (None, "string"):
+        return text
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def _reply_of(params: SendMessageRequest, waiting: Mapping[str, str],
+              schemas: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     """The step a reply message answers and what it says (``approve``/``reason``, or ``value``).
 
     A data part ``{"step"?, "approve", "reason"?}`` or ``{"step"?, "value"}``; or text: for an approval, "approve"
-    or "reject" (the rest of the text is the reason), for an input, the text is the value. ``step`` may be left out
-    when one step waits.
+    or "reject" (the rest of the text is the reason), for an input, the value (JSON when the step's schema wants
+    other than a string: ``3``). ``step`` may be left out when one step waits.
     """
     said: dict[str, Any] = {}
     text: list[str] = []
@@ -232,7 +244,7 @@ def _reply_of(params: SendMessageRequest, waiting: Mapping[str, str]) -> tuple[s
     if not said and text:
         words = " ".join(text).strip()
         if waiting[step] == "waiting_input":
-            said = {"value": words}
+            said = {"value": _text_value(words, schemas.get(step))}
         else:
             first, _, rest = words.replace(":", " ", 1).partition(" ")
             if first.lower() not in _APPROVE_WORDS + _REJECT_WORDS:
@@ -510,7 +522,8 @@ class PlanweaveAgent(RequestHandler):
         waiting = dict(run_state.waiting_steps()) if run_state is not None else {}
         if not waiting:
             raise UnsupportedOperationError(message=f"task '{run_id}' is working: no step waits for a reply")
-        step, said = _reply_of(params, waiting)
+        assert run_state is not None  # a run with waiting steps has a state
+        step, said = _reply_of(params, waiting, {sid: run_state.records[sid].input_schema for sid in waiting})
         by = f"an A2A client holding the API token at {request.client.host if request.client else 'an unknown address'}"
         after = await self._position()
         if "approve" in said:
@@ -695,4 +708,8 @@ def mount_a2a(app: FastAPI, submit: Submit, submission: type[BaseModel]) -> None
             return JSONResponse({"detail": "missing or wrong access token: send 'Authorization: Bearer TOKEN' "
                                            "(printed by `planweave serve`)"},
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
-        return await dispatcher.handle_requests(request)
+        response = await dispatcher.handle_requests(request)
+        if state.redact is not None and isinstance(response, JSONResponse):
+            # The dispatcher's own errors (a request it cannot parse) may quote the request: shown as the rest is.
+            return JSONResponse(state.redact(orjson.loads(response.body)), status_code=response.status_code)
+        return response
