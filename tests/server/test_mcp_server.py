@@ -170,3 +170,20 @@ async def test_a_secret_in_a_plan_is_never_shown_in_results_errors_or_progress(
     dump = json.dumps(seen.texts)
     assert "leaky" in dump and "***" in dump
     assert SECRET not in dump
+
+
+async def test_the_servers_caps_bound_what_an_mcp_client_asks_for() -> None:
+    from planweave.server.limits import LimitCaps
+
+    async with open_engine("memory://") as engine:
+        app = create_app(engine, TOKEN, recover=False, caps=LimitCaps(deadline=5))
+        async with app.router.lifespan_context(app):
+            api = RunsAPI(app, TOKEN)
+            async with Client(build_mcp_server(api)) as client:
+                over = await client.call_tool("start_plan", {"plan": {"steps": [{"id": "a", "tool": "noop"}]},
+                                                             "deadline": 100})
+                within = await client.call_tool("start_plan", {"plan": {"steps": [{"id": "a", "tool": "noop"}]},
+                                                               "deadline": 2, "wait_s": 10})
+            await api.aclose()
+    assert over.is_error and "--max-deadline" in over.model_dump_json()
+    assert not within.is_error and within.structured_content["task_status"] == "completed"

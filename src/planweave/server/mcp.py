@@ -22,6 +22,7 @@ built: ``/mcp`` answers 501 naming the ``mcp`` extra where it is not installed.
 # No ``from __future__ import annotations``: the tools below are closures whose annotations name the SDK's
 # ``Context``, imported only in :func:`build_mcp_server`; the SDK finds that parameter from the evaluated annotation.
 
+import asyncio
 import contextlib
 import inspect
 import json
@@ -48,8 +49,6 @@ if TYPE_CHECKING:
 
 __all__ = ["APIRefused", "RunsAPI", "TaskStatus", "build_mcp_server", "mount_mcp", "task_status"]
 
-log = logging.getLogger("planweave.server")
-
 MCP_PATH = "/mcp"
 #: Who a reply given over MCP is journaled as (``by``: the HTTP API's "the API token's holder at ...").
 MCP_CLIENT = ("an MCP client", 0)
@@ -57,8 +56,8 @@ MCP_CLIENT = ("an MCP client", 0)
 MAX_WAIT_S = 3600.0
 
 TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled", "interrupted"]
-_ENDED = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled", "unreadable": "failed",
-          "interrupted": "interrupted"}
+_ENDED: dict[str, TaskStatus] = {"succeeded": "completed", "failed": "failed", "cancelled": "cancelled",
+                                  "unreadable": "failed", "interrupted": "interrupted"}
 #: The events after which ``wait_run`` reads the run again: a step ended or started waiting, or the run ended.
 _TURNS = frozenset({"step_succeeded", "step_failed", "step_skipped", "step_cancelled", "approval_requested",
                     "input_requested", "approval_given", "input_given", "run_finished", "run_resumed"})
@@ -70,7 +69,7 @@ def task_status(report: dict[str, Any]) -> TaskStatus:
     person, ``interrupted`` when no process runs it, else by how it ended, ``working`` until then."""
     status = str(report.get("status"))
     if status in _ENDED:
-        return _ENDED[status]  # type: ignore[return-value]  # the values are TaskStatus literals
+        return _ENDED[status]
     return "input_required" if report.get("waiting") else "working"
 
 
@@ -335,7 +334,7 @@ async def _wait(api: RunsAPI, run_id: str, timeout_s: float, progress: Progress)
     position = int((await api.request("GET", "/runs", params={"limit": 1})).headers.get("X-Journal-Position", 0))
     current = await report()
     try:
-        async with _deadline(min(timeout_s, MAX_WAIT_S)):
+        async with asyncio.timeout(min(timeout_s, MAX_WAIT_S)):
             while current["task_status"] == "working":
                 events = run_events(state.engine, state.engine.journal, state.feed, run_id, position, state.timing,
                                     state.stream_limits)
@@ -353,14 +352,6 @@ async def _wait(api: RunsAPI, run_id: str, timeout_s: float, progress: Progress)
         current["questions"] = [await _question(api, run_id, step, how)
                                 for step, how in (current.get("waiting") or {}).items()]
     return current
-
-
-@contextlib.asynccontextmanager
-async def _deadline(seconds: float) -> AsyncIterator[None]:
-    import asyncio
-
-    async with asyncio.timeout(seconds):
-        yield
 
 
 async def _question(api: RunsAPI, run_id: str, step: str, how: str) -> dict[str, Any]:
