@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import typer
 
@@ -111,7 +112,8 @@ class AgentFlags:
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
         loop = build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
                                    ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft,
-                                   context=self.context, subplans=self.subplans)
+                                   context=self.context, subplans=self.subplans,
+                                   endpoint=journaled_endpoint(self.base_url))
         if self.planner_auto and self.tiers is not None:
             from planweave.allocate.planner_alloc import PlannerAllocation
 
@@ -145,10 +147,19 @@ def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str |
             raise UsageError(f"{flag} applies to --goal runs: a plan file has no planner")
 
 
+def journaled_endpoint(base_url: str | None) -> str | None:
+    """The ``--base-url`` a run journals for a resume to call again: None for a URL that may carry a credential (a
+    user or password, a query), which stays out of the journal (the resume is given it again)."""
+    if not base_url:
+        return None
+    parts = urlsplit(base_url)
+    return None if "@" in parts.netloc or parts.query else base_url
+
+
 def _resume_flags(workdir: Path, allow_exec: list[str] | None, root: list[Path] | None,
                   allow_env: list[str] | None, base_url: str | None, *more: str) -> tuple[str, ...]:
     """The flags of this command line a resume of its run must repeat, the journal not keeping them: the jail, the
-    endpoint (``--base-url``, its password as ``***``: never a key) and ``more``."""
+    endpoint (``--base-url`` when not journaled, its password as ``***``: never a key) and ``more``."""
     flags: list[str] = [] if workdir == Path(".") else ["--workdir", str(workdir)]
     for flag, values in (("--allow-exec", allow_exec), ("--root", root), ("--allow-env", allow_env)):
         for value in values or ():
@@ -405,7 +416,8 @@ class ResumeLimits:
 
                 steps = CascadeSeam(seam.table, auto=recorded.cascade, hurried=seam.hurried)
                 steps.bind(engine)
-            tools = await PlanModel(recorded.model, self.base_url, None, None, seam, steps).toolbox(
+            endpoint = self.base_url or recorded.base_url  # the one it was run with, unless given
+            tools = await PlanModel(recorded.model, endpoint, None, None, seam, steps).toolbox(
                 stack, base, budget)
         policy = resumed_speculation(events, self.speculate, self.predictor_model)
         predictor = None if policy is None else await open_predictor(stack, policy, self.base_url, budget)
@@ -682,7 +694,8 @@ def run(
         session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
                           tuple(mcp or ()), port if watch else None, all_rows=all_rows,
                           executor=ExecutorFlags(executor, ray_address, tuple(tools or ())), cache=not no_cache,
-                          resume_flags=_resume_flags(workdir, allow_exec, root, allow_env, base_url,
+                          resume_flags=_resume_flags(workdir, allow_exec, root, allow_env,
+                                                     None if journaled_endpoint(base_url) else base_url,
                                                      *(["--ask-human"] if ask_human and goal is not None else [])))
         begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
         pressure = _pressure_flag(deadline_pressure, deadline)
@@ -721,7 +734,8 @@ def run(
                                              limits=run_limits.journaled(
                                                  engine.clock.now(), plan_model.model if plan_model else None,
                                                  tiers=None if seam is None else seam.table.to_mapping(),
-                                                 pressure=pressure, cascade=True if cascade else None))
+                                                 pressure=pressure, cascade=True if cascade else None,
+                                                 base_url=journaled_endpoint(base_url) if plan_model else None))
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
 
@@ -869,7 +883,9 @@ def resume(
                     RunLimits(budget_usd, budget_tokens, deadline, max_replans), engine.clock.now())
                 kept = recorded.limits
                 modes = _journaled_modes(run_id, recorded)  # planned as it started, not with a later default
-                agent = AgentFlags(planner_model, base_url, kept.budget_usd, kept.budget_tokens,
+                # Its endpoint too, unless given, with the model it was started with (another model: its own).
+                endpoint = base_url or (recorded.base_url if model is None else None)
+                agent = AgentFlags(planner_model, endpoint, kept.budget_usd, kept.budget_tokens,
                                    recorded.remaining_s(engine.clock.now()),
                                    5 if kept.max_replans is None else kept.max_replans, 2048, ask_human,
                                    tiers=_journaled_planner_tiers(run_id, recorded),

@@ -54,8 +54,8 @@ class RunLimits:
         ``deadline_at`` (``now`` on the engine's clock plus the deadline), and the model the run's ``llm`` calls.
         ``extra`` (``tiers``: a tier table's :meth:`~planweave.allocate.TierTable.to_mapping`; ``pressure``: a
         deadline-pressure threshold; ``cascade``: True
-        for --cascade; ``context`` and ``subplans``: a goal run's planning modes) is kept beside them when given,
-        for a resume to apply again."""
+        for --cascade; ``context`` and ``subplans``: a goal run's planning modes; ``base_url``: the endpoint given
+        for its model) is kept beside them when given, for a resume to apply again."""
         record: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(RunLimits)}
         record["deadline_at"] = None if self.deadline is None else now + self.deadline
         record["model"] = model
@@ -85,6 +85,7 @@ class JournaledLimits:
     # model_call or model_released with their id: the process died during them).
     unsettled_usd: float = 0.0
     unsettled_tokens: int = 0
+    base_url: str | None = None  # the endpoint its model was called at, when given (never one with a credential)
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -117,7 +118,8 @@ class JournaledLimits:
                                record.get("context") if isinstance(record.get("context"), str) else None,
                                record.get("subplans") if isinstance(record.get("subplans"), bool) else None,
                                record.get("origin") if isinstance(record.get("origin"), str) else None,
-                               unsettled_usd, unsettled_tokens)
+                               unsettled_usd, unsettled_tokens,
+                               base_url=record.get("base_url") if isinstance(record.get("base_url"), str) else None)
 
     def planning_modes(self, run_id: str) -> tuple[Literal["references", "summary"] | None, bool]:
         """The context and sub-plans a resumed goal run was started with (None, True: journaled before they were,

@@ -59,6 +59,7 @@ def build_planning_loop(
     subplan_depth: int = 0,
     draft: ModelClient | None = None,
     context: Literal["references", "summary"] | None = None,
+    endpoint: str | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -73,7 +74,8 @@ def build_planning_loop(
     lessons and skills it recalls for the goal (docs/memory.md).
     With ``draft``, a fast model drafts the initial plan ahead of the planner, verified by it (planning/draft.py).
     ``context`` is what the planner sees of the run (None: :class:`PlanningOptions`' default, "references"); a
-    child run plans with its parent's. Both it and ``subplans`` are journaled, so a resume passes them again.
+    child run plans with its parent's. Both it and ``subplans`` are journaled, so a resume passes them again, as is
+    ``endpoint``: the base URL ``client`` was opened on when a person gave it (never one with a credential in it).
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
@@ -88,7 +90,7 @@ def build_planning_loop(
     if draft is not None:
         options = dataclasses.replace(options, draft=draft)
     loop = PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
-                        cascade=None if tiers is None else PlannerCascade(tiers))
+                        cascade=None if tiers is None else PlannerCascade(tiers), endpoint=endpoint)
     loop.recall = memory
     return loop
 

@@ -131,6 +131,7 @@ class PlanningLoop:
         options: PlanningOptions = PlanningOptions(),
         limits: RunLimits | None = None,
         cascade: PlannerCascade | None = None,
+        endpoint: str | None = None,
     ) -> None:
         if options.ask_human and "human.input" not in tools:
             raise ValueError("ask_human needs the 'human.input' tool in the catalog (planweave.builtin_tools() has "
@@ -141,6 +142,7 @@ class PlanningLoop:
         self.budget = budget
         self.options = options
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
+        self.endpoint = endpoint  # the base URL the client was given, journaled beside them (options.limits.base_url)
         self.pressure: float | None = None  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
         # A sub-plan's link to its parent (run, step, depth: planning/subplans.py), journaled in run_created.
@@ -188,7 +190,8 @@ class PlanningLoop:
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=None if self.limits is None else self.limits.journaled(
                                           self.engine.clock.now(), self.client.model, pressure=self.pressure,
-                                          parent=self.parent, origin=self.origin, **self._cascade_limits(),
+                                          parent=self.parent, origin=self.origin, base_url=self.endpoint,
+                                          **self._cascade_limits(),
                                           **self._modes()))
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
