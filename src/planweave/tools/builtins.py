@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # httpx is imported on the first request: ~70 ms of every CLI
     import httpx
 
 OUTPUT_LIMIT = 1_000_000  # characters of stdout/stderr/body kept; the rest is cut (and said so)
+FAILED_STREAM_CHARS = 4_000  # of a failed program's stdout and stderr kept in its step's error: the end of each
 
 
 def _cap(text: str) -> str:
@@ -122,9 +123,6 @@ async def run_program(
             kind="exit_code",
         )
     return result
-
-
-FAILED_STREAM_CHARS = 4_000  # of a failed program's stdout and stderr kept in its step's error: the end of each
 
 
 def _streams_kept(stdout: str, stderr: str) -> str:
