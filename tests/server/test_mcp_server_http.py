@@ -50,7 +50,10 @@ async def serving(journal: Path, port: int = 0) -> AsyncIterator[tuple[str, asyn
 
 
 @asynccontextmanager
-async def mcp_session(url: str, seen: list[str], token: str | None = TOKEN) -> AsyncIterator[Any]:
+async def mcp_session(url: str, seen: list[str], token: str | None = TOKEN,
+                      progressed: asyncio.Event | None = None) -> AsyncIterator[Any]:
+    """A client session on ``url``/mcp; every response and progress message is added to ``seen``, and
+    ``progressed`` is set at each progress notification."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=None)) as http, \
             Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
@@ -58,6 +61,8 @@ async def mcp_session(url: str, seen: list[str], token: str | None = TOKEN) -> A
         async def call(name: str, args: dict[str, Any]) -> Any:
             async def progress(progress: float, total: float | None, message: str | None) -> None:
                 seen.append(f"{progress} {total} {message}")
+                if progressed is not None:
+                    progressed.set()
 
             result = await client.call_tool(name, args, progress_callback=progress)
             seen.append(result.model_dump_json())
@@ -106,13 +111,15 @@ async def test_a_client_waiting_through_a_killed_server_reads_the_true_final_sta
     plan = {"steps": [{"id": "slow", "tool": "sleep", "args": {"seconds": 2, "result": {"slept": "well"}}},
                       {"id": "after", "tool": "noop", "args": {"got": "${slow.slept}"}, "after": ["slow"]}]}
     seen: list[str] = []
+    waits = asyncio.Event()
     async with serving(journal) as (url, proc):
         port = int(url.rsplit(":", 1)[1])
         with pytest.raises(Exception):  # noqa: B017  # the connection is lost mid-call
-            async with mcp_session(url, seen) as call:
+            async with mcp_session(url, seen, progressed=waits) as call:
                 await call("start_plan", {"plan": plan, "run_id": "survivor"})
                 waiting = asyncio.ensure_future(call("wait_run", {"run_id": "survivor", "timeout_s": 60}))
-                await asyncio.sleep(0.5)  # the wait is under way in the server: now it dies
+                await asyncio.wait_for(waits.wait(), 30)  # its first progress: the server follows the run
+                assert not waiting.done()
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
                 await asyncio.wait_for(waiting, 30)

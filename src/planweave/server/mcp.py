@@ -313,11 +313,12 @@ Progress = Callable[[float, float | None, str], Any]
 
 async def _wait(api: RunsAPI, run_id: str, timeout_s: float, progress: Progress) -> dict[str, Any]:
     """The run's report with ``task_status`` once it is no longer ``working``, or when ``timeout_s`` ran out
-    (``timed_out``); a progress notification each time more of its steps have ended."""
+    (``timed_out``); a progress notification (steps ended, of the plan's) when the wait begins and each time more
+    of its steps have ended."""
     if not math.isfinite(timeout_s) or timeout_s < 0:
         raise APIRefused(422, {"detail": f"timeout_s must be a number of seconds from 0 to {MAX_WAIT_S:g}"})
     state = api.state
-    sent = 0
+    sent = -1  # the first report is always sent: the client knows the wait began
 
     async def report() -> dict[str, Any]:
         nonlocal sent
