@@ -78,10 +78,12 @@ async def serving(tmp_path: Path, *flags: str) -> AsyncIterator[Served]:
     env = {**{k: v for k, v in os.environ.items() if k != "PLANWEAVE_JOURNAL"}, "PLANWEAVE_TOKEN": TOKEN,
            "SERVICE_API_KEY": SECRET,
            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "planweave.cli.main", "serve", "--port", "0", "--journal",
-        f"sqlite:///{tmp_path / 'runs.db'}", *flags, cwd=REPO, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as stderr:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "planweave.cli.main", "serve", "--port", "0", "--journal",
+            f"sqlite:///{tmp_path / 'runs.db'}", *flags, cwd=REPO, env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=stderr)
     try:
         assert proc.stdout is not None
         first = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode()
@@ -93,6 +95,7 @@ async def serving(tmp_path: Path, *flags: str) -> AsyncIterator[Served]:
     finally:
         proc.send_signal(signal.SIGTERM)
         await asyncio.wait_for(proc.wait(), 30)
+    assert TOKEN not in log.read_text(errors="replace")  # the server's log (access log, A2A errors) holds no token
 
 
 @pytest.fixture

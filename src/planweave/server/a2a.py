@@ -317,9 +317,10 @@ def task_of(run_id: str, report: Mapping[str, Any], state: RunState) -> Task:
     return task
 
 
-def _status(run_id: str, state: TaskState, parts: list[Part] | None = None) -> TaskStatusUpdateEvent:
+def _status(run_id: str, state: TaskState, at: float, parts: list[Part] | None = None) -> TaskStatusUpdateEvent:
+    """A status update of the event journaled ``at`` (epoch seconds)."""
     status = TaskStatus(state=state, message=_agent_message(run_id, parts) if parts else None)
-    status.timestamp.GetCurrentTime()
+    status.timestamp.FromNanoseconds(int(at * 1e9))
     return TaskStatusUpdateEvent(task_id=run_id, context_id=run_id, status=status)
 
 
@@ -348,6 +349,9 @@ class _RequestContextBuilder(DefaultServerCallContextBuilder):
 
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
+        # The token stays out of the context (nothing that logs a context can show it); the version header is kept.
+        context.state["headers"] = {k: v for k, v in context.state.get("headers", {}).items()
+                                    if k.lower() != "authorization"}
         context.state["request"] = request
         return context
 
@@ -459,16 +463,16 @@ class PlanweaveAgent(RequestHandler):
                                                                              TaskArtifactUpdateEvent]:
         run_id, step, data = event.run_id, event.step, event.data
         if event.kind in ("run_created", "run_resumed"):
-            return [_status(run_id, TaskState.TASK_STATE_WORKING)]
+            return [_status(run_id, TaskState.TASK_STATE_WORKING, event.at)]
         if event.kind in _ASKED and step is not None:
             waiting.add(step)
             how = "waiting_approval" if event.kind == "approval_requested" else "waiting_input"
-            return [_status(run_id, TaskState.TASK_STATE_INPUT_REQUIRED,
+            return [_status(run_id, TaskState.TASK_STATE_INPUT_REQUIRED, event.at,
                             _asked_parts(step, how, data.get("prompt"), data.get("schema")))]
         if event.kind == "run_finished":
             status = str(data.get("status"))
             error = data.get("error")
-            return [_status(run_id, _STATE_OF.get(status, TaskState.TASK_STATE_FAILED),
+            return [_status(run_id, _STATE_OF.get(status, TaskState.TASK_STATE_FAILED), event.at,
                             [new_text_part(str(error))] if error else None)]
         if event.kind == "answer" and data.get("text"):
             return [_artifact_update(run_id, _answer_artifact(str(data["text"])))]
@@ -476,7 +480,7 @@ class PlanweaveAgent(RequestHandler):
         if step is not None and step in waiting and event.kind != "step_reply":
             waiting.discard(step)  # answered, timed out or cancelled: it waits no more
             if not waiting:
-                updates.append(_status(run_id, TaskState.TASK_STATE_WORKING))
+                updates.append(_status(run_id, TaskState.TASK_STATE_WORKING, event.at))
         if event.kind == "step_succeeded" and step is not None:
             ref = data.get("output")
             blobs = await self._state.engine.journal.get_blobs({ref}) if isinstance(ref, str) else {}
