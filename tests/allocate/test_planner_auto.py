@@ -111,7 +111,11 @@ async def test_a_killed_goal_run_with_an_allocated_planner_resumes_allocated(tmp
     assert again.returncode == 0, err.decode()
     assert json.loads(out)["answer"] == "done"
     # allocated again after the resume: the join decided (small, the cheaper of a tie), not --model's m-large
-    assert seen == [("plan", "m-small"), ("join", "m-small")]
+    # (a kill before the plan's end was journaled makes the resume ask the planner to finish it first: a second
+    # "plan" call, allocated as well)
+    assert seen[0] == ("plan", "m-small") and seen[-1] == ("join", "m-small")
+    assert {model for _, model in seen} == {"m-small"} and len(seen) in (2, 3)
     decisions = json.loads(shown_out)["allocations"]
-    assert [(d["step"], d["purpose"], d["tier"]) for d in decisions] == [("planner", "plan", "small"),
-                                                                         ("planner", "join", "small")]
+    shown_decisions = [(d["step"], d["purpose"], d["tier"]) for d in decisions]
+    assert shown_decisions[0] == ("planner", "plan", "small") and shown_decisions[-1] == ("planner", "join", "small")
+    assert len(shown_decisions) == len(seen) and {tier for _, _, tier in shown_decisions} == {"small"}

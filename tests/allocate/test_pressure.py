@@ -3,6 +3,7 @@ through the real engine and its live forecast, optional steps dropped when the f
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
+from planweave import Tool, Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.allocate.pressure import REARM_MARGIN, PressureError, PressureMonitor, droppable, policy_for
 from planweave.allocate.pressure_watch import PressureWatch
 from planweave.engine.events import Event
@@ -144,9 +145,19 @@ def _ancestors(plan: Any, sid: str) -> set[str]:
 
 
 # -- end to end on the virtual clock --------------------------------------------------------------------------------
-def sleeping(sid: str, seconds: float, estimate: float, after: Sequence[str] = (), **extra: Any) -> dict[str, Any]:
-    return {"id": sid, "tool": "sleep", "args": {"seconds": seconds, "result": f"{sid} done"}, "after": list(after),
+def sleeping(sid: str, seconds: float, estimate: float, after: Sequence[str] = (), tool: str = "sleep",
+             **extra: Any) -> dict[str, Any]:
+    return {"id": sid, "tool": tool, "args": {"seconds": seconds, "result": f"{sid} done"}, "after": list(after),
             "estimate": {"duration": estimate}, **extra}
+
+
+async def busy(seconds: float, result: Any = None) -> Any:
+    """Sleep ``seconds``: a duration the forecast cannot read from the arguments (it reads ``sleep``'s as exact)."""
+    await asyncio.sleep(seconds)
+    return result
+
+
+TOOLS = builtin_tools().merged(Toolbox({"busy": Tool.from_function(busy, name="busy", idempotent=True)}))
 
 
 # 'a' is estimated at 2 s and takes 6: the first forecast (makespan 6 s) is in time for a 9 s deadline; once 'a' ends
@@ -154,14 +165,17 @@ def sleeping(sid: str, seconds: float, estimate: float, after: Sequence[str] = (
 LATE = {"steps": [sleeping("a", 6, 2), sleeping("b", 2, 2, ["a"]),
                   sleeping("extra", 4, 4, ["a"], optional=True),
                   sleeping("extra_after", 1, 1, ["extra"], optional=True)]}
+# The same with durations only the estimates speak for (the forecast takes a literal sleep's seconds as exact, so
+# with LATE it knows at once that 'a' takes 6 s and drops the optional steps at 0).
+LATE_HIDDEN = {"steps": [{**s, "tool": "busy"} for s in LATE["steps"]]}
 
 
-def run_late(pressure: DeadlinePressure | None, deadline: float = 9.0,
-             plan: Mapping[str, Any] = LATE) -> tuple[str, dict[str, Any], RunState, list[Event], list[dict[str, Any]]]:
+def run_late(pressure: DeadlinePressure | None, deadline: float = 9.0, plan: Mapping[str, Any] = LATE_HIDDEN,
+             ) -> tuple[str, dict[str, Any], RunState, list[Event], list[dict[str, Any]]]:
     taken: list[dict[str, Any]] = []
 
     async def go() -> tuple[str, dict[str, Any], RunState, list[Event]]:
-        async with open_engine("memory://", clock=VirtualClock(), tools=builtin_tools()) as engine:
+        async with open_engine("memory://", clock=VirtualClock(), tools=TOOLS) as engine:
             run = await engine.start(plan, run_id="late")
             cancel_at_deadline(engine, run, deadline)
             live = start_live_forecast(engine, run, LiveOptions(deadline=deadline, runs=50, share=None))
