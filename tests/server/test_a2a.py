@@ -9,9 +9,11 @@ in the server's environment (and in the plans) appears in no response.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -366,3 +368,37 @@ async def test_a_goal_planned_with_the_scripted_model_answers(tmp_path: Path) ->
     assert answer and answer[0].parts[0].text == "Go with the recommendation of step pick: it is warmer and drier."
     assert task.status.message.parts[0].text == answer[0].parts[0].text
     assert f"plans with {model!r}" in str(other.value)
+
+
+async def test_a_client_of_protocol_0_3_streams_a_task_with_message_stream(served: Served) -> None:
+    plan = {"steps": [{"id": "w", "tool": "sleep", "args": {"seconds": 0.3, "result": {"ok": True}}},
+                      {"id": "x", "tool": "noop", "args": {"v": "${w.ok}", "k": SECRET}}]}
+    body = {"jsonrpc": "2.0", "id": 3, "method": "message/stream", "params": {"message": {
+        "messageId": "m", "role": "user", "kind": "message", "parts": [{"kind": "data", "data": plan}]}}}
+    headers = {"Authorization": f"Bearer {TOKEN}", "A2A-Version": "0.3"}
+    async with httpx.AsyncClient(base_url=served.url, headers=headers, timeout=30) as http, \
+            http.stream("POST", "/a2a", json=body) as response:
+        frames = [served.saw(line) async for line in response.aiter_lines() if line.startswith("data:")]
+    results = [json.loads(frame[5:])["result"] for frame in frames]
+    assert results[0]["kind"] == "task"
+    kinds = [r["kind"] for r in results]
+    assert kinds[-1] == "status-update" and results[-1]["final"] is True
+    assert results[-1]["status"]["state"] == "completed"
+    streamed = {r["artifact"]["name"]: r["artifact"]["parts"][0]["data"] for r in results
+                if r["kind"] == "artifact-update"}
+    if results[0]["status"]["state"] == "working":  # else the run ended before its stream began: all in the task
+        assert streamed == {"w": {"ok": True}, "x": {"v": True, "k": "***"}}
+
+
+def test_without_the_a2a_extra_the_module_names_it_and_the_server_serves_without_it() -> None:
+    code = ("import sys\nsys.modules['a2a'] = None\nfrom planweave.extras import MissingExtra\n"
+            "try:\n    import planweave.server.a2a\nexcept MissingExtra as exc:\n    print(exc.extra)\n"
+            "import asyncio\nfrom planweave import open_engine\nfrom planweave.server import create_app\n"
+            "async def main():\n    async with open_engine('memory://') as engine:\n"
+            "        app = create_app(engine, 'a-token-0123456789', recover=False)\n"
+            "        paths = [getattr(r, 'path', '') for r in app.routes]\n"
+            "        print(sorted(p for p in paths if p.startswith(('/a2a', '/.well'))))\n"
+            "asyncio.run(main())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["a2a", "[]"]
