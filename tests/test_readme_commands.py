@@ -1,19 +1,22 @@
-"""Every command block of the README and of the docs' quickstarts runs, as a user would type it, so a broken README
-fails CI (issue 27).
+"""Every command block of the README and of docs/*.md runs, as a user would type it, so a broken README fails CI
+(issue 27).
 
 The blocks are read from the documents themselves (fenced ``bash``/``sh`` blocks, and untagged ones showing a
-``planweave`` command). Each block is one test case, named by its document and the title above it; its commands run
-in order as real processes in a fresh working directory (a copy of ``examples/``, a ``data/`` folder), sharing one
-SQLite journal (``PLANWEAVE_JOURNAL``) like a user's session. Placeholders are filled in the way a user would:
-``RUN_ID`` is the id the previous ``run`` printed, ``plan.yaml`` a real plan, ``npx -y <server>`` the MCP server
-scripts/install-mcp-servers.sh installed, ``cmd &  sleep 2; kill -9 %1`` starts, waits and SIGKILLs, a command "in
-another terminal" runs while the run before it waits for it. Model commands (``--model gpt-4o-mini``) call the
-scripted OpenAI-compatible server on 127.0.0.1 (``OPENAI_BASE_URL``), never a real endpoint. Each command must end
-with the exit code the documents imply: 0 unless ``Scene.exits`` says otherwise.
+``planweave`` command). Each block is one test case, named ``DOC:title`` after the heading or bold lead above it; its
+commands run in order as real processes in a fresh working directory (a copy of ``examples/``, a ``data/`` folder,
+the files its ``Scene`` writes), sharing one SQLite journal (``PLANWEAVE_JOURNAL``) like a user's session.
+Placeholders are filled in the way a user would: ``RUN_ID`` is the id the previous ``run`` printed, ``plan.yaml`` a
+real plan, ``npx <package>`` what scripts/install-mcp-servers.sh installed, ``cmd &  sleep 2; kill -9 %1`` starts,
+waits and SIGKILLs, a command "in another terminal" runs once the run before it shows what it waits for, ``serve``
+is asked ``/healthz`` and stopped with Ctrl-C. Model commands (``--model gpt-4o-mini``, a goal's default model) call
+the scripted OpenAI-compatible server on 127.0.0.1 (``OPENAI_BASE_URL``), never a real endpoint. Each command must
+end with the exit code the documents imply: 0 unless ``Scene.exits`` says otherwise; with ``--json``, stdout must
+parse as JSON.
 
-What CI cannot run (a package index, a Ray cluster, a shared PostgreSQL of workers, the test suite itself) is listed
-in ``SKIPPED`` with the reason; ``test_every_command_is_run_or_skipped_for_a_reason`` fails on any command of the
-documents that is neither, so a new README command comes with its coverage.
+What CI cannot run (a package index, a Ray cluster, workers on a shared PostgreSQL, benchmarks, the test suite
+itself) is listed in ``SKIPPED`` by block and command with the reason, and
+``test_every_command_is_run_or_skipped_for_a_reason`` fails on any command of the documents that is neither: a new
+README command comes with its coverage.
 """
 
 from __future__ import annotations
