@@ -626,6 +626,16 @@ def test_a_new_command_without_a_way_to_run_it_or_a_reason_to_skip_it_is_named()
     assert uncovered([block]) == ["README.md:install, line 28: docker run planweave"]
 
 
+@pytest.mark.timeout(120)
+def test_a_broken_command_fails_naming_its_block_line_and_exit_code(tmp_path: Path) -> None:
+    typo = Command("planweave run examples/helo.yaml", "live view of the steps", 45)
+    block = Block("README.md:a-five-minute-tour", "README.md", 43, (typo,))
+    with terminal(block, Scene(), tmp_path) as user, pytest.raises(pytest.fail.Exception) as failed:
+        user.type(typo)
+    assert str(failed.value).startswith("README.md:a-five-minute-tour, line 45: `planweave run examples/helo.yaml` "
+                                        "exited 2, the documents imply 0")
+
+
 def test_every_command_is_run_or_skipped_for_a_reason() -> None:
     missing = uncovered(BLOCKS)
     assert not missing, "commands neither run nor skipped (add them to SKIPPED with the reason):\n" + \
