@@ -524,9 +524,8 @@ class PlanweaveAgent(RequestHandler):
         found = state.index.get(run_id)
         run_state = run.state if run is not None else found.state if found is not None else None
         waiting = dict(run_state.waiting_steps()) if run_state is not None else {}
-        if not waiting:
+        if run_state is None or not waiting:
             raise UnsupportedOperationError(message=f"task '{run_id}' is working: no step waits for a reply")
-        assert run_state is not None  # a run with waiting steps has a state
         step, said = _reply_of(params, waiting, {sid: run_state.records[sid].input_schema for sid in waiting})
         by = f"an A2A client holding the API token at {request.client.host if request.client else 'an unknown address'}"
         after = await self._position()
