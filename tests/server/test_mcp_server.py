@@ -187,3 +187,17 @@ async def test_the_servers_caps_bound_what_an_mcp_client_asks_for() -> None:
             await api.aclose()
     assert over.is_error and "--max-deadline" in over.model_dump_json()
     assert not within.is_error and within.structured_content["task_status"] == "completed"
+
+
+async def test_without_the_mcp_extra_the_endpoint_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    import planweave.extras
+
+    real = planweave.extras.installed
+    monkeypatch.setattr(planweave.extras, "installed", lambda module: module != "mcp" and real(module))
+    async with open_engine("memory://") as engine:
+        app = create_app(engine, TOKEN, recover=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://test") as http:
+            answer = await http.post("/mcp", json={}, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert answer.status_code == 501 and "pip install 'planweave[mcp]'" in answer.json()["detail"]

@@ -397,26 +397,16 @@ def _logging_kept() -> Iterator[None]:
 def mount_mcp(app: FastAPI) -> None:
     """Serve ``/mcp`` (MCP over streamable HTTP) on the planweave ``app``, behind the API's bearer token.
 
-    Its session manager runs with the app's lifespan. Without the ``mcp`` extra, ``/mcp`` answers 501 saying what
-    to install.
+    The MCP server and its session manager are built at the first request that carries the token (importing the
+    SDK takes half a second that ``serve`` and ``run --watch`` need not wait for) and stopped with the app's
+    lifespan. Without the ``mcp`` extra, ``/mcp`` answers 501 saying what to install.
     """
-    state: AppState = app.state.planweave
-    try:
-        import mcp  # noqa: F401
-    except ModuleNotFoundError:
+    from planweave.extras import installed
+
+    if not installed("mcp"):
         app.router.add_route(MCP_PATH, _missing_extra, methods=["GET", "POST", "DELETE"], include_in_schema=False)
         return
-    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-    from mcp.server.transport_security import TransportSecuritySettings
-
-    api = RunsAPI(app, state.token.value)
-    server = build_mcp_server(api)
-    # The bearer token guards the endpoint as it guards the API (a page another site serves cannot know it), and
-    # the server may listen on any interface: the SDK's Host-header allow list would refuse those names.
-    manager = StreamableHTTPSessionManager(
-        server._lowlevel_server,  # the SDK's streamable_http_app() wraps it so; a mounted app needs the manager
-        security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
-    endpoint = _Guarded(manager.handle_request, state)
+    endpoint = _Endpoint(app)
     # An ASGI app, not a request handler: Starlette's Route calls it as it is (the SDK mounts its own so).
     app.router.add_route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"],  # type: ignore[arg-type]
                          include_in_schema=False)
@@ -424,31 +414,76 @@ def mount_mcp(app: FastAPI) -> None:
 
     @contextlib.asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[Any]:
-        async with inner(application) as value, manager.run():
+        async with inner(application) as value:
             try:
                 yield value
             finally:
-                await api.aclose()
+                await endpoint.close()
 
     app.router.lifespan_context = lifespan
 
 
-class _Guarded:
-    """The MCP endpoint behind ``Authorization: Bearer <the server's token>`` (401 without it, as the API)."""
+class _Endpoint:
+    """``/mcp``: the token checked (401 without it, as the API), then the SDK's streamable HTTP session manager,
+    started at the first such request in a task of its own that :meth:`close` ends."""
 
-    def __init__(self, app: Callable[[Scope, Receive, Send], Any], state: "AppState") -> None:
+    def __init__(self, app: FastAPI) -> None:
         self.app = app
-        self.state = state
+        self._manager: Any = None
+        self._starting = asyncio.Lock()
+        self._stop = asyncio.Event()
+        self._held: asyncio.Task[None] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: AppState = self.app.state.planweave
         header = dict(scope.get("headers") or ()).get(b"authorization", b"").decode("latin-1")
         scheme, _, credentials = header.partition(" ")
-        if scheme.lower() != "bearer" or not self.state.token.matches(credentials.strip()):
+        if scheme.lower() != "bearer" or not state.token.matches(credentials.strip()):
             await _send_json(send, 401, {"detail": "missing or wrong access token: send 'Authorization: Bearer "
                                                    "TOKEN' (printed by `planweave serve`)"},
                              [(b"www-authenticate", b"Bearer")])
             return
-        await self.app(scope, receive, send)
+        manager = await self._started(state)
+        await manager.handle_request(scope, receive, send)
+
+    async def _started(self, state: "AppState") -> Any:
+        async with self._starting:
+            if self._manager is not None:
+                return self._manager
+            from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+            from mcp.server.transport_security import TransportSecuritySettings
+
+            api = RunsAPI(self.app, state.token.value)
+            server = build_mcp_server(api)
+            # The bearer token guards the endpoint as it guards the API (a page another site serves cannot know
+            # it), and the server may listen on any interface: the SDK's Host-header allow list would refuse those.
+            manager = StreamableHTTPSessionManager(
+                server._lowlevel_server,  # the SDK's streamable_http_app() wraps it so; mounted, we need the manager
+                security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+            running = asyncio.Event()
+
+            async def hold() -> None:  # run() is entered and left in one task, as its task group wants
+                try:
+                    async with manager.run():
+                        running.set()
+                        await self._stop.wait()
+                finally:
+                    await api.aclose()
+
+            self._held = asyncio.create_task(hold(), name="planweave-mcp-sessions")
+            started = asyncio.create_task(running.wait())
+            await asyncio.wait({self._held, started}, return_when=asyncio.FIRST_COMPLETED)
+            started.cancel()
+            if not running.is_set():
+                await self._held  # it ended before it ran: its error is this request's
+            self._manager = manager
+            return manager
+
+    async def close(self) -> None:
+        """End the MCP sessions (with the app): their requests are cancelled."""
+        self._stop.set()
+        if self._held is not None:
+            await self._held
 
 
 async def _missing_extra(request: Request) -> JSONResponse:
