@@ -8,11 +8,12 @@ clients: the same validation, limits, caps, redaction and errors. A refusal (4xx
 malformed request a JSON-RPC error, from the SDK.
 
 ``wait_run`` follows the run's journaled events (:func:`~planweave.server.streams.run_events`, the stream behind
-``GET /runs/{id}/events``) and sends an MCP progress notification as its steps end. It answers with the run's report
-and ``task_status`` in the MCP Tasks vocabulary: ``working`` (still running when the wait ran out),
-``input_required`` (a step waits for an approval or a ``human.input`` value: ``questions`` says which), ``completed``,
-``failed``, ``cancelled``, or ``interrupted`` (no process runs it). The ``mcp`` SDK installed here (2.3) serves no
-``tasks/*`` methods (the 2026-07-28 protocol moved Tasks out of the core), so long runs are followed this way.
+``GET /runs/{id}/events``) and sends an MCP progress notification when it begins and as the run's steps end. It
+answers with the run's report and ``task_status`` in the MCP Tasks vocabulary: ``working`` (still running when the
+wait ran out), ``input_required`` (a step waits for an approval or a ``human.input`` value: ``questions`` says
+which), ``completed``, ``failed``, ``cancelled``, or ``interrupted`` (no process runs it). The ``mcp`` SDK installed
+here (2.3) serves no ``tasks/*`` methods (the 2026-07-28 protocol moved Tasks out of the core), so long runs are
+followed this way.
 
 Everything a tool returns, every error and every progress message passes through the process's secret redaction
 (:func:`~planweave.tools.safety.redact`) once more on the way out. The SDK is imported only when an MCP server is
@@ -20,7 +21,7 @@ built: ``/mcp`` answers 501 naming the ``mcp`` extra where it is not installed.
 """
 
 # No ``from __future__ import annotations``: the tools below are closures whose annotations name the SDK's
-# ``Context``, imported only in :func:`build_mcp_server`; the SDK finds that parameter from the evaluated annotation.
+# ``Context``, imported only where they are built; the SDK finds that parameter from the evaluated annotation.
 
 import asyncio
 import contextlib
