@@ -45,6 +45,12 @@ def test_the_repair_script_replaces_the_failed_step_and_keeps_the_rest(tmp_path:
     assert "rome" in versions[1]["kept"]
     assert report["steps"]["rome"]["attempts"] == 1  # not re-run by the repair
     assert report["outputs"]["paris"]["city"] == "Paris"  # the replacement: the forecast tool
+    # the replaced step's failed attempt is history too: a tool that fails and gets repaired is not "never failed"
+    proc = subprocess.run(cli_command("estimates", "--tool", "http.get", "--journal", sqlite_url(tmp_path), "--json"),
+                          cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    (http_get,) = json.loads(proc.stdout)["estimates"]
+    assert http_get["n"] >= 1 and http_get["success"]["beta"] > 1  # at least one failure seen
 
 
 def test_the_replan_script_re_plans_on_an_observation_while_a_step_keeps_running(tmp_path: Path) -> None:

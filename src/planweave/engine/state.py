@@ -43,7 +43,7 @@ from planweave.engine.events import (
 from planweave.engine.splice import splice_diff
 from planweave.errors import JournalError
 from planweave.plan.graph import Plan
-from planweave.plan.model import StepStatus
+from planweave.plan.model import Step, StepStatus
 
 __all__ = ["ACTIVE", "TRANSITIONS", "AttemptOutcome", "OnFailure", "RunState", "RunStatus", "StepRecord"]
 
@@ -186,6 +186,7 @@ class RunState:
         # nothing journals a kill) to the resume, a time no process ran the run.
         self.downtime: list[tuple[float, float]] = []
         self.retired: list[tuple[int, StepRecord]] = []  # (version, record) of steps later versions replaced
+        self.retired_steps: list[Step] = []  # the step each entry of `retired` ran (same index): its tool, for history
         self.versions: list[dict[str, Any]] = []  # one entry per plan version: trigger, times and its diff
         self.model_calls: list[dict[str, Any]] = []
         self.tokens = 0  # the model calls' usage, and the worst case of those a crash left unsettled
@@ -617,6 +618,7 @@ class RunState:
             rec.error = f"replaced by plan version {replaced_by}"
             self._close_attempt(rec, event.at, "cancelled")
         self.retired.append((version, rec))
+        self.retired_steps.append(self.plan.steps[rec.id])  # self.plan is still the version it ran in
 
     def _close_attempt(self, rec: StepRecord, at: float, outcome: AttemptOutcome) -> None:
         if rec.attempt_started_at is not None and rec.attempt_finished_at is None:

@@ -49,11 +49,15 @@ def run_observations(state: RunState) -> list[Observation]:
             if found is not None:
                 duration, ok = found
                 out.append(Observation("model", str(call["model"]), duration, ok, tin, tout, cost))
-    for sid, rec in state.records.items():
+    # Every finished attempt: of the plan's steps, and of the steps a re-plan or repair replaced (a tool that fails
+    # and gets repaired must not read as more reliable than it is); a replaced step's fingerprint is not known.
+    current = [(rec, plan.steps[sid], prints[sid]) for sid, rec in state.records.items()]
+    replaced = [(rec, step, None) for (_, rec), step in zip(state.retired, state.retired_steps, strict=True)]
+    for rec, step, fingerprint in [*current, *replaced]:
+        sid = rec.id
         attempts = [e for e in rec.attempt_log if e[2] is not None and e[3] in ("succeeded", "failed")]
         if not attempts:
             continue
-        step = plan.steps[sid]
         tin, tout, cost = spent.get(sid, (0, 0, 0.0))
         n = len(attempts)
         for i, (_, started, finished, outcome) in enumerate(attempts):
@@ -64,8 +68,8 @@ def run_observations(state: RunState) -> list[Observation]:
             # a fallback's one attempt is its tool's first; a step's later attempts are its retries
             retry = i > 0 and not fallback
             out.append(Observation("tool", tool, duration, ok, tin // n, tout // n, cost / n, retry=retry))
-            if not fallback:
-                out.append(Observation("step", prints[sid], duration, ok, tin // n, tout // n, cost / n,
+            if not fallback and fingerprint is not None:
+                out.append(Observation("step", fingerprint, duration, ok, tin // n, tout // n, cost / n,
                                        label=f"{sid} ({tool})", retry=retry))
     return out
 
