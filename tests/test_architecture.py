@@ -19,6 +19,7 @@ CORE = [
     SRC / "errors.py",
     SRC / "control" / "realign.py",
     SRC / "control" / "trigger.py",
+    SRC / "control" / "events.py",
 ]
 FORBIDDEN = ("planweave.journal", "planweave.tools", "planweave.cli", "planweave.bench", "planweave.engine.runtime",
              "planweave.planning", "planweave.models", "planweave.server",

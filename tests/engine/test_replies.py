@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 from hypothesis import given
 from hypothesis import strategies as st
 
 from planweave import Event
-from planweave.engine.events import EventKind
 from planweave.engine.replies import describe_reply, standing_reply
 
 KINDS = ("approval_requested", "input_requested", "step_reply", "approval_given", "input_given")
 
 
 def ev(kind: str, pos: int, **data: object) -> Event:
-    return Event("r1", cast(EventKind, kind), 1_700_000_000.0 + pos, "deploy", dict(data), pos)
+    return Event("r1", kind, 1_700_000_000.0 + pos, "deploy", dict(data), pos)
 
 
 def test_the_first_journaled_reply_stands_until_the_run_applies_a_decision() -> None:

@@ -56,7 +56,7 @@ def test_every_event_kind_has_a_payload_type_and_a_handler() -> None:
 def test_an_unknown_event_kind_is_refused_naming_run_and_kind() -> None:
     s = state()
     with pytest.raises(JournalError, match="run 'r1': unknown event kind 'step_exploded'"):
-        s.apply(Event("r1", "step_exploded", 1.0, "a", {}))  # type: ignore[arg-type]
+        s.apply(Event("r1", "step_exploded", 1.0, "a", {}))
 
 
 def test_a_person_event_naming_no_step_of_the_run_is_refused() -> None:
@@ -100,7 +100,7 @@ def test_a_journal_written_before_the_dispatch_table_folds_to_the_same_state() -
 
 
 def ev(kind: str, at: float, step: str | None = None, **data: Any) -> Event:
-    return Event("r", kind, at, step, data)  # type: ignore[arg-type]
+    return Event("r", kind, at, step, data)
 
 
 def test_plan_versions_and_streamed_steps_rebase_the_records_and_record_each_version() -> None:

@@ -86,7 +86,7 @@ async def test_a_call_cancelled_before_its_first_token_is_released(tmp_path: Pat
 def _journal(*kinds_and_data: tuple[str, dict[str, object]]) -> list[Event]:
     created = Event("r", "run_created", 0.0, None, {
         "plan": {"steps": [{"id": "a", "tool": "noop"}]}, "options": {"limits": {"budget_tokens": 1000}}})
-    return [created, *(Event("r", kind, float(i), "a", data)  # type: ignore[arg-type]
+    return [created, *(Event("r", kind, float(i), "a", data)
                        for i, (kind, data) in enumerate(kinds_and_data, 1))]
 
 

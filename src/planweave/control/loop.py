@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, cast
 
 from planweave.clock import Clock, RealClock, VirtualClock, VirtualEventLoop
+from planweave.control.events import ControlKind
 from planweave.control.realign import (
     Action,
     ActionPlan,
@@ -36,7 +37,7 @@ from planweave.control.realign import (
     realign_by_name,
 )
 from planweave.control.trigger import InferenceTrigger, LatencyEstimate
-from planweave.engine.events import Event, EventKind
+from planweave.engine.events import Event
 from planweave.errors import PlanweaveError
 from planweave.journal import open_journal
 from planweave.journal.base import Journal
@@ -260,7 +261,7 @@ class _Run:
         self.holding = False
         self.last_tick: int | None = None
 
-    def emit(self, kind: EventKind, data: dict[str, Any]) -> None:
+    def emit(self, kind: ControlKind, data: dict[str, Any]) -> None:
         if self.journal is not None:
             self.journal.append(Event(self.report.run_id, kind, self.clock.now(), None, data))
 

@@ -5,6 +5,10 @@ An event's ``data`` is a plain JSON object, journaled as it is. What it holds fo
 costs nothing extra on the engine's hot path; checked by mypy where the fold reads them (``engine/state.py`` hands
 each kind's handler its payload type through one dispatch table, ``PAYLOADS`` names the type of every kind).
 Keys marked ``NotRequired`` may be missing: older journals lack them, or the writer leaves them out.
+
+``EventKind`` and ``PAYLOADS`` hold the engine's kinds only. A journal stores any kind string: products built beside
+the engine on the same journals declare their own kinds in their own modules (``planweave.control.events``), and
+``Event.kind`` is a ``str`` so that their events, and the events read back from a journal, are typed as they are.
 """
 
 from __future__ import annotations
@@ -42,25 +46,19 @@ EventKind = Literal[
     "speculation_adopted",  # data: started_at (its speculative attempt became the step's attempt)
     "speculation_discarded",  # data: reason, started_at, cost_usd (the speculative attempt was thrown away)
     "forecast",  # data: p_deadline, p_budget, p_success, p_all, makespan, cost_usd, critical_steps, runs (a refresh)
-    # A control run (planweave.control): its own run id, no plan; none of these changes a plan run's state.
-    "control_started",  # data: config, tick, resumed (a control loop began or resumed at tick)
-    "control_chunk",  # data: chunk, actions, observed_tick, observed_at, start_tick, arrived_tick, dropped, kept_from
-    "control_chunk_refused",  # data: chunk, age_s, max_age_s, tick (a chunk older than the bound)
-    "control_hold",  # data: tick, reason (no valid action left: the safe action is held)
-    "control_tick_missed",  # data: tick, due, lateness_s (a tick whose time passed before it could run)
-    "control_checkpoint",  # data: tick, at, state (the environment's snapshot), counters
-    "control_finished",  # data: status, ticks, report
 ]
 
 
 class Event(NamedTuple):
     """One journaled state change; ``pos`` is the journal's global position, set when it is stored.
 
+    ``kind`` is one of the engine's ``EventKind`` for a plan run's events (the run emits only those), or a kind another
+    product declares (a control run's, ``planweave.control.events.ControlKind``): the journal stores any kind string.
     A NamedTuple rather than a frozen dataclass: events are created on the engine's hot path, several per step.
     """
 
     run_id: str
-    kind: EventKind
+    kind: str
     at: float
     step: str | None = None
     data: Mapping[str, Any] = {}
@@ -332,56 +330,8 @@ class SpeculationDiscardedData(TypedDict):
     cost_usd: NotRequired[float]  # what its model calls cost: the extra cost of speculation
 
 
-# The payload type of every kind of event: the fold's dispatch table is checked against it (tests/engine/test_state.py).
-class ControlStartedData(TypedDict):
-    config: dict[str, Any]
-    tick: int
-    resumed: bool
-
-
-class ControlChunkData(TypedDict):
-    chunk: int
-    actions: list[Any]
-    observed_tick: int
-    observed_at: float
-    start_tick: int
-    arrived_tick: int
-    arrived_at: float
-    dropped: int
-    kept_from: int  # the tick the aligned chunk starts at
-
-
-class ControlChunkRefusedData(TypedDict):
-    chunk: int
-    age_s: float
-    max_age_s: float
-    tick: int
-
-
-class ControlHoldData(TypedDict):
-    tick: int
-    reason: str
-
-
-class ControlTickMissedData(TypedDict):
-    tick: int
-    due: float
-    lateness_s: float
-
-
-class ControlCheckpointData(TypedDict):
-    tick: int
-    at: float
-    state: Any
-    counters: dict[str, Any]
-
-
-class ControlFinishedData(TypedDict):
-    status: str
-    ticks: int
-    report: dict[str, Any]
-
-
+# The payload type of every kind of the engine's events: the fold's dispatch table is checked against it
+# (tests/engine/test_state.py).
 PAYLOADS: Mapping[EventKind, type] = {
     "run_created": RunCreatedData,
     "run_resumed": RunResumedData,
@@ -411,11 +361,4 @@ PAYLOADS: Mapping[EventKind, type] = {
     "speculation_started": SpeculationStartedData,
     "speculation_adopted": SpeculationAdoptedData,
     "speculation_discarded": SpeculationDiscardedData,
-    "control_started": ControlStartedData,
-    "control_chunk": ControlChunkData,
-    "control_chunk_refused": ControlChunkRefusedData,
-    "control_hold": ControlHoldData,
-    "control_tick_missed": ControlTickMissedData,
-    "control_checkpoint": ControlCheckpointData,
-    "control_finished": ControlFinishedData,
 }

@@ -16,7 +16,6 @@ from planweave.engine.events import (
     ApprovalRequestedData,
     EscalationData,
     Event,
-    EventKind,
     InputGivenData,
     InputRequestedData,
     ModelCallData,
@@ -794,11 +793,13 @@ class RunState:
         return out
 
 
-# The fold's dispatch table: every kind of event (engine/events.py ``EventKind``) and the handler that applies it, each
-# handler typed with its kind's payload (``PAYLOADS``). Plain functions, called as ``fold(state, event, data)``: one
-# dictionary lookup per event, no bound method built (the engine folds several events per step).
+# The fold's dispatch table: every kind of the engine's events (engine/events.py ``EventKind``;
+# tests/engine/test_state.py checks it holds exactly those) and the handler that applies it, each handler typed with
+# its kind's payload (``PAYLOADS``). Keyed by ``str``, as ``Event.kind`` is: a kind no handler folds (a control run's,
+# or a newer planweave's) is refused by ``apply``, naming it. Plain functions, called as ``fold(state, event, data)``:
+# one dictionary lookup per event, no bound method built (the engine folds several events per step).
 Fold = Callable[[RunState, Event, Any], Sequence[str]]
-_FOLD: Mapping[EventKind, Fold] = {
+_FOLD: Mapping[str, Fold] = {
     "step_started": RunState._step_started,
     "step_succeeded": RunState._step_succeeded,
     "step_failed": RunState._step_failed,
@@ -827,11 +828,4 @@ _FOLD: Mapping[EventKind, Fold] = {
     "speculation_started": RunState._speculation_started,
     "speculation_adopted": RunState._speculation_adopted,
     "speculation_discarded": RunState._speculation_discarded,
-    "control_started": RunState._no_change,  # control runs (planweave.control) journal their own kinds
-    "control_chunk": RunState._no_change,
-    "control_chunk_refused": RunState._no_change,
-    "control_hold": RunState._no_change,
-    "control_tick_missed": RunState._no_change,
-    "control_checkpoint": RunState._no_change,
-    "control_finished": RunState._no_change,
 }

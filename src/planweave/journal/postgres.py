@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 
-from planweave.engine.events import Event, EventKind
+from planweave.engine.events import Event
 from planweave.engine.replies import REPLY_KINDS, standing_reply
 from planweave.errors import JournalError
 from planweave.journal.base import CachedOutput, ReplyWritten, cache_entries, decode_blob, encode_data, encode_event
@@ -250,7 +250,7 @@ class PostgresJournal(GroupCommitJournal):
                 await cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(current_schema()))", (_LOCK_CLASS,))
                 await cur.execute(f"SELECT {_COLUMNS} FROM planweave_events WHERE run_id = %s AND step = %s "
                                   "AND kind = ANY(%s) ORDER BY pos", (event.run_id, event.step, list(REPLY_KINDS)))
-                standing = standing_reply(Event(r, cast(EventKind, k), a, s, d, p)
+                standing = standing_reply(Event(r, k, a, s, d, p)
                                           for p, r, a, k, s, d in await cur.fetchall())
                 if standing is not None:
                     return ReplyWritten(False, standing)
@@ -269,7 +269,7 @@ class PostgresJournal(GroupCommitJournal):
         page = "" if limit is None else f" LIMIT {int(limit)}"
         query = f"SELECT {_COLUMNS} FROM planweave_events WHERE {where} ORDER BY pos{page}"
         rows = await self._fetch(query, tuple(params))
-        return [Event(r, cast(EventKind, k), a, s, d, p) for p, r, a, k, s, d in rows]
+        return [Event(r, k, a, s, d, p) for p, r, a, k, s, d in rows]
 
     async def _select_blobs(self, refs: list[str]) -> dict[str, Any]:
         rows = await self._fetch("SELECT ref, data FROM planweave_blobs WHERE ref = ANY(%s)", (refs,))

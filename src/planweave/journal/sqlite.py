@@ -22,12 +22,12 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from planweave.engine.events import Event, EventKind
+from planweave.engine.events import Event
 from planweave.engine.replies import REPLY_KINDS, standing_reply
 from planweave.errors import JournalError
 from planweave.journal.base import CachedOutput, ReplyWritten, cache_entries, decode_blob
@@ -401,7 +401,7 @@ def _append_reply(conn: sqlite3.Connection, url: str, event: Event, data: bytes)
         try:
             rows = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE run_id = ? AND step = ? AND kind IN ({marks}) "
                                 "ORDER BY pos", (event.run_id, event.step, *REPLY_KINDS))
-            standing = standing_reply(Event(r, cast(EventKind, k), a, s, decode_blob(d), p)
+            standing = standing_reply(Event(r, k, a, s, decode_blob(d), p)
                                       for p, r, a, k, s, d in rows)
             if standing is not None:
                 conn.execute("ROLLBACK")
@@ -546,7 +546,7 @@ def _select_events(
     try:
         cursor = conn.execute(f"SELECT {_COLUMNS} FROM events WHERE {where} ORDER BY pos{page}", params)
         loads = decode_blob
-        return [Event(r, cast(EventKind, k), a, s, loads(d), p) for p, r, a, k, s, d in cursor]
+        return [Event(r, k, a, s, loads(d), p) for p, r, a, k, s, d in cursor]
     except sqlite3.Error as exc:
         raise _failed(url, "read", exc) from exc
 
