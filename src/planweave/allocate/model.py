@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
+from planweave.models.endpoint import Endpoint, EndpointError
+
 Select = Literal["vote", "first_valid", "verifier"]
 """How one result is picked from parallel samples: ``vote`` (the output more than half the samples agree on),
 ``first_valid`` (the first sample that passes the step's schema/check; the others are cancelled), ``verifier`` (the
@@ -34,7 +36,8 @@ class TierProfile:
     """One model tier: the model it names and, per call, P(valid result), duration (lognormal) and cost.
 
     ``duration_s`` is the median seconds of one call, ``duration_sigma`` the lognormal's sigma (0: fixed);
-    ``cost_usd`` the expected dollars of one call, ``tokens`` its expected tokens.
+    ``cost_usd`` the expected dollars of one call, ``tokens`` its expected tokens; ``endpoint`` where its model is
+    called (None: the run's endpoint; docs/models.md).
     """
 
     name: str
@@ -44,6 +47,7 @@ class TierProfile:
     cost_usd: float
     duration_sigma: float = 0.0
     tokens: int = 0
+    endpoint: Endpoint | None = None
 
     def __post_init__(self) -> None:
         where = f"tier '{self.name}'"
@@ -79,10 +83,16 @@ class TierTable:
         return None
 
     def to_mapping(self) -> dict[str, dict[str, Any]]:
-        """The table as :meth:`from_mapping` reads it (JSON data: what ``run_created`` journals)."""
+        """The table as :meth:`from_mapping` reads it (JSON data: what ``run_created`` journals). A tier's endpoint
+        keeps its base URL and the name of its key's variable, never a key nor the headers (given again on resume)."""
         return {name: {"model": t.model, "p_success": t.p_success, "duration_s": t.duration_s,
-                       "cost_usd": t.cost_usd, "duration_sigma": t.duration_sigma, "tokens": t.tokens}
+                       "cost_usd": t.cost_usd, "duration_sigma": t.duration_sigma, "tokens": t.tokens,
+                       **(_journaled_endpoint(t.endpoint) if t.endpoint is not None else {})}
                 for name, t in self.tiers.items()}
+
+    def endpoints(self) -> dict[str, Endpoint]:
+        """The endpoint of each model whose tier names one (model → endpoint)."""
+        return {t.model: t.endpoint for t in self.tiers.values() if t.endpoint is not None}
 
     @classmethod
     def from_mapping(cls, doc: Any, *, where: str = "tiers") -> TierTable:
@@ -95,7 +105,8 @@ class TierTable:
         if len(doc) > MAX_TIERS:
             raise AllocationError(f"{where}: {len(doc)} tiers, more than the {MAX_TIERS} a table may hold")
         tiers: dict[str, TierProfile] = {}
-        fields = ("model", "p_success", "duration_s", "cost_usd", "duration_sigma", "tokens")
+        fields = ("model", "p_success", "duration_s", "cost_usd", "duration_sigma", "tokens", "base_url",
+                  "api_key_env", "headers")
         for name, spec in doc.items():
             at = f"{where}: tier '{name}'"
             if not isinstance(spec, Mapping):
@@ -115,10 +126,32 @@ class TierTable:
                     cost_usd=_number(spec["cost_usd"], at, "cost_usd"),
                     duration_sigma=_number(spec.get("duration_sigma", 0.0), at, "duration_sigma"),
                     tokens=int(_number(spec.get("tokens", 0), at, "tokens")),
+                    endpoint=_tier_endpoint(spec, at),
                 )
             except AllocationError as exc:
                 raise AllocationError(f"{where}: {exc}") from None
+        served: dict[str, Endpoint | None] = {}
+        for tier in tiers.values():  # a model is one client: the tiers naming it share its endpoint
+            if served.setdefault(tier.model, tier.endpoint) != tier.endpoint:
+                raise AllocationError(f"{where}: tier '{tier.name}': model '{tier.model}' is on another endpoint in "
+                                      "another tier (the tiers naming one model share its endpoint)")
         return cls(tiers)
+
+
+def _tier_endpoint(spec: Mapping[str, Any], at: str) -> Endpoint | None:
+    parts = {k: spec[k] for k in ("base_url", "api_key_env", "headers") if spec.get(k) is not None}
+    if not parts:
+        return None
+    try:
+        return Endpoint.from_mapping(parts, where=at)
+    except EndpointError as exc:
+        raise AllocationError(str(exc)) from None
+
+
+def _journaled_endpoint(endpoint: Endpoint) -> dict[str, Any]:
+    record = endpoint.journaled()
+    record.pop("header_names", None)  # from_mapping reads headers with their values: a resume gives them again
+    return record
 
 
 def _number(value: Any, at: str, name: str) -> float:

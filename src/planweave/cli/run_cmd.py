@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 from urllib.parse import urlsplit
 
 import typer
@@ -72,7 +72,7 @@ if TYPE_CHECKING:
     from planweave.allocate.cascade_seam import CascadeSeam
     from planweave.allocate.model import TierTable
     from planweave.forecast.estimates import Estimates
-    from planweave.models import Budget
+    from planweave.models import Budget, Endpoint
     from planweave.plan.model import PlanSpec, SpeculationMode
     from planweave.planning import PlanningLoop
 
@@ -94,26 +94,34 @@ class AgentFlags:
     planner_auto: bool = False  # --model auto --tiers FILE: the planner's tier chosen before each call (Monte Carlo)
     context: ContextMode | None = None  # --context: what the planner sees of the run (None: the loop's default)
     subplans: bool = True  # --no-subplans: no `plan` tool, so no step runs a child run
+    access: Endpoint | None = None  # --api-key-env and --header (its base_url: base_url above)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """--base-url, --api-key-env and --header together."""
+        return _endpoint(self.base_url, self.access)
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
                             budget: Budget | None = None) -> PlanningLoop:
         """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``
         (spending ``budget`` if given: a resumed run's, charged with what it spent; else a fresh one)."""
-        from planweave.models import resolve_model
+        from planweave.models import open_routes, resolve_model
         from planweave.planning import build_planning_loop
 
-        options: dict[str, Any] = {"base_url": self.base_url} if self.base_url else {}
+        endpoint = self.endpoint
         model = self.model
         if self.planner_auto and self.tiers is not None:  # the client's own model: the cheapest tier's
             model = min(self.tiers.tiers.values(), key=lambda t: (t.cost_usd, t.name)).model
-        client = await stack.enter_async_context(resolve_model(model, **options))
+        client = await stack.enter_async_context(resolve_model(model, endpoint=endpoint))
+        if self.tiers is not None:  # tiers on endpoints of their own: each model's calls go there
+            client = await open_routes(stack, client, self.tiers.endpoints(), endpoint)
         draft = None if self.draft_model is None else \
-            await stack.enter_async_context(resolve_model(self.draft_model, **options))
+            await stack.enter_async_context(resolve_model(self.draft_model, endpoint=endpoint))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
         loop = build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
                                    ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft,
                                    context=self.context, subplans=self.subplans,
-                                   endpoint=journaled_endpoint(self.base_url))
+                                   endpoint=endpoint if not endpoint.default else None)
         if self.planner_auto and self.tiers is not None:
             from planweave.allocate.planner_alloc import PlannerAllocation
 
@@ -145,6 +153,32 @@ def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str |
     for flag, given in (("--context", context is not None), ("--no-subplans", no_subplans)):
         if given and goal is None:
             raise UsageError(f"{flag} applies to --goal runs: a plan file has no planner")
+
+
+def _endpoint(base_url: str | None, access: Endpoint | None) -> Endpoint:
+    from planweave.models.endpoint import Endpoint
+
+    return replace(access or Endpoint(), base_url=base_url)
+
+
+def access_flags(api_key_env: str | None, header: list[str] | None) -> Endpoint | None:
+    """``--api-key-env`` and ``--header`` as an endpoint without a base URL (None when neither is given); exit 2
+    naming the flag for a bad one."""
+    if api_key_env is None and not header:
+        return None
+    from planweave.models.endpoint import Endpoint, EndpointError, parse_headers
+
+    try:
+        return Endpoint(api_key_env=api_key_env, headers=parse_headers(header))
+    except EndpointError as exc:
+        raise UsageError(f"{'--header' if exc.field == 'headers' else '--api-key-env'}: {exc}") from None
+
+
+def recorded_endpoint(recorded: JournaledLimits) -> Endpoint:
+    """The endpoint a run journaled: its base URL and the name of its key's variable (headers are given again)."""
+    from planweave.models.endpoint import Endpoint
+
+    return Endpoint.from_journal({"base_url": recorded.base_url, "api_key_env": recorded.api_key_env})
 
 
 def journaled_endpoint(base_url: str | None) -> str | None:
@@ -222,11 +256,17 @@ class PlanModel:
     budget_tokens: int | None
     allocation: AllocationSeam | None = None  # --tiers: the allocator for model: auto steps
     cascade: CascadeSeam | None = None  # --tiers: the cascade of model: cascade steps (--cascade: model: auto too)
+    access: Endpoint | None = None  # --api-key-env and --header (its base_url: base_url above)
+
+    @property
+    def endpoint(self) -> Endpoint:
+        """--base-url, --api-key-env and --header together."""
+        return _endpoint(self.base_url, self.access)
 
     @staticmethod
     def from_flags(
         model: str | None, base_url: str | None, budget_usd: float | None, budget_tokens: int | None,
-        max_replans: int | None, plan_max_tokens: int | None,
+        max_replans: int | None, plan_max_tokens: int | None, access: Endpoint | None = None,
     ) -> PlanModel | None:
         """The model of a plan-file run, or None without ``--model``; raises UsageError naming a flag that does not
         apply to a plan file (it would be silently ignored otherwise)."""
@@ -235,20 +275,22 @@ class PlanModel:
                 raise UsageError(f"{flag} applies to --goal runs only: a plan file is not re-planned")
         if model is None:
             for flag, given in (("--base-url", base_url), ("--budget-usd", budget_usd),
-                                ("--budget-tokens", budget_tokens)):
+                                ("--budget-tokens", budget_tokens),
+                                ("--api-key-env or --header", access)):
                 if given is not None:
                     raise UsageError(f"{flag} applies to the model that a plan file's llm steps call: give "
                                      "--model NAME too")
             return None
-        return PlanModel(model, base_url, budget_usd, budget_tokens)
+        return PlanModel(model, base_url, budget_usd, budget_tokens, access=access)
 
     async def toolbox(self, stack: AsyncExitStack, tools: Toolbox, budget: Budget | None) -> Toolbox:
         """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most ``budget``."""
-        from planweave.models import resolve_model
+        from planweave.models import open_routes, resolve_model
         from planweave.tools.llm import llm_tool
 
-        client = await stack.enter_async_context(
-            resolve_model(self.model, **({"base_url": self.base_url} if self.base_url else {})))
+        client = await stack.enter_async_context(resolve_model(self.model, endpoint=self.endpoint))
+        if self.allocation is not None:  # tiers on endpoints of their own: each model's calls go there
+            client = await open_routes(stack, client, self.allocation.table.endpoints(), self.endpoint)
         return tools if "llm" in tools else tools.merged(Toolbox({"llm": llm_tool(
             client, budget, allocation=self.allocation, cascade=self.cascade)}))
 
@@ -393,6 +435,7 @@ class ResumeLimits:
     tiers: Path | None = None  # a tier table replacing the journaled one
     speculate: SpeculationMode | None = None  # --speculate: the journaled speculation's mode replaced
     predictor_model: str | None = None  # --predictor-model
+    access: Endpoint | None = None  # --api-key-env and --header
 
     async def resume(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox, run_id: str,
                      retry_unknown: bool) -> Run:
@@ -416,8 +459,9 @@ class ResumeLimits:
 
                 steps = CascadeSeam(seam.table, auto=recorded.cascade, hurried=seam.hurried)
                 steps.bind(engine)
-            endpoint = self.base_url or recorded.base_url  # the one it was run with, unless given
-            tools = await PlanModel(recorded.model, endpoint, None, None, seam, steps).toolbox(
+            # The endpoint it was run with (base URL, key variable), the parts given here replacing it.
+            endpoint = _endpoint(self.base_url, self.access).over(recorded_endpoint(recorded))
+            tools = await PlanModel(recorded.model, endpoint.base_url, None, None, seam, steps, endpoint).toolbox(
                 stack, base, budget)
         policy = resumed_speculation(events, self.speculate, self.predictor_model)
         predictor = None if policy is None else await open_predictor(stack, policy, self.base_url, budget)
@@ -465,6 +509,13 @@ class ResumeLimits:
 # The model and limit options ``run`` and ``resume`` share.
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
                                                    help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")]
+ApiKeyEnvOption = Annotated[str | None, typer.Option(
+    "--api-key-env", rich_help_panel=PANEL_MODEL, metavar="NAME",
+    help="The environment variable holding the endpoint's key (default OPENAI_API_KEY); the run journals its name, "
+         "never the key, and a resume reads it again (docs/models.md).")]
+HeaderOption = Annotated[list[str] | None, typer.Option(
+    "--header", rich_help_panel=PANEL_MODEL, metavar="'NAME: VALUE'",
+    help="An extra header sent to the endpoint (repeatable); its value is never journaled: give it again to resume.")]
 BudgetUsdOption = Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL, min=0,
                                                        help="Hard budget in USD.")]
 BudgetTokensOption = Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL, min=0,
@@ -606,6 +657,8 @@ def run(
         help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
                         "the bundled local model).", envvar="PLANWEAVE_MODEL")] = None,
     base_url: BaseUrlOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    header: HeaderOption = None,
     budget_usd: BudgetUsdOption = None,
     budget_tokens: BudgetTokensOption = None,
     deadline: DeadlineOption = None,
@@ -685,6 +738,7 @@ def run(
         _goal_only_draft(draft_model, goal)
         _goal_only_modes(context, no_subplans, goal)
         check_model_name(model)
+        access = access_flags(api_key_env, header)
         if model_limits is not None:
             use_model_limits(model_limits)
         use_price_file(prices)
@@ -701,7 +755,7 @@ def run(
         pressure = _pressure_flag(deadline_pressure, deadline)
         if file is not None:
             plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
-                                              plan_max_tokens)
+                                              plan_max_tokens, access)
             plan_model = _with_tiers(plan_model, tiers, cascade=cascade)
             if ask_human:
                 raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
@@ -735,7 +789,7 @@ def run(
                                                  engine.clock.now(), plan_model.model if plan_model else None,
                                                  tiers=None if seam is None else seam.table.to_mapping(),
                                                  pressure=pressure, cascade=True if cascade else None,
-                                                 base_url=journaled_endpoint(base_url) if plan_model else None))
+                                                 **(plan_model.endpoint.journaled() if plan_model else {})))
                 if deadline is not None:
                     from planweave.engine.runtime import cancel_at_deadline
 
@@ -770,7 +824,7 @@ def run(
             agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
                                5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human,
                                tiers=goal_tiers, draft_model=draft_model, planner_auto=model == "auto",
-                               context=context, subplans=not no_subplans)
+                               context=context, subplans=not no_subplans, access=access)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 loop = await agent.planning_loop(engine, stack, toolbox)
@@ -819,6 +873,8 @@ def resume(
         help="For a --goal run: the model its planner and llm tool call (default: the one it was started with, "
              "from the journal).")] = None,
     base_url: BaseUrlOption = None,
+    api_key_env: ApiKeyEnvOption = None,
+    header: HeaderOption = None,
     budget_usd: BudgetUsdOption = None,
     budget_tokens: BudgetTokensOption = None,
     deadline: DeadlineOption = None,
@@ -869,7 +925,9 @@ def resume(
             options = events[0].data.get("options") or {}
             return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
 
-        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers, speculate, predictor_model)
+        access = access_flags(api_key_env, header)
+        given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers, speculate, predictor_model,
+                             access)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             events = await engine.journal.read(run_id)
@@ -884,12 +942,14 @@ def resume(
                 kept = recorded.limits
                 modes = _journaled_modes(run_id, recorded)  # planned as it started, not with a later default
                 # Its endpoint too, unless given, with the model it was started with (another model: its own).
-                endpoint = base_url or (recorded.base_url if model is None else None)
-                agent = AgentFlags(planner_model, endpoint, kept.budget_usd, kept.budget_tokens,
+                endpoint = _endpoint(base_url, access).over(
+                    recorded_endpoint(recorded) if model is None else _endpoint(None, None))
+                agent = AgentFlags(planner_model, endpoint.base_url, kept.budget_usd, kept.budget_tokens,
                                    recorded.remaining_s(engine.clock.now()),
                                    5 if kept.max_replans is None else kept.max_replans, 2048, ask_human,
                                    tiers=_journaled_planner_tiers(run_id, recorded),
-                                   planner_auto=recorded.planner == "auto", context=modes[0], subplans=modes[1])
+                                   planner_auto=recorded.planner == "auto", context=modes[0], subplans=modes[1],
+                                   access=endpoint)
                 loop = await agent.planning_loop(engine, stack, toolbox, recorded.budget())
                 try:
                     resumed = await loop.resume(run_id, retry_unknown=retry_unknown)

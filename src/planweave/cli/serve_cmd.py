@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from planweave.cli.common import (
     ModelLimitsOption,
     RootOption,
     ToolsOption,
+    UsageError,
     WorkdirOption,
     clean_errors,
     load_tools,
@@ -23,7 +25,7 @@ from planweave.cli.common import (
     use_model_limits,
 )
 from planweave.cli.price_flags import PricesOption, use_price_file
-from planweave.cli.run_cmd import NoCacheOption
+from planweave.cli.run_cmd import ApiKeyEnvOption, HeaderOption, NoCacheOption, access_flags
 from planweave.extras import require
 
 
@@ -52,6 +54,14 @@ def serve(
     model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
+    api_key_env: ApiKeyEnvOption = None,
+    header: HeaderOption = None,
+    allow_endpoint: Annotated[list[str] | None, typer.Option(
+        "--allow-endpoint", metavar="URL", help="A base URL a POST /runs endpoint (or a tier's base_url) may name, "
+        "besides --base-url (repeatable; default: only --base-url).")] = None,
+    allow_key_env: Annotated[list[str] | None, typer.Option(
+        "--allow-key-env", metavar="NAME", help="An environment variable a POST /runs endpoint's api_key_env may "
+        "name, besides --api-key-env (repeatable; default: only --api-key-env).")] = None,
     max_budget_usd: Annotated[float | None, typer.Option(
         "--max-budget-usd", min=0, help="Cap on any run's budget_usd (also its default).")] = None,
     max_budget_tokens: Annotated[int | None, typer.Option(
@@ -86,9 +96,20 @@ def serve(
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(root or ()), tuple(allow_env or ())))
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
+        from planweave.models.endpoint import Endpoint, EndpointError
+        from planweave.server.endpoints import EndpointPolicy
+
+        endpoint = replace(access_flags(api_key_env, header) or Endpoint(), base_url=base_url)
+        try:
+            allowed = [Endpoint(base_url=u).base_url or u for u in allow_endpoint or ()]
+            policy = EndpointPolicy.of(endpoint, allowed, [Endpoint(api_key_env=n).api_key_env or n
+                                                           for n in allow_key_env or ()])
+        except EndpointError as exc:
+            raise UsageError(f"--allow-endpoint/--allow-key-env: {exc}") from None
         asyncio.run(serve_forever(host, port, journal, None, tools=toolbox, concurrency=concurrency,
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
-                                  base_url=base_url, caps=caps, queue=queue, cache=not no_cache,
+                                  base_url=base_url, endpoint=endpoint, endpoint_policy=policy, caps=caps,
+                                  queue=queue, cache=not no_cache,
                                   connections=ConnectionLimits(request_timeout=request_timeout,
                                                                max_connections=max_connections)))
 

@@ -78,9 +78,9 @@ async def open_predictor(stack: AsyncExitStack, policy: SpeculationSpec, base_ur
     spec = policy.predictor
     if spec is None or policy.mode == "off":
         return None
-    from planweave.models import resolve_model
+    from planweave.models import Endpoint, resolve_model
     from planweave.models.predictor import ModelPredictor
 
     url = spec.base_url or base_url
-    client = await stack.enter_async_context(resolve_model(spec.model, **({"base_url": url} if url else {})))
+    client = await stack.enter_async_context(resolve_model(spec.model, endpoint=Endpoint(base_url=url)))
     return ModelPredictor(client, spec.model, max_tokens=spec.max_tokens, budget=budget)

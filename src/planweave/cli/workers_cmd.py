@@ -13,7 +13,7 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -40,7 +40,7 @@ from planweave.cli.common import (
 )
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
 from planweave.cli.price_flags import PricesOption, queued_models, require_priced, use_price_file
-from planweave.cli.run_cmd import NoCacheOption
+from planweave.cli.run_cmd import ApiKeyEnvOption, HeaderOption, NoCacheOption, access_flags
 from planweave.extras import require
 from planweave.journal import default_journal_url, redact_url
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from planweave.engine.executor import Executor
     from planweave.journal.leases import LeaseStore, WorkerView
     from planweave.journal.postgres import PostgresJournal
-    from planweave.models import Budget, ModelClient
+    from planweave.models import Budget, Endpoint, ModelClient
     from planweave.tools import Toolbox
     from planweave.workers import WorkerOptions
 
@@ -235,6 +235,8 @@ def worker(
     base_url: Annotated[str | None, typer.Option(
         "--base-url", metavar="URL", help="OpenAI-compatible endpoint of the models queued runs' llm steps call "
                                           "(default $OPENAI_BASE_URL).")] = None,
+    api_key_env: ApiKeyEnvOption = None,
+    header: HeaderOption = None,
     model_limits: ModelLimitsOption = None,
     prices: PricesOption = None,
     no_cache: NoCacheOption = False,
@@ -254,7 +256,11 @@ def worker(
         if model_limits is not None:
             use_model_limits(model_limits)
         use_price_file(prices)  # what its llm steps' calls cost: a dollar budget refuses a model without a price
-        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), base_url,
+        from planweave.models.endpoint import Endpoint
+
+        access = access_flags(api_key_env, header)
+        endpoint = Endpoint(base_url=base_url) if access is None else replace(access, base_url=base_url)
+        tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), endpoint,
                                   cache=not no_cache))
     if json_output:
         print_json({"status": "stopped", "worker": options.name, **tally})
@@ -263,7 +269,7 @@ def worker(
 
 
 async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[str, ...], concurrency: int,
-                executor: Executor, base_url: str | None, *, cache: bool = True) -> dict[str, Any]:
+                executor: Executor, endpoint: Endpoint, *, cache: bool = True) -> dict[str, Any]:
     from planweave.engine.runtime import Engine
     from planweave.tools.safety import SecretRedactor
     from planweave.workers import Worker
@@ -280,7 +286,7 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
         engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency,
                                                             executor=executor, cache=cache, redact=SecretRedactor()))
         runner = Worker(engine, journal, store, options, tools=box, log=log,
-                        run_tools=_ModelTools(stack, box, base_url).tools)
+                        run_tools=_ModelTools(stack, box, endpoint).tools)
         # Installed until the loop closes (which removes them), not just while serving: a second SIGTERM arriving
         # while the worker closes its engine and journal (a supervisor repeating itself) must not kill it mid-way.
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -291,24 +297,28 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
 
 class _ModelTools:
     """A queued run's catalog: the worker's tools plus ``llm`` on the model the run names, within its budget (one
-    client per model, opened on first use for the worker's life)."""
+    client per model, opened on first use for the worker's life, on the worker's endpoint or its tier's)."""
 
-    def __init__(self, stack: AsyncExitStack, tools: Toolbox, base_url: str | None) -> None:
-        self._stack, self._tools, self._base_url = stack, tools, base_url
+    def __init__(self, stack: AsyncExitStack, tools: Toolbox, endpoint: Endpoint) -> None:
+        self._stack, self._tools, self._endpoint = stack, tools, endpoint
         self._clients: dict[str, ModelClient] = {}
 
     async def tools(self, model: str | None, budget: Budget | None,
                     allocation: AllocationSeam | None = None) -> Toolbox | None:
         if model is None or "llm" in self._tools:
             return None  # the engine's own tools
-        from planweave.models import resolve_model
+        from planweave.models import RoutedClient, resolve_model
         from planweave.tools import Toolbox
         from planweave.tools.llm import llm_tool
 
-        client = self._clients.get(model)
-        if client is None:
-            options = {"base_url": self._base_url} if self._base_url else {}
-            client = self._clients[model] = await self._stack.enter_async_context(resolve_model(model, **options))
+        endpoints = {} if allocation is None else allocation.table.endpoints()
+        for name in (model, *endpoints):
+            if name not in self._clients:
+                given = endpoints[name].over(self._endpoint) if name in endpoints else self._endpoint
+                self._clients[name] = await self._stack.enter_async_context(resolve_model(name, endpoint=given))
+        client: ModelClient = self._clients[model]
+        if endpoints:
+            client = RoutedClient(client, {name: self._clients[name] for name in endpoints})
         return self._tools.merged(Toolbox({"llm": llm_tool(client, budget, allocation=allocation)}))
 
 

@@ -55,7 +55,8 @@ class RunLimits:
         ``extra`` (``tiers``: a tier table's :meth:`~planweave.allocate.TierTable.to_mapping`; ``pressure``: a
         deadline-pressure threshold; ``cascade``: True
         for --cascade; ``context`` and ``subplans``: a goal run's planning modes; ``base_url``: the endpoint given
-        for its model) is kept beside them when given, for a resume to apply again."""
+        for its model, ``api_key_env`` the name of the variable its key came from, ``header_names``: never a key nor a
+        header's value, docs/models.md) is kept beside them when given, for a resume to apply again."""
         record: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(RunLimits)}
         record["deadline_at"] = None if self.deadline is None else now + self.deadline
         record["model"] = model
@@ -86,6 +87,7 @@ class JournaledLimits:
     unsettled_usd: float = 0.0
     unsettled_tokens: int = 0
     base_url: str | None = None  # the endpoint its model was called at, when given (never one with a credential)
+    api_key_env: str | None = None  # the name of the variable its key was read from, when given (never the key)
 
     @staticmethod
     def from_events(events: Sequence[Event]) -> JournaledLimits:
@@ -119,7 +121,9 @@ class JournaledLimits:
                                record.get("subplans") if isinstance(record.get("subplans"), bool) else None,
                                record.get("origin") if isinstance(record.get("origin"), str) else None,
                                unsettled_usd, unsettled_tokens,
-                               base_url=record.get("base_url") if isinstance(record.get("base_url"), str) else None)
+                               base_url=record.get("base_url") if isinstance(record.get("base_url"), str) else None,
+                               api_key_env=record.get("api_key_env") if isinstance(record.get("api_key_env"), str)
+                               else None)
 
     def planning_modes(self, run_id: str) -> tuple[Literal["references", "summary"] | None, bool]:
         """The context and sub-plans a resumed goal run was started with (None, True: journaled before they were,

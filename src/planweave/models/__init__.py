@@ -13,8 +13,8 @@ from here) and imports no HTTP library until :func:`resolve_model` runs.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from planweave.models.admission import (
@@ -39,6 +39,7 @@ from planweave.models.base import (
     check_schema,
 )
 from planweave.models.budget import Budget, Reservation, StreamMeter, acquire_call
+from planweave.models.endpoint import Endpoint, EndpointError, RoutedClient, parse_headers
 from planweave.models.errors import (
     BudgetExceeded,
     CallRefused,
@@ -62,13 +63,18 @@ from planweave.models.pricing import (
 
 
 @asynccontextmanager
-async def resolve_model(name: str, **options: Any) -> AsyncIterator[ModelClient]:
+async def resolve_model(name: str, *, endpoint: Endpoint | None = None, **options: Any) -> AsyncIterator[ModelClient]:
     """Open a client for a ``--model`` name: ``local`` starts the bundled local model server, ``scripted:FILE``
     serves a script's answers on 127.0.0.1 (offline planning, no model: docs/offline.md), anything else is an
-    OpenAI-compatible model at ``OPENAI_BASE_URL`` (keyword ``options`` go to the client; ``admission`` defaults to
-    the process's, see :func:`planweave.models.admission.default_admission`). Closes it all on exit."""
+    OpenAI-compatible model at ``endpoint`` (its base URL, key and headers; the parts it leaves unset:
+    ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``). Keyword ``options`` go to the client; ``admission`` defaults to the
+    process's, see :func:`planweave.models.admission.default_admission`. Closes it all on exit. Raises
+    :class:`~planweave.models.endpoint.EndpointError` when the endpoint's ``api_key_env`` is unset."""
     from planweave.models.admission import default_admission
     from planweave.models.openai import OpenAIChatClient
+
+    if endpoint is not None and name != "local" and not name.startswith("scripted:"):
+        options = {**options, **endpoint.client_options()}
 
     if "admission" not in options and name != "local":
         options["admission"] = default_admission()  # --model-limits / $PLANWEAVE_MODEL_LIMITS, shared by all
@@ -92,6 +98,18 @@ async def resolve_model(name: str, **options: Any) -> AsyncIterator[ModelClient]
         yield client
 
 
+async def open_routes(stack: AsyncExitStack, client: ModelClient, endpoints: Mapping[str, Endpoint],
+                      base: Endpoint | None = None, **options: Any) -> ModelClient:
+    """``client``, or when some models have an endpoint of their own (a tier table's ``base_url``, ``api_key_env``,
+    ``headers``) a :class:`RoutedClient` sending those models' requests to clients opened on ``stack`` for them
+    (each endpoint's unset parts taken from ``base``, the run's)."""
+    routes: dict[str, ModelClient] = {}
+    for model, endpoint in endpoints.items():
+        given = endpoint.over(base) if base is not None else endpoint
+        routes[model] = await stack.enter_async_context(resolve_model(model, endpoint=given, **options))
+    return RoutedClient(client, routes) if routes else client
+
+
 __all__ = [
     "CHARS_PER_TOKEN",
     "DEFAULT_MAX_TOKENS",
@@ -104,6 +122,8 @@ __all__ = [
     "Completion",
     "CompletionRequest",
     "Delta",
+    "Endpoint",
+    "EndpointError",
     "EndpointLimits",
     "EndpointStats",
     "LocalModelUnavailable",
@@ -119,6 +139,7 @@ __all__ = [
     "RateLimited",
     "Reservation",
     "Role",
+    "RoutedClient",
     "StreamMeter",
     "StructuredMode",
     "Usage",
@@ -129,6 +150,8 @@ __all__ = [
     "call_context",
     "check_schema",
     "load_model_limits",
+    "open_routes",
+    "parse_headers",
     "resolve_model",
     "worst_case",
 ]

@@ -179,7 +179,9 @@ class OpenAIChatClient:
     (key ``"*"`` for the others); None for no limit: a fixed limit, first come first served. ``admission`` replaces
     it with shared schedulers and their limits (:class:`~planweave.models.admission.Admission`). ``fold_system``
     merges system messages into the first user message, for chat templates without a system role (Gemma). An
-    ``http`` client passed in keeps its own timeouts and is not closed by this one.
+    ``http`` client passed in keeps its own timeouts and is not closed by this one. ``headers`` go with every request
+    (their values, like the key, are hidden from error messages); a run's or a tier's endpoint gives them
+    (:class:`~planweave.models.endpoint.Endpoint`).
     """
 
     def __init__(
@@ -196,12 +198,14 @@ class OpenAIChatClient:
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
         admission: Admission | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._model = model
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
         key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._headers = {**(headers or {}), **({"Authorization": f"Bearer {key}"} if key else {})}
         self._key = key or ""
+        self._secrets = tuple(v for v in (key, *(headers or {}).values()) if v)
         self.timeouts = timeouts
         self.backoff = backoff
         self.prices = prices or PriceTable()
@@ -374,8 +378,8 @@ class OpenAIChatClient:
             body = ""
         finally:
             await response.aclose()
-        if self._key:
-            body = body.replace(self._key, "***")  # some servers echo the key they refused
+        for secret in self._secrets:
+            body = body.replace(secret, "***")  # some servers echo the key (or a header) they refused
         if self._adapt(response.status_code, body, request, sent, stream=stream):
             raise _Adapted
         raise self._status_error(response, body, model)

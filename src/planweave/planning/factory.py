@@ -16,7 +16,7 @@ from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
 from planweave.allocate.model import TierTable
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine
-from planweave.models import Budget, ModelClient
+from planweave.models import Budget, Endpoint, ModelClient
 from planweave.planning.loop import PlanningLoop, PlanningOptions
 from planweave.planning.subplans import DEFAULT_MAX_DEPTH, SUBPLAN_TOOL, SubplanSeam, plan_tool
 from planweave.tools import Tool, Toolbox
@@ -59,7 +59,7 @@ def build_planning_loop(
     subplan_depth: int = 0,
     draft: ModelClient | None = None,
     context: Literal["references", "summary"] | None = None,
-    endpoint: str | None = None,
+    endpoint: Endpoint | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -75,7 +75,8 @@ def build_planning_loop(
     With ``draft``, a fast model drafts the initial plan ahead of the planner, verified by it (planning/draft.py).
     ``context`` is what the planner sees of the run (None: :class:`PlanningOptions`' default, "references"); a
     child run plans with its parent's. Both it and ``subplans`` are journaled, so a resume passes them again, as is
-    ``endpoint``: the base URL ``client`` was opened on when a person gave it (never one with a credential in it).
+    ``endpoint``: the one ``client`` was opened on when given (its base URL unless it carries a credential, the name of
+    its key's variable and its headers' names; never a key nor a header's value).
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)

@@ -42,6 +42,7 @@ from planweave.models import (
     call_context,
 )
 from planweave.models.budget import StreamMeter, acquire_call
+from planweave.models.endpoint import Endpoint
 from planweave.models.errors import ModelError, ModelTimeout, ModelUnavailable, ProviderError
 from planweave.models.pricing import PriceTable, approx_prompt_tokens, worst_case
 from planweave.plan.catalog import ToolCatalog
@@ -131,7 +132,7 @@ class PlanningLoop:
         options: PlanningOptions = PlanningOptions(),
         limits: RunLimits | None = None,
         cascade: PlannerCascade | None = None,
-        endpoint: str | None = None,
+        endpoint: Endpoint | None = None,
     ) -> None:
         if options.ask_human and "human.input" not in tools:
             raise ValueError("ask_human needs the 'human.input' tool in the catalog (planweave.builtin_tools() has "
@@ -142,7 +143,8 @@ class PlanningLoop:
         self.budget = budget
         self.options = options
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
-        self.endpoint = endpoint  # the base URL the client was given, journaled beside them (options.limits.base_url)
+        # The endpoint the client was given: its base URL and key variable journaled beside them (never the key).
+        self.endpoint = endpoint
         self.pressure: float | None = None  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
         # A sub-plan's link to its parent (run, step, depth: planning/subplans.py), journaled in run_created.
@@ -190,7 +192,8 @@ class PlanningLoop:
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=None if self.limits is None else self.limits.journaled(
                                           self.engine.clock.now(), self.client.model, pressure=self.pressure,
-                                          parent=self.parent, origin=self.origin, base_url=self.endpoint,
+                                          parent=self.parent, origin=self.origin,
+                                          **(self.endpoint.journaled() if self.endpoint is not None else {}),
                                           **self._cascade_limits(),
                                           **self._modes()))
         run.subscribe(self._on_event(run))
@@ -988,8 +991,8 @@ def _journaled_replans(run: Run) -> int:
 def _model_hint(exc: ModelError) -> str:
     """What to set or pass when the model cannot be used at all (appended to the error), or ``""``."""
     if isinstance(exc, ProviderError) and exc.status in (401, 403):
-        return (f". The server at {exc.base_url} refused the API key: set OPENAI_API_KEY to a valid key, or pass "
-                "--base-url URL for a server that needs none")
+        return (f". The server at {exc.base_url} refused the API key: set OPENAI_API_KEY (or the variable "
+                "--api-key-env names) to a valid key, or pass --base-url URL for a server that needs none")
     if isinstance(exc, (ModelUnavailable, ModelTimeout)):
         return (f". Nothing usable answers at {exc.base_url}: start the model server there, or pass --base-url URL "
                 "(or set OPENAI_BASE_URL) for another; a hosted API also needs OPENAI_API_KEY")

@@ -92,6 +92,8 @@ from planweave.server.streams import ChangeFeed, StreamLimits, StreamTiming, all
 
 if TYPE_CHECKING:
     from planweave.journal.leases import LeaseStore
+    from planweave.models.endpoint import Endpoint
+    from planweave.server.endpoints import EndpointPolicy
 from planweave.server.tokens import AccessToken, resolve_token
 from planweave.tools.safety import SecretRedactor, redact, secret_values
 
@@ -129,6 +131,11 @@ class RunSubmission(BaseModel):
         None, max_length=32, description="Model tiers for the plan's llm steps saying model: auto: {name: {model, "
         "p_success, duration_s, cost_usd, duration_sigma?, tokens?}} (docs/allocation.md); journaled, a resume "
         "keeps them.")
+    endpoint: dict[str, Any] | None = Field(
+        None, description="The model endpoint of this run: {base_url?, api_key_env?, headers?: {name: value}}, the "
+        "parts left out the server's; only base URLs and key variables the server allows (planweave serve "
+        "--allow-endpoint URL, --allow-key-env NAME), else 422 naming the field. Its base URL and key variable are "
+        "journaled, never a key nor a header's value (docs/models.md).")
     context: Literal["references", "summary"] | None = Field(
         None, description="What a goal run's planner sees of the run: references (the default: a report, the plan's "
         "frontier and outputs by reference, bounded) or summary (every step, cut at a fixed size); journaled.")
@@ -344,6 +351,10 @@ def _check_plan_limits(submission: RunSubmission, model: ServerModel | None) -> 
         if given:
             problems.append(PlanProblem("", name, "only a goal run has a planner: a plan run takes budget_usd, "
                                                   "budget_tokens and deadline"))
+    if submission.endpoint is not None and model is None:
+        problems.append(PlanProblem("", "endpoint", "an endpoint is where a plan's llm steps call their model, and "
+                                                    "this server has no model: start it with `planweave serve "
+                                                    "--model NAME`"))
     if submission.tiers is not None and model is None:
         problems.append(PlanProblem("", "tiers", "tiers allocate a plan's llm steps saying model: auto, and this "
                                                  "server has no model: start it with `planweave serve --model NAME`"))
@@ -375,7 +386,8 @@ async def submit_run(state: State, submission: RunSubmission, request: Request, 
                                                         "POST a plan, not a goal")], HTTP_SOURCE)
         run = await state.model.start_goal(submission.goal, submission.run_id, limits, submission.priority,
                                            context=submission.context, subplans=submission.subplans,
-                                           pressure=submission.deadline_pressure)
+                                           pressure=submission.deadline_pressure,
+                                           endpoint=state.model.policy.read(submission.endpoint))
     else:
         _check_plan_limits(submission, state.model)
         document = await _checked_plan(submission, request)
@@ -388,7 +400,8 @@ async def submit_run(state: State, submission: RunSubmission, request: Request, 
         else:
             run = await state.model.start_plan(document, submission.run_id, HTTP_SOURCE, limits,
                                                submission.priority, tiers=checked_tiers(submission.tiers),
-                                               pressure=submission.deadline_pressure)
+                                               pressure=submission.deadline_pressure,
+                                               endpoint=state.model.policy.read(submission.endpoint))
         start_deadline(state.engine, run, limits)
     # 201 promises the run survives a crash of this server from now on: its run_created must be stored.
     await state.engine.journal.flush()
@@ -405,6 +418,9 @@ async def _queue_run(state: AppState, submission: RunSubmission, request: Reques
     if submission.goal is not None:
         raise PlanInvalid([PlanProblem("", "goal", "this server queues plans for workers (--queue), which have no "
                                                    "planner: POST a plan")], HTTP_SOURCE)
+    if submission.endpoint is not None:
+        raise PlanInvalid([PlanProblem("", "endpoint", "the workers of a queue call their own endpoint (planweave "
+                                                       "worker --base-url, --api-key-env, --header)")], HTTP_SOURCE)
     _check_plan_limits(submission, None)
     if submission.deadline_pressure is not None:
         raise PlanInvalid([PlanProblem("", "deadline_pressure", "the workers of a queue do not watch deadline "
@@ -982,6 +998,8 @@ async def serve(
     telemetry: bool | None = None,
     model: str | None = None,
     base_url: str | None = None,
+    endpoint: Endpoint | None = None,
+    endpoint_policy: EndpointPolicy | None = None,
     caps: LimitCaps | None = None,
     queue: bool = False,
     cache: bool = True,
@@ -994,7 +1012,9 @@ async def serve(
     ``queue`` (a PostgreSQL journal): POST /runs queues plans for ``planweave worker`` processes instead of running
     them here, and this server resumes nothing at startup (the workers take interrupted runs over).
 
-    ``caps`` bound the budget, deadline and re-plans of every run submitted (:class:`LimitCaps`); ``connections``
+    ``endpoint`` (with ``base_url``) is where ``model`` is called; ``endpoint_policy`` the other endpoints a
+    request may ask for (default: only that one; :mod:`planweave.server.endpoints`). ``caps`` bound the budget,
+    deadline and re-plans of every run submitted (:class:`LimitCaps`); ``connections``
     the clients' connections (request and stall timeouts, how many at once: :class:`ConnectionLimits`).
     Runs submitted over HTTP and interrupted by a previous stop are resumed at startup. Runs still going at the stop
     are interrupted, not cancelled: the next start resumes them. ``telemetry`` None follows the OpenTelemetry
@@ -1018,7 +1038,8 @@ async def serve(
                 from planweave.server.telemetry import instrument
 
                 instrument(engine, provider, meters)
-            server_model = await open_server_model(stack, engine, model, base_url) if model else None
+            server_model = await open_server_model(stack, engine, model, base_url, endpoint=endpoint,
+                                                   policy=endpoint_policy) if model else None
             store = await _open_queue(stack, url) if queue else None
             async with serving(engine, host=host, port=port, token=access, journal_url=url, recover=not queue,
                                handle_signals=True, model=server_model, caps=caps, queue=store,

@@ -11,12 +11,14 @@ A run's limits are journaled in its ``run_created`` (:mod:`planweave.engine.limi
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.errors import PlanInvalid, PlanProblem
+from planweave.models.endpoint import Endpoint, EndpointError
+from planweave.server.endpoints import EndpointPolicy
 from planweave.server.live import ServerError
 from planweave.server.prices import refuse_unpriced
 from planweave.server.runs import HTTP_SOURCE
@@ -84,12 +86,49 @@ class LimitCaps:
 class ServerModel:
     """The model of ``planweave serve --model``: goals are planned with it, and plan steps call it as ``llm``.
 
-    Each run gets its own ``llm`` tool bound to that run's budget, so one run cannot spend another's.
+    Each run gets its own ``llm`` tool bound to that run's budget, so one run cannot spend another's. ``endpoint``
+    is the one ``client`` was opened on (``serve --base-url/--api-key-env/--header``); a run asking for another
+    (``POST /runs`` ``endpoint``, its tiers' ``base_url``) gets clients of its own, within ``policy``, closed when it
+    ends (:meth:`on_endpoint`).
     """
 
     engine: Engine
     client: ModelClient
     base: Toolbox
+    endpoint: Endpoint = field(default_factory=Endpoint)
+    policy: EndpointPolicy = field(default_factory=EndpointPolicy)
+
+    async def on_endpoint(self, endpoint: Endpoint | None, tiers: TierTable | None = None
+                          ) -> tuple[ServerModel, contextlib.AsyncExitStack | None]:
+        """This model for one run on ``endpoint`` (its unset parts the server's) and with its tiers on theirs:
+        itself when neither asks for anything, else one on clients of its own and the stack that closes them.
+        Raises PlanInvalid (422) naming the field for an endpoint the policy refuses or a key variable unset."""
+        routes = {} if tiers is None else tiers.endpoints()
+        if (endpoint is None or endpoint.over(self.endpoint) == self.endpoint) and not routes:
+            return self, None
+        for name, tier in ({} if tiers is None else tiers.tiers).items():
+            if tier.endpoint is not None:
+                self.policy.check(tier.endpoint, f"tiers.{name}")
+        from planweave.models import open_routes, resolve_model
+
+        given = self.endpoint if endpoint is None else endpoint.over(self.endpoint)
+        stack = contextlib.AsyncExitStack()
+        try:
+            client = self.client if given == self.endpoint else await stack.enter_async_context(
+                resolve_model(self.client.model, endpoint=given))
+            client = await open_routes(stack, client, routes, given)
+        except EndpointError as exc:
+            await stack.aclose()
+            raise PlanInvalid([PlanProblem("", f"endpoint.{exc.field}", str(exc))], HTTP_SOURCE) from None
+        except BaseException:
+            await stack.aclose()
+            raise
+        return replace(self, client=client, endpoint=given), stack
+
+    def close_after(self, run: Run, stack: contextlib.AsyncExitStack | None) -> None:
+        """Close ``stack`` (a run's own clients) once ``run`` ends, or when the engine closes."""
+        if stack is not None:
+            self.engine.spawn(_close_when_done(run, stack), name=f"planweave-endpoint-{run.id}")
 
     def tools(self, budget: Budget | None, allocation: AllocationSeam | None = None) -> Toolbox:
         """The engine's tools plus ``llm`` on this model within ``budget`` (a given ``llm`` tool is kept), its
@@ -115,16 +154,30 @@ class ServerModel:
 
     async def start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits,
                          priority: float = 0.0, *, tiers: TierTable | None = None,
-                         pressure: float | None = None) -> Run:
+                         pressure: float | None = None, endpoint: Endpoint | None = None) -> Run:
         """Start a plan whose ``llm`` steps spend at most the run's budget, its ``model: auto`` steps allocated from
-        ``tiers`` (its limits, tiers and deadline-pressure threshold journaled for a resume)."""
+        ``tiers`` (its limits, tiers and deadline-pressure threshold journaled for a resume), on ``endpoint``
+        (checked by the policy; its base URL and key variable journaled, never a key)."""
         refuse_unpriced(self.client, limits.budget_usd, tiers, document)  # 422 before any model call
+        model, stack = await self.on_endpoint(endpoint, tiers)
+        try:
+            run = await model._start_plan(document, run_id, source, limits, priority, tiers=tiers, pressure=pressure)
+        except BaseException:
+            if stack is not None:
+                await stack.aclose()
+            raise
+        model.close_after(run, stack)
+        return run
+
+    async def _start_plan(self, document: Any, run_id: str | None, source: str, limits: RunLimits,
+                          priority: float, *, tiers: TierTable | None, pressure: float | None) -> Run:
         now = self.engine.clock.now()
         seam = self.allocation(tiers, None if limits.deadline is None else now + limits.deadline)
         run = await self.engine.start(document, tools=self.tools(limits.budget(), seam), run_id=run_id,
                                       source=source, priority=priority, limits=limits.journaled(
                                           now, self.client.model,
-                                          tiers=None if tiers is None else tiers.to_mapping(), pressure=pressure))
+                                          tiers=None if tiers is None else tiers.to_mapping(), pressure=pressure,
+                                          **self.endpoint.journaled()))
         watch_plan(self.engine, run, limits, seam, threshold=pressure)
         return run
 
@@ -135,11 +188,12 @@ class ServerModel:
         and ``subplans`` as its --context and --no-subplans)."""
         from planweave.planning import build_planning_loop
 
-        return build_planning_loop(self.engine, self.client, self.base, limits, context=context, subplans=subplans)
+        return build_planning_loop(self.engine, self.client, self.base, limits, context=context, subplans=subplans,
+                                   endpoint=None if self.endpoint.default else self.endpoint)
 
     async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0, *,
                          context: Literal["references", "summary"] | None = None, subplans: bool = True,
-                         pressure: float | None = None) -> Run:
+                         pressure: float | None = None, endpoint: Endpoint | None = None) -> Run:
         """Start planning ``goal`` within ``limits`` (the planning loop enforces budget, deadline and re-plans).
 
         With a deadline or a dollar budget the run's live forecast runs (the dashboard shows it), as a posted
@@ -147,6 +201,20 @@ class ServerModel:
         ending in time makes the planner re-plan with the time left, as ``planweave run --goal
         --deadline-pressure`` does."""
         refuse_unpriced(self.client, limits.budget_usd)  # 422 before the planner's first call
+        model, stack = await self.on_endpoint(endpoint)
+        try:
+            run = await model._start_goal(goal, run_id, limits, priority, context=context, subplans=subplans,
+                                          pressure=pressure)
+        except BaseException:
+            if stack is not None:
+                await stack.aclose()
+            raise
+        model.close_after(run, stack)
+        return run
+
+    async def _start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float, *,
+                          context: Literal["references", "summary"] | None, subplans: bool,
+                          pressure: float | None) -> Run:
         loop = self.planning_loop(limits, context=context, subplans=subplans)
         loop.origin = GOAL_ORIGIN  # journaled: this server's recovery resumes it (RunIndex.orphans)
         loop.pressure = pressure
@@ -172,11 +240,19 @@ class ServerModel:
         kept = recorded.limits
         limits = RunLimits(kept.budget_usd, kept.budget_tokens, recorded.remaining_s(self.engine.clock.now()),
                            kept.max_replans)
-        loop = build_planning_loop(self.engine, self.client, self.base, limits, budget=recorded.budget(),
-                                   tiers=tiers, context=context, subplans=subplans)
+        model, stack = await self.on_endpoint(journaled_endpoint(recorded, run_id, self.policy))
+        loop = build_planning_loop(self.engine, model.client, self.base, limits, budget=recorded.budget(),
+                                   tiers=tiers, context=context, subplans=subplans,
+                                   endpoint=None if model.endpoint.default else model.endpoint)
         loop.origin = recorded.origin
         loop.pressure = recorded.pressure
-        run = await loop.resume(run_id, retry_unknown=retry_unknown)
+        try:
+            run = await loop.resume(run_id, retry_unknown=retry_unknown)
+        except BaseException:
+            if stack is not None:
+                await stack.aclose()
+            raise
+        model.close_after(run, stack)
         # Its live forecast again, and the deadline pressure it was started with (the planner re-plans under it).
         _forecast_goal(self.engine, run, loop, recorded.deadline_at, kept.budget_usd, recorded.pressure)
         return run
@@ -192,16 +268,36 @@ def _forecast_goal(engine: Engine, run: Run, loop: PlanningLoop, deadline_at: fl
                        planner=loop)
 
 
+def journaled_endpoint(recorded: JournaledLimits, run_id: str, policy: EndpointPolicy) -> Endpoint:
+    """The endpoint ``run_id`` journaled (base URL, key variable), still within ``policy`` (else 422 naming it)."""
+    endpoint = Endpoint.from_journal({"base_url": recorded.base_url, "api_key_env": recorded.api_key_env})
+    try:
+        policy.check(endpoint, "endpoint")
+    except PlanInvalid as exc:
+        raise PlanInvalid(exc.problems, f"run '{run_id}'") from None
+    return endpoint
+
+
+async def _close_when_done(run: Run, stack: contextlib.AsyncExitStack) -> None:
+    async with stack:
+        with contextlib.suppress(Exception):
+            await run.wait()
+
+
 async def open_server_model(
-    stack: contextlib.AsyncExitStack, engine: Engine, model: str, base_url: str | None
+    stack: contextlib.AsyncExitStack, engine: Engine, model: str, base_url: str | None, *,
+    endpoint: Endpoint | None = None, policy: EndpointPolicy | None = None,
 ) -> ServerModel:
-    """Open ``model`` for the life of ``stack`` (the server's) and bind it to ``engine``'s tools."""
+    """Open ``model`` for the life of ``stack`` (the server's) on ``endpoint`` (``base_url`` in it) and bind it to
+    ``engine``'s tools; runs may ask for the other endpoints ``policy`` allows (default: only this one)."""
+    endpoint = replace(endpoint or Endpoint(), base_url=base_url or (endpoint.base_url if endpoint else None))
+    policy = policy if policy is not None else EndpointPolicy.of(endpoint)
     from planweave.models import resolve_model
     from planweave.tools import builtin_tools
 
-    client = await stack.enter_async_context(resolve_model(model, **({"base_url": base_url} if base_url else {})))
+    client = await stack.enter_async_context(resolve_model(model, endpoint=endpoint))
     base = engine.tools if isinstance(engine.tools, Toolbox) else builtin_tools()
-    return ServerModel(engine, client, base)
+    return ServerModel(engine, client, base, endpoint, policy)
 
 
 def checked_tiers(doc: Any, *, where: str = "tiers") -> TierTable | None:
@@ -250,11 +346,20 @@ async def resume_within_limits(engine: Engine, model: ServerModel | None, run_id
         return await model.resume_goal(run_id, recorded, retry_unknown=retry_unknown)
     tools = None
     seam = None
+    stack: contextlib.AsyncExitStack | None = None
     if model is not None:
         tiers = checked_tiers(recorded.tiers, where=f"run '{run_id}': its journaled tiers")
+        model, stack = await model.on_endpoint(journaled_endpoint(recorded, run_id, model.policy), tiers)
         seam = model.allocation(tiers, recorded.deadline_at)
         tools = model.tools(recorded.budget(), seam)
-    run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
+    try:
+        run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown)
+    except BaseException:
+        if stack is not None:
+            await stack.aclose()
+        raise
+    if model is not None:
+        model.close_after(run, stack)
     recorded.apply_deadline(engine, run)
     from planweave.allocate.pressure_watch import forecast_and_watch
 
