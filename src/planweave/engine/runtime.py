@@ -17,7 +17,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import FrameType
@@ -92,7 +92,14 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
+        """Whether the run succeeded."""
         return self.status == "succeeded"
+
+    @property
+    def answer(self) -> str | None:
+        """A goal run's final answer (the joiner's), or None: a plan run, or a goal run that did not succeed (its
+        joiner's text, if any, is ``summary["partial_answer"]``)."""
+        return self.state.answer if self.ok else None
 
     @cached_property
     def summary(self) -> Mapping[str, Any]:
@@ -242,6 +249,36 @@ class Run:
     def subscribe(self, listener: EventListener) -> None:
         """Call ``listener`` with every event this run emits from now on."""
         self._listeners.append(listener)
+
+    async def events(self, after: int = 0) -> AsyncIterator[Event]:
+        """The run's journaled events past position ``after`` (0: from its start), in order, then each new one as it
+        is journaled; the iteration ends after the run's last event (or when the engine closes under it).
+
+        Read from the run's journal (events written by another process, a person's reply, included), with a
+        listener as the signal that more are there: a burst of events is one read. Each event carries its ``pos``,
+        so a consumer that stops can go on from where it was. A journal that keeps nothing (``null://``) has no
+        event to give: the iteration ends with the run.
+        """
+        more = asyncio.Event()
+
+        def woken(_event: Event) -> None:
+            more.set()
+
+        self._listeners.append(woken)
+        try:
+            while True:
+                more.clear()
+                ended = self.finished  # before the read: a run that ended had journaled its last event by then
+                for event in await self._journal.read(self.id, after=after):
+                    after = event.pos if event.pos is not None else after
+                    yield event
+                if ended:
+                    return
+                waiting = asyncio.ensure_future(more.wait())
+                await asyncio.wait((waiting, self._result), return_when=asyncio.FIRST_COMPLETED)
+                waiting.cancel()
+        finally:
+            self._listeners.remove(woken)
 
     # -- event emission: the only place state changes -------------------------------------------------------------
     def _emit_step(self, kind: Literal["step_started", "step_succeeded"], sid: str, data: Mapping[str, Any]) -> None:
