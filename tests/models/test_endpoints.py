@@ -233,3 +233,24 @@ async def test_a_resume_calls_the_journaled_endpoint_with_the_journaled_key_vari
     assert prompts(server) == ["after the wait"]
     assert authorizations(server) == {f"Bearer {KEY_A}"}  # neither --base-url nor --api-key-env given again
     assert KEY_A not in out + err
+
+
+async def test_a_key_and_a_header_echoed_back_are_redacted_whatever_the_variables_name(tmp_path: Path) -> None:
+    env = {"MY_LLM_ACCESS": KEY_A, "OPENAI_API_KEY": ""}  # a name the environment's secret patterns do not match
+    journal = f"sqlite:///{tmp_path / 'runs.db'}"
+    server = ScriptedLLM(echo)
+    async with server as url:
+        (tmp_path / "plan.json").write_text(json.dumps({"steps": [
+            {"id": "ask", "tool": "llm", "args": {"prompt": f"repeat {KEY_A} and {HEADER_SECRET}"}}]}))
+        code, out, err = await planweave("run", "plan.json", "--model", "m", "--base-url", url, "--api-key-env",
+                                         "MY_LLM_ACCESS", "--header", f"X-Org: {HEADER_SECRET}", "--journal",
+                                         journal, "--json", cwd=tmp_path, env=env)
+        shown = await planweave("show", json.loads(out)["run_id"], "--journal", journal, "--json", cwd=tmp_path,
+                                env=env)
+    assert code == 0, err
+    assert prompts(server) == [f"repeat {KEY_A} and {HEADER_SECRET}"]  # the running plan keeps the values
+    stored = journal_bytes(tmp_path)
+    for secret in (KEY_A, HEADER_SECRET):
+        assert secret.encode() not in stored
+        assert secret not in out + err + shown[1] + shown[2]
+    assert "answer to repeat *** and ***" in out and "answer to repeat *** and ***" in shown[1]

@@ -253,7 +253,7 @@ async def follow_run(
                                              flush=journal.flush) if console else None
                     with view.follow(run) if view is not None else nullcontext():
                         result = await run.wait()
-                    outcome = _finished(result, run.state, durable)
+                    outcome = _finished(result, run.state, durable, secrets)
                     if server is not None and signals.installed:
                         outcome = await _keep_serving(outcome, session, server.dashboard_url(run.id), signals)
                     signals.disarm()
@@ -271,11 +271,12 @@ async def follow_run(
     return Outcome(run.id if run else None, "interrupted", None, report, state, durable)
 
 
-def _finished(result: RunResult, state: RunState, durable: bool) -> Outcome:
+def _finished(result: RunResult, state: RunState, durable: bool, secrets: SecretRedactor | None = None) -> Outcome:
     """The ``run --json`` object: :func:`planweave.runview.run_report` (as ``show --json`` and ``GET /runs/{id}``),
-    everything in it redacted of this process's secrets."""
+    everything in it redacted of this process's secrets (``secrets``: the engine's redactor, which also hides the
+    run's model endpoint's key and headers' values)."""
     report = run_report(state, result.status, result.outputs)
-    hide = shown_redaction()
+    hide = secrets if secrets else shown_redaction()
     if hide is not None:
         report = hide(report)
     return Outcome(result.run_id, result.status, result.error, report, state, durable)

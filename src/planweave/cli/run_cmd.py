@@ -112,8 +112,13 @@ class AgentFlags:
         model = self.model
         if self.planner_auto and self.tiers is not None:  # the client's own model: the cheapest tier's
             model = min(self.tiers.tiers.values(), key=lambda t: (t.cost_usd, t.name)).model
+        from planweave.tools.safety import hide_secrets
+
+        hide_secrets(engine.redact, endpoint.secrets())  # its key and headers' values: never journaled nor shown
         client = await stack.enter_async_context(resolve_model(model, endpoint=endpoint))
         if self.tiers is not None:  # tiers on endpoints of their own: each model's calls go there
+            for tier in self.tiers.endpoints().values():
+                hide_secrets(engine.redact, tier.over(endpoint).secrets())
             client = await open_routes(stack, client, self.tiers.endpoints(), endpoint)
         draft = None if self.draft_model is None else \
             await stack.enter_async_context(resolve_model(self.draft_model, endpoint=endpoint))
@@ -283,10 +288,17 @@ class PlanModel:
             return None
         return PlanModel(model, base_url, budget_usd, budget_tokens, access=access)
 
-    async def toolbox(self, stack: AsyncExitStack, tools: Toolbox, budget: Budget | None) -> Toolbox:
-        """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most ``budget``."""
+    async def toolbox(self, stack: AsyncExitStack, tools: Toolbox, budget: Budget | None,
+                      redact: object = None) -> Toolbox:
+        """``tools`` plus ``llm`` on this model (opened for the life of ``stack``), spending at most ``budget``; the
+        endpoints' keys and headers' values hidden by ``redact`` (the engine's)."""
         from planweave.models import open_routes, resolve_model
         from planweave.tools.llm import llm_tool
+        from planweave.tools.safety import hide_secrets
+
+        hide_secrets(redact, self.endpoint.secrets())
+        for tier in ({} if self.allocation is None else self.allocation.table.endpoints()).values():
+            hide_secrets(redact, tier.over(self.endpoint).secrets())
 
         client = await stack.enter_async_context(resolve_model(self.model, endpoint=self.endpoint))
         if self.allocation is not None:  # tiers on endpoints of their own: each model's calls go there
@@ -308,9 +320,9 @@ def _plan_models(plan_model: PlanModel | None, predictor_model: str | None, spec
 
 
 async def _plan_tools(plan_model: PlanModel | None, stack: AsyncExitStack, base: Toolbox,
-                      budget: Budget | None) -> Toolbox | None:
+                      budget: Budget | None, redact: object = None) -> Toolbox | None:
     """A plan-file run's tools: ``base`` and ``llm`` on its model (None without --model: the engine's)."""
-    return None if plan_model is None else await plan_model.toolbox(stack, base, budget)
+    return None if plan_model is None else await plan_model.toolbox(stack, base, budget, redact)
 
 
 def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool = False,
@@ -462,7 +474,7 @@ class ResumeLimits:
             # The endpoint it was run with (base URL, key variable), the parts given here replacing it.
             endpoint = _endpoint(self.base_url, self.access).over(recorded_endpoint(recorded))
             tools = await PlanModel(recorded.model, endpoint.base_url, None, None, seam, steps, endpoint).toolbox(
-                stack, base, budget)
+                stack, base, budget, engine.redact)
         policy = resumed_speculation(events, self.speculate, self.predictor_model)
         predictor = None if policy is None else await open_predictor(stack, policy, self.base_url, budget)
         run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown, speculation=policy,
@@ -779,7 +791,7 @@ def run(
                 run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
                 _bind_allocation(plan_model, engine, deadline)
                 budget = run_limits.budget()  # the llm steps and the predictor spend from one budget
-                tools = await _plan_tools(plan_model, stack, base, budget)
+                tools = await _plan_tools(plan_model, stack, base, budget, engine.redact)
                 seam = plan_model.allocation if plan_model is not None else None
                 predictor = await open_predictor(stack, resolve_policy(spec, speculation), base_url, budget)
                 started = await engine.start(spec if checked is None else checked, tools=tools, run_id=run_id,

@@ -286,7 +286,7 @@ async def _work(url: str, options: WorkerOptions, toolbox: Toolbox, mcp: tuple[s
         engine = await stack.enter_async_context(Engine(journal, tools=box, concurrency=concurrency,
                                                             executor=executor, cache=cache, redact=SecretRedactor()))
         runner = Worker(engine, journal, store, options, tools=box, log=log,
-                        run_tools=_ModelTools(stack, box, endpoint).tools)
+                        run_tools=_ModelTools(stack, box, endpoint, engine.redact).tools)
         # Installed until the loop closes (which removes them), not just while serving: a second SIGTERM arriving
         # while the worker closes its engine and journal (a supervisor repeating itself) must not kill it mid-way.
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -299,8 +299,8 @@ class _ModelTools:
     """A queued run's catalog: the worker's tools plus ``llm`` on the model the run names, within its budget (one
     client per model, opened on first use for the worker's life, on the worker's endpoint or its tier's)."""
 
-    def __init__(self, stack: AsyncExitStack, tools: Toolbox, endpoint: Endpoint) -> None:
-        self._stack, self._tools, self._endpoint = stack, tools, endpoint
+    def __init__(self, stack: AsyncExitStack, tools: Toolbox, endpoint: Endpoint, redact: object = None) -> None:
+        self._stack, self._tools, self._endpoint, self._redact = stack, tools, endpoint, redact
         self._clients: dict[str, ModelClient] = {}
 
     async def tools(self, model: str | None, budget: Budget | None,
@@ -310,11 +310,13 @@ class _ModelTools:
         from planweave.models import RoutedClient, resolve_model
         from planweave.tools import Toolbox
         from planweave.tools.llm import llm_tool
+        from planweave.tools.safety import hide_secrets
 
         endpoints = {} if allocation is None else allocation.table.endpoints()
         for name in (model, *endpoints):
             if name not in self._clients:
                 given = endpoints[name].over(self._endpoint) if name in endpoints else self._endpoint
+                hide_secrets(self._redact, given.secrets())  # its key and headers' values: never shown
                 self._clients[name] = await self._stack.enter_async_context(resolve_model(name, endpoint=given))
         client: ModelClient = self._clients[model]
         if endpoints:

@@ -87,11 +87,19 @@ class Endpoint:
                                 field="api_key_env")
         return value
 
-    def secrets(self) -> tuple[str, ...]:
-        """The values that must never be shown: the key and the headers' values."""
+    def secrets(self) -> dict[str, str]:
+        """The values that must never be shown, by a name to show instead: the key (under the name of its variable)
+        and the headers' values (``HEADER_<NAME>``); what a run's redactor hides
+        (:meth:`planweave.tools.safety.SecretRedactor.hide`)."""
+        found: dict[str, str] = {}
         key = self.api_key if self.api_key is not None else (
             os.environ.get(self.api_key_env) if self.api_key_env else None)
-        return tuple(v for v in (key, *(value for _, value in self.headers)) if v)
+        if key:
+            found[self.api_key_env or "API_KEY"] = key
+        for name, value in self.headers:
+            if value:
+                found["HEADER_" + re.sub(r"[^A-Za-z0-9_]", "_", name).upper()] = value
+        return found
 
     def client_options(self) -> dict[str, Any]:
         """The keyword options of :class:`~planweave.models.openai.OpenAIChatClient` for this endpoint."""

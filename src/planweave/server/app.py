@@ -850,7 +850,7 @@ def create_app(
     if not access.value:
         raise ServerError("the access token is empty")
     state = AppState(engine, access, RunIndex(engine.journal, engine), ChangeFeed(), timing or StreamTiming(),
-                     recover, model, caps or LimitCaps(), shown_redaction(), queue=queue,
+                     recover, model, caps or LimitCaps(), _redaction(engine), queue=queue,
                      memory=MemoryAccess(memory_url) if memory_url else None,
                      stream_limits=stream_limits or StreamLimits())
     engine.subscribe(state.feed.notify)
@@ -903,6 +903,12 @@ def create_app(
     from planweave.server.mcp import mount_mcp  # /mcp: these runs over MCP (docs/protocols.md, "MCP")
     mount_mcp(app)
     return app
+
+
+def _redaction(engine: Engine) -> Redact | None:
+    """The engine's :class:`SecretRedactor` (it also hides the keys and headers' values of the runs' model
+    endpoints, as they are opened), else :func:`shown_redaction`."""
+    return engine.redact if isinstance(engine.redact, SecretRedactor) else shown_redaction()
 
 
 def shown_redaction() -> Redact | None:

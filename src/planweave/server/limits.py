@@ -97,6 +97,8 @@ class ServerModel:
     base: Toolbox
     endpoint: Endpoint = field(default_factory=Endpoint)
     policy: EndpointPolicy = field(default_factory=EndpointPolicy)
+    # The endpoint one run asked for (journaled for its resume); None: the server's, whatever it is at a restart.
+    asked: Endpoint | None = None
 
     async def on_endpoint(self, endpoint: Endpoint | None, tiers: TierTable | None = None
                           ) -> tuple[ServerModel, contextlib.AsyncExitStack | None]:
@@ -112,18 +114,23 @@ class ServerModel:
         from planweave.models import open_routes, resolve_model
 
         given = self.endpoint if endpoint is None else endpoint.over(self.endpoint)
+        from planweave.tools.safety import hide_secrets
+
         stack = contextlib.AsyncExitStack()
         try:
             client = self.client if given == self.endpoint else await stack.enter_async_context(
                 resolve_model(self.client.model, endpoint=given))
             client = await open_routes(stack, client, routes, given)
+            for each in (given, *(e.over(given) for e in routes.values())):  # never journaled nor shown
+                hide_secrets(self.engine.redact, each.secrets())
         except EndpointError as exc:
             await stack.aclose()
             raise PlanInvalid([PlanProblem("", f"endpoint.{exc.field}", str(exc))], HTTP_SOURCE) from None
         except BaseException:
             await stack.aclose()
             raise
-        return replace(self, client=client, endpoint=given), stack
+        own = endpoint is None or endpoint.over(self.endpoint) == self.endpoint
+        return replace(self, client=client, endpoint=given, asked=None if own else given), stack
 
     def close_after(self, run: Run, stack: contextlib.AsyncExitStack | None) -> None:
         """Close ``stack`` (a run's own clients) once ``run`` ends, or when the engine closes."""
@@ -177,7 +184,7 @@ class ServerModel:
                                       source=source, priority=priority, limits=limits.journaled(
                                           now, self.client.model,
                                           tiers=None if tiers is None else tiers.to_mapping(), pressure=pressure,
-                                          **self.endpoint.journaled()))
+                                          **(self.asked.journaled() if self.asked is not None else {})))
         watch_plan(self.engine, run, limits, seam, threshold=pressure)
         return run
 
@@ -189,7 +196,7 @@ class ServerModel:
         from planweave.planning import build_planning_loop
 
         return build_planning_loop(self.engine, self.client, self.base, limits, context=context, subplans=subplans,
-                                   endpoint=None if self.endpoint.default else self.endpoint)
+                                   endpoint=self.asked)
 
     async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0, *,
                          context: Literal["references", "summary"] | None = None, subplans: bool = True,
@@ -242,8 +249,7 @@ class ServerModel:
                            kept.max_replans)
         model, stack = await self.on_endpoint(journaled_endpoint(recorded, run_id, self.policy))
         loop = build_planning_loop(self.engine, model.client, self.base, limits, budget=recorded.budget(),
-                                   tiers=tiers, context=context, subplans=subplans,
-                                   endpoint=None if model.endpoint.default else model.endpoint)
+                                   tiers=tiers, context=context, subplans=subplans, endpoint=model.asked)
         loop.origin = recorded.origin
         loop.pressure = recorded.pressure
         try:
@@ -297,6 +303,9 @@ async def open_server_model(
 
     client = await stack.enter_async_context(resolve_model(model, endpoint=endpoint))
     base = engine.tools if isinstance(engine.tools, Toolbox) else builtin_tools()
+    from planweave.tools.safety import hide_secrets
+
+    hide_secrets(engine.redact, endpoint.secrets())
     return ServerModel(engine, client, base, endpoint, policy)
 
 

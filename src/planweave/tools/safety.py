@@ -457,6 +457,15 @@ class SecretRedactor:
     def __bool__(self) -> bool:
         return bool(self._names)
 
+    def hide(self, secrets: Mapping[str, str]) -> None:
+        """Also hide ``secrets`` (name → value, whatever the name: a model endpoint's key, its headers' values)
+        from now on; hiding more is always safe, so a redactor shared by runs hides every run's."""
+        for name, value in secrets.items():
+            if len(value) >= MIN_SECRET_LENGTH:
+                self._names.setdefault(value, name)
+        self._values = tuple(sorted(self._names, key=lambda v: (-len(v), v)))
+        self._environ = {name: value for value, name in self._names.items()}
+
     def __call__(self, value: Any) -> Any:
         """``value`` with every secret replaced by ``***`` (see :func:`redact`)."""
         return redact(value, self._values) if self._values else value
@@ -616,3 +625,9 @@ def file_tools(  # noqa: C901 (three tools defined inside, each simple)
     box.add(write, name="file.write")
     box.add(list_, name="file.list", idempotent=True)
     return box
+
+
+def hide_secrets(redact: object, secrets: Mapping[str, str]) -> None:
+    """Make ``redact`` (an engine's, when it is a :class:`SecretRedactor`) hide ``secrets`` too."""
+    if isinstance(redact, SecretRedactor):
+        redact.hide(secrets)
