@@ -2,7 +2,7 @@
 
 ``open_engine`` opens a journal by URL and an engine on it. ``run_goal`` is the whole of ``planweave run --goal`` in
 one call: an engine, a model, a planning loop built by :func:`planweave.planning.build_planning_loop` and started by
-:func:`planweave.planning.goal.launch_goal` (with the live forecast and deadline pressure a goal run gets).
+:func:`planweave.planning.goal.launch_goal`, as the CLI and the server start theirs (with the live forecast).
 ``start_goal`` starts one on an engine of your own and returns the :class:`~planweave.Run` handle (``await
 run.wait()``, ``async for event in run.events()``); ``open_model`` opens a model by the names ``--model`` takes.
 Nothing heavy (models, the planning loop, httpx) is imported until one of them is called.

@@ -839,17 +839,13 @@ def run(
                                context=context, subplans=not no_subplans, access=access)
 
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
+                from planweave.planning.goal import launch_goal
+
                 loop = await agent.planning_loop(engine, stack, toolbox)
                 loop.pressure = pressure  # journaled: a resume watches it again
                 loop.recall = await _open_recall(stack, session.journal_url, memory, memory_embed)
-                started = await loop.start(goal_text, run_id=run_id, priority=priority)
-                if pressure is not None:  # the forecast it acts on (a goal run has none otherwise)
-                    from planweave.forecast.live import LiveOptions, start_live_forecast
-
-                    start_live_forecast(engine, started, LiveOptions(deadline, budget_usd,
-                                                                     concurrency=limits.concurrency))
-                    _watch_pressure(started, pressure, planner=loop)
-                return started
+                # the run, and with --deadline-pressure the forecast it acts on (a goal run has none otherwise)
+                return await launch_goal(loop, goal_text, run_id=run_id, priority=priority, forecast=False)
 
             begin = begin_goal
 

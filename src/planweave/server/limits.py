@@ -222,14 +222,12 @@ class ServerModel:
     async def _start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float, *,
                           context: Literal["references", "summary"] | None, subplans: bool,
                           pressure: float | None) -> Run:
+        from planweave.planning.goal import launch_goal
+
         loop = self.planning_loop(limits, context=context, subplans=subplans)
         loop.origin = GOAL_ORIGIN  # journaled: this server's recovery resumes it (RunIndex.orphans)
         loop.pressure = pressure
-        run = await loop.start(goal, run_id=run_id, priority=priority)
-        created = run.state.created_at
-        deadline_at = None if limits.deadline is None or created is None else created + limits.deadline
-        _forecast_goal(self.engine, run, loop, deadline_at, limits.budget_usd, pressure)
-        return run
+        return await launch_goal(loop, goal, run_id=run_id, priority=priority)
 
     async def resume_goal(self, run_id: str, recorded: JournaledLimits, *, retry_unknown: bool = False) -> Run:
         """Resume the goal run ``run_id`` with its planning loop rebuilt from the journal, as ``planweave resume RUN
