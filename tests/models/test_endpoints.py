@@ -254,3 +254,15 @@ async def test_a_key_and_a_header_echoed_back_are_redacted_whatever_the_variable
         assert secret.encode() not in stored
         assert secret not in out + err + shown[1] + shown[2]
     assert "answer to repeat *** and ***" in out and "answer to repeat *** and ***" in shown[1]
+
+
+async def test_a_key_variable_that_is_unset_exits_2_naming_it_before_any_call(tmp_path: Path) -> None:
+    server = ScriptedLLM(echo)
+    async with server as url:
+        (tmp_path / "plan.json").write_text(json.dumps(llm_plan("x", 1)))
+        code, _, err = await planweave("run", "plan.json", "--model", "m", "--base-url", url, "--api-key-env",
+                                       "PLANWEAVE_TEST_NEVER_SET", "--journal", f"sqlite:///{tmp_path / 'r.db'}",
+                                       cwd=tmp_path, env={})
+    assert code == 2, err
+    assert "PLANWEAVE_TEST_NEVER_SET" in err and "Traceback" not in err
+    assert server.chat_requests == []

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from planweave.errors import PlanweaveError
 from planweave.models.base import Chunk, Completion, CompletionRequest, ModelClient
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -26,8 +27,9 @@ RESERVED_HEADERS = frozenset({"authorization", "content-type", "content-length",
 ENDPOINT_FIELDS = ("base_url", "api_key_env", "api_key", "headers")
 
 
-class EndpointError(ValueError):
-    """An endpoint is given wrong; ``field`` names the field (``base_url``, ``api_key_env``, ``headers``, ...)."""
+class EndpointError(PlanweaveError, ValueError):
+    """An endpoint is given wrong, or its key variable is unset; ``field`` names the field (``base_url``,
+    ``api_key_env``, ``headers``, ...). The CLI prints it and exits 2."""
 
     def __init__(self, message: str, *, field: str) -> None:
         super().__init__(message)
