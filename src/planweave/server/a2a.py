@@ -425,7 +425,9 @@ class PlanweaveAgent(RequestHandler):
         run = active_run(state.engine, run_id)
         if run is not None:
             report = run_report(run.state, None, dict(run.outputs), state.redact)
-            return self._shown(task_of(run_id, report, run.state)), set(report["waiting"])
+            task = self._shown(task_of(run_id, report, run.state))
+            await state.engine.journal.flush()  # what the task says of a live run is durable before it is sent
+            return task, set(report["waiting"])
         await state.index.refresh()
         found = state.index.get(run_id)
         if found is None and state.queue is not None and await state.queue.leases(run_id):

@@ -578,7 +578,12 @@ async def get_run(
     ``outputs``: ``{step: output}`` of its succeeded steps (secrets shown as ``***``)."""
     found = await _find(state, run_id)
     values = await _outputs(state, found) if outputs else None
-    return _shown(state, run_report(found.state, found.status if found.run is None else None, values, state.redact))
+    report = run_report(found.state, found.status if found.run is None else None, values, state.redact)
+    if found.run is not None:
+        # A live run's report is its in-memory state: make what it says durable before saying it, so a crash right
+        # after cannot take back a step this answer reported succeeded (the journal groups commits by a few ms).
+        await state.engine.journal.flush()
+    return _shown(state, report)
 
 
 @api.get("/runs/{run_id}/subplans", response_model=dict[str, Any], responses={404: _ERRORS[404]})
