@@ -476,7 +476,8 @@ class ResumeLimits:
             tools = await PlanModel(recorded.model, endpoint.base_url, None, None, seam, steps, endpoint).toolbox(
                 stack, base, budget, engine.redact)
         policy = resumed_speculation(events, self.speculate, self.predictor_model)
-        predictor = None if policy is None else await open_predictor(stack, policy, self.base_url, budget)
+        predictor = None if policy is None else await open_predictor(
+            stack, policy, _endpoint(self.base_url, self.access), budget)
         run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown, speculation=policy,
                                   predictor=predictor)
         recorded.apply_deadline(engine, run)
@@ -793,7 +794,8 @@ def run(
                 budget = run_limits.budget()  # the llm steps and the predictor spend from one budget
                 tools = await _plan_tools(plan_model, stack, base, budget, engine.redact)
                 seam = plan_model.allocation if plan_model is not None else None
-                predictor = await open_predictor(stack, resolve_policy(spec, speculation), base_url, budget)
+                predictor = await open_predictor(stack, resolve_policy(spec, speculation),
+                                                 _endpoint(base_url, access), budget)
                 started = await engine.start(spec if checked is None else checked, tools=tools, run_id=run_id,
                                              source=str(file), on_failure=on_failure, priority=priority,
                                              speculation=speculation, predictor=predictor,

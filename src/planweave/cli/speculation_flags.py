@@ -20,7 +20,7 @@ from planweave.plan.model import PlanSpec, PredictorSpec, SpeculationMode, Specu
 if TYPE_CHECKING:
     from planweave.engine.events import Event
     from planweave.engine.speculation import Predictor
-    from planweave.models import Budget
+    from planweave.models import Budget, Endpoint
 
 PredictorModelOption = Annotated[str | None, typer.Option(
     "--predictor-model", rich_help_panel=PANEL_SCHEDULING, metavar="NAME",
@@ -71,16 +71,18 @@ def _predicting(policy: SpeculationSpec, predictor_model: str) -> SpeculationSpe
     return policy.model_copy(update={"predictor": predictor})
 
 
-async def open_predictor(stack: AsyncExitStack, policy: SpeculationSpec, base_url: str | None,
+async def open_predictor(stack: AsyncExitStack, policy: SpeculationSpec, endpoint: Endpoint | str | None,
                          budget: Budget | None) -> Predictor | None:
     """The predictor ``policy`` names, its client open for the life of ``stack`` (None: it names none, or does not
-    speculate)."""
+    speculate), on the run's ``endpoint`` (a base URL, or with its key variable and headers) unless the plan's
+    predictor names a ``base_url`` of its own (then the run's key and headers go with it only if it is the same)."""
     spec = policy.predictor
     if spec is None or policy.mode == "off":
         return None
     from planweave.models import Endpoint, resolve_model
     from planweave.models.predictor import ModelPredictor
 
-    url = spec.base_url or base_url
-    client = await stack.enter_async_context(resolve_model(spec.model, endpoint=Endpoint(base_url=url)))
+    run = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
+    given = Endpoint(base_url=spec.base_url).over(run)
+    client = await stack.enter_async_context(resolve_model(spec.model, endpoint=given))
     return ModelPredictor(client, spec.model, max_tokens=spec.max_tokens, budget=budget)
