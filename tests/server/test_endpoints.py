@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,3 +164,11 @@ async def test_a_restarted_server_resumes_a_run_on_the_endpoint_it_asked_for(jou
     assert result.ok, result.error
     assert own.chat_requests == []
     assert [r.headers["authorization"] for r in other.chat_requests] == [f"Bearer {KEY_OTHER}"]
+
+
+def test_serve_refuses_an_allowed_endpoint_that_is_no_url(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "planweave.cli.main", "serve", "--model", "m", "--journal",
+                           f"sqlite:///{tmp_path / 'r.db'}", "--allow-endpoint", "ftp://x"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    assert "--allow-endpoint" in done.stderr and "http(s)" in done.stderr and "Traceback" not in done.stderr
