@@ -604,7 +604,7 @@ async def _open_recall(stack: AsyncExitStack, url: str, memory: bool,
     return MemoryRecall(await stack.enter_async_context(open_memory_store(url)), embed=embed)
 
 
-def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, model: str, base_url: str | None,
+def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, model: str, endpoint: Endpoint,
                  tools: Toolbox, virtual: bool) -> None:
     """After a --memory run ended: distil it into candidates and verify them; what happened goes to stderr (the
     run's own exit status and --json object stay as they are; a failure here is a warning)."""
@@ -616,7 +616,7 @@ def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, mod
 
     outputs = outcome.report.get("outputs") or {}
     try:
-        learned = run_loop(learn(url, model, base_url, goal, outcome.run_id, outcome.status, outcome.error,
+        learned = run_loop(learn(url, model, endpoint, goal, outcome.run_id, outcome.status, outcome.error,
                                  outcome.state, outputs, tools), virtual)
     except PlanweaveError as exc:
         typer.echo(f"memory: nothing learned from run {outcome.run_id}: {exc}", err=True)
@@ -858,7 +858,7 @@ def run(
             outcome = run_loop(follow_run(session, fixed_limits, begin, console_for(json_output)), virtual_clock)
     report_outcome(outcome, session)
     _learn_after(memory, outcome, session.journal_url, goal, memory_model or model or DEFAULT_GOAL_MODEL,
-                 base_url, toolbox, virtual_clock)
+                 _endpoint(base_url, access), toolbox, virtual_clock)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planweave.engine.state import RunState
 from planweave.memory.distill import FinishedRun, distill
@@ -17,6 +17,9 @@ from planweave.memory.model import MemoryEntry
 from planweave.memory.store import open_memory_store
 from planweave.memory.verify import verify_all
 from planweave.plan.catalog import ToolCatalog
+
+if TYPE_CHECKING:
+    from planweave.models import Endpoint
 
 __all__ = ["Learned", "learn"]
 
@@ -33,16 +36,17 @@ class Learned:
                              "note": e.note} for e in self.entries], "problems": list(self.problems)}
 
 
-async def learn(url: str, model: str, base_url: str | None, goal: str, run_id: str, status: str,
+async def learn(url: str, model: str, endpoint: Endpoint | str | None, goal: str, run_id: str, status: str,
                 error: str | None, state: RunState, outputs: Mapping[str, Any], tools: ToolCatalog) -> Learned:
-    """Distil the ended run ``run_id`` with ``model`` into candidates in the memory store of the journal at ``url``
-    and verify them with ``tools``; returns what was stored and how verification went."""
+    """Distil the ended run ``run_id`` with ``model`` (at ``endpoint``: the run's, or a base URL) into candidates in
+    the memory store of the journal at ``url`` and verify them with ``tools``; returns what was stored and how
+    verification went."""
     from planweave import open_engine
-    from planweave.models import resolve_model
+    from planweave.models import Endpoint, resolve_model
 
-    options: dict[str, Any] = {"base_url": base_url} if base_url else {}
+    at = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
     finished = FinishedRun(run_id, status, error, state, outputs)
-    async with resolve_model(model, **options) as client, open_memory_store(url) as store:
+    async with resolve_model(model, endpoint=at) as client, open_memory_store(url) as store:
         distilled = await distill(client, store, goal, finished)
         async with open_engine(url, tools=tools) as engine:
             verified = await verify_all(engine, store, list(distilled.entries), tools=tools)
