@@ -19,7 +19,7 @@ from planweave.allocate import TierTable
 from planweave.allocate.model import AllocationError
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.models import Endpoint, EndpointError, RoutedClient, open_routes, parse_headers, resolve_model
-from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text
+from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from planweave.tools.llm import llm_tool
 
 KEY_A = "sk-alpha-0123456789abcdef"  # planted: must never reach a journal, a report or a log
@@ -266,3 +266,27 @@ async def test_a_key_variable_that_is_unset_exits_2_naming_it_before_any_call(tm
     assert code == 2, err
     assert "PLANWEAVE_TEST_NEVER_SET" in err and "Traceback" not in err
     assert server.chat_requests == []
+
+
+async def test_a_goal_runs_planner_and_steps_reach_their_tiers_endpoints(tmp_path: Path) -> None:
+    def planner(req: RecordedRequest) -> Reply:
+        if "If the results answer the goal" in str(req.messages[-1]["content"]):
+            return Text(json.dumps({"answer": "done"}))
+        return Text(plan_lines([{"id": "q", "tool": "llm", "args": {"prompt": "for the big tier", "model": "big-m"}}]))
+
+    env = {"PLANWEAVE_TEST_KEY_A": KEY_A, "PLANWEAVE_TEST_KEY_B": KEY_B, "OPENAI_API_KEY": ""}
+    server_a, server_b = ScriptedLLM(planner), ScriptedLLM(echo)
+    async with server_a as url_a, server_b as url_b:
+        (tmp_path / "tiers.json").write_text(json.dumps({
+            "small": {"model": "small-m", "p_success": 0.6, "duration_s": 1, "cost_usd": 0},
+            "big": {"model": "big-m", "p_success": 0.9, "duration_s": 2, "cost_usd": 0, "base_url": url_b,
+                    "api_key_env": "PLANWEAVE_TEST_KEY_B"}}))
+        code, out, err = await planweave(
+            "run", "--goal", "use the big tier", "--model", "small-m", "--tiers", "tiers.json", "--cascade",
+            "--base-url", url_a, "--api-key-env", "PLANWEAVE_TEST_KEY_A", "--journal",
+            f"sqlite:///{tmp_path / 'runs.db'}", "--json", cwd=tmp_path, env=env)
+    assert code == 0, err
+    assert json.loads(out)["answer"] == "done"
+    assert server_a.chat_requests and authorizations(server_a) == {f"Bearer {KEY_A}"}  # the planner and joiner
+    assert prompts(server_b) == ["for the big tier"] and authorizations(server_b) == {f"Bearer {KEY_B}"}
+    assert KEY_A not in out + err and KEY_B not in out + err
