@@ -477,7 +477,7 @@ class ResumeLimits:
                 stack, base, budget, engine.redact)
         policy = resumed_speculation(events, self.speculate, self.predictor_model)
         predictor = None if policy is None else await open_predictor(
-            stack, policy, _endpoint(self.base_url, self.access), budget)
+            stack, policy, self.base_url if self.access is None else _endpoint(self.base_url, self.access), budget)
         run = await engine.resume(run_id, tools=tools, retry_unknown=retry_unknown, speculation=policy,
                                   predictor=predictor)
         recorded.apply_deadline(engine, run)
@@ -604,8 +604,8 @@ async def _open_recall(stack: AsyncExitStack, url: str, memory: bool,
     return MemoryRecall(await stack.enter_async_context(open_memory_store(url)), embed=embed)
 
 
-def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, model: str, endpoint: Endpoint,
-                 tools: Toolbox, virtual: bool) -> None:
+def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, model: str, base_url: str | None,
+                 access: Endpoint | None, tools: Toolbox, virtual: bool) -> None:
     """After a --memory run ended: distil it into candidates and verify them; what happened goes to stderr (the
     run's own exit status and --json object stay as they are; a failure here is a warning)."""
     if not (memory and goal is not None and outcome.run_id is not None and outcome.state is not None
@@ -616,8 +616,8 @@ def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, mod
 
     outputs = outcome.report.get("outputs") or {}
     try:
-        learned = run_loop(learn(url, model, endpoint, goal, outcome.run_id, outcome.status, outcome.error,
-                                 outcome.state, outputs, tools), virtual)
+        learned = run_loop(learn(url, model, _endpoint(base_url, access), goal, outcome.run_id, outcome.status,
+                                 outcome.error, outcome.state, outputs, tools), virtual)
     except PlanweaveError as exc:
         typer.echo(f"memory: nothing learned from run {outcome.run_id}: {exc}", err=True)
         return
@@ -795,7 +795,7 @@ def run(
                 tools = await _plan_tools(plan_model, stack, base, budget, engine.redact)
                 seam = plan_model.allocation if plan_model is not None else None
                 predictor = await open_predictor(stack, resolve_policy(spec, speculation),
-                                                 _endpoint(base_url, access), budget)
+                                                 base_url if access is None else _endpoint(base_url, access), budget)
                 started = await engine.start(spec if checked is None else checked, tools=tools, run_id=run_id,
                                              source=str(file), on_failure=on_failure, priority=priority,
                                              speculation=speculation, predictor=predictor,
@@ -858,7 +858,7 @@ def run(
             outcome = run_loop(follow_run(session, fixed_limits, begin, console_for(json_output)), virtual_clock)
     report_outcome(outcome, session)
     _learn_after(memory, outcome, session.journal_url, goal, memory_model or model or DEFAULT_GOAL_MODEL,
-                 _endpoint(base_url, access), toolbox, virtual_clock)
+                 base_url, access, toolbox, virtual_clock)
     raise typer.Exit(outcome.exit_code)
 
 
