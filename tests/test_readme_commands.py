@@ -201,11 +201,6 @@ SKIPPED: dict[tuple[str, str], str] = {
             "planweave bench asynchow ../shared/data/asynchow", "planweave bench engine",
             "planweave bench engine --quick --skip-peers", "planweave bench engine --json > engine.json",
             "benchmarks/run_all.sh"),
-    **skips("docs/benchmarks.md:where-the-compiled-step-s-time-goes",
-            "builds and installs a mypyc-compiled wheel (minutes); scripts/test-compiled.sh runs the suite on it",
-            "PLANWEAVE_COMPILE=1 .venv/bin/pip wheel --no-build-isolation --no-deps -w /tmp/pwc .",
-            ".venv/bin/pip install --no-deps --target /tmp/pwc/site /tmp/pwc/planweave-*.whl",
-            "PYTHONPATH=/tmp/pwc/site .venv/bin/planweave bench engine --skip-peers --sections overhead"),
     **skips("docs/protocols.md:long-runs",
             "the Inspector against a `planweave serve` running on 8765, with its token (TOKEN); "
             "tests/server/test_mcp_server_inspector.py runs it",
