@@ -244,6 +244,16 @@ JournalOption = Annotated[
                  help="Journal URL (sqlite:///path.db, postgresql://..., memory://); default $PLANWEAVE_JOURNAL "
                       "or sqlite:///.planweave/runs.db."),
 ]
+# The server-wide caps of `serve` and `mcp` (server/limits.LimitCaps): a request above one is refused, one without
+# a value gets it.
+MaxBudgetUsdOption = Annotated[float | None, typer.Option(
+    "--max-budget-usd", min=0, help="Cap on any run's budget_usd (also its default).")]
+MaxBudgetTokensOption = Annotated[int | None, typer.Option(
+    "--max-budget-tokens", min=0, help="Cap on any run's budget_tokens (also its default).")]
+MaxDeadlineOption = Annotated[float | None, typer.Option(
+    "--max-deadline", min=0, help="Cap on any run's deadline in seconds (also its default).")]
+MaxReplansCapOption = Annotated[int | None, typer.Option(
+    "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")]
 JsonOption = Annotated[bool, typer.Option("--json", rich_help_panel=PANEL_OUTPUT,
                                           help="Print one JSON object on stdout and nothing else.")]
 ToolsOption = Annotated[

@@ -14,6 +14,10 @@ from planweave.cli.common import (
     AllowExecOption,
     Confinement,
     JournalOption,
+    MaxBudgetTokensOption,
+    MaxBudgetUsdOption,
+    MaxDeadlineOption,
+    MaxReplansCapOption,
     ModelLimitsOption,
     RootOption,
     ToolsOption,
@@ -62,14 +66,10 @@ def serve(
     allow_key_env: Annotated[list[str] | None, typer.Option(
         "--allow-key-env", metavar="NAME", help="An environment variable a POST /runs endpoint's api_key_env may "
         "name, besides --api-key-env (repeatable; default: only --api-key-env).")] = None,
-    max_budget_usd: Annotated[float | None, typer.Option(
-        "--max-budget-usd", min=0, help="Cap on any run's budget_usd (also its default).")] = None,
-    max_budget_tokens: Annotated[int | None, typer.Option(
-        "--max-budget-tokens", min=0, help="Cap on any run's budget_tokens (also its default).")] = None,
-    max_deadline: Annotated[float | None, typer.Option(
-        "--max-deadline", min=0, help="Cap on any run's deadline in seconds (also its default).")] = None,
-    max_replans: Annotated[int | None, typer.Option(
-        "--max-replans", min=0, help="Cap on any goal run's max_replans (also its default).")] = None,
+    max_budget_usd: MaxBudgetUsdOption = None,
+    max_budget_tokens: MaxBudgetTokensOption = None,
+    max_deadline: MaxDeadlineOption = None,
+    max_replans: MaxReplansCapOption = None,
     model_limits: ModelLimitsOption = None,
     prices: PricesOption = None,
     no_cache: NoCacheOption = False,
