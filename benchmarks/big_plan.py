@@ -25,7 +25,7 @@ import typer
 import yaml
 
 from planweave.bench.workloads import layered, plan_document
-from planweave.plan.graph import validate_plan
+from planweave.core.plan.graph import validate_plan
 from planweave.tools import builtin_tools
 
 PLANWEAVE = [sys.executable, "-m", "planweave.cli.main"]

@@ -15,7 +15,7 @@ import asyncio, gc, sys
 from planweave import open_engine
 from planweave.bench.peers import run_floor, run_journaled_floor
 from planweave.bench.workloads import fan_out, layered, plan_document
-from planweave.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.graph import parse_plan_document, validate_plan
 from planweave.tools import builtin_tools
 system, shape, steps, runs, url = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 count_validation = sys.argv[6] == "1"

@@ -19,10 +19,10 @@ import typer
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.bench.asynchow import load_instances
 from planweave.bench.workloads import plan_document
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.forecast.estimates import Estimates, Observation, build_estimates
 from planweave.forecast.live import LiveForecast, LiveOptions
 from planweave.forecast.simulate import forecast
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 
 
 def random_plan(steps: int, seed: int = 1, tool: str = "sleep", seconds: float = 1.0) -> dict[str, Any]:

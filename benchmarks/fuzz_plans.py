@@ -24,7 +24,7 @@ import typer
 
 from planweave import builtin_tools, validate_plan
 from planweave.bench.cli import parse_command_line
-from planweave.errors import PlanError
+from planweave.core.errors import PlanError
 from planweave.planfile import load_plan_file
 
 VALID = {

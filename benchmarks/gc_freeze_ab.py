@@ -20,8 +20,8 @@ import typer
 from planweave import Engine, builtin_tools
 from planweave.bench.peers import run_floor
 from planweave.bench.workloads import Workload, fan_out, layered, plan_document
+from planweave.core.plan import parse_plan_document
 from planweave.journal import open_journal
-from planweave.plan import parse_plan_document
 
 
 async def _once(url: str, mode: str, workload: Workload) -> float:

@@ -199,7 +199,7 @@ async def crash_and_restart(server: ServerProcess, figures: Figures) -> None:
 # -- the checks ---------------------------------------------------------------------------------------------------
 async def journal_truth(url: str, run_ids: list[str]) -> tuple[dict[str, list[Seen]], dict[str, str]]:
     """Each run's events (position, kind, step) and final status, read from the journal itself."""
-    from planweave.engine.state import RunState
+    from planweave.core.state import RunState
     from planweave.journal import open_journal
 
     events: dict[str, list[Seen]] = {}

@@ -24,8 +24,8 @@ import typer
 
 from planweave import builtin_tools, open_engine
 from planweave.bench.workloads import layered, plan_document
-from planweave.plan.graph import parse_plan_document
-from planweave.plan.model import PlanSpec
+from planweave.core.plan.graph import parse_plan_document
+from planweave.core.plan.model import PlanSpec
 
 
 def noop_plan(steps: int) -> PlanSpec:

@@ -2,7 +2,7 @@
 # Mutation testing of the pure core (mutmut), on a throwaway copy of the repository, one module at a time.
 #
 #   scripts/mutation.sh                      # every module below, in turn
-#   scripts/mutation.sh src/planweave/engine/scheduler.py
+#   scripts/mutation.sh src/planweave/core/scheduler.py
 #
 # mutmut rewrites the code it mutates, so it never runs on this work tree: the committed HEAD (or MUTATION_REV, to
 # compare the tests of two commits) is exported to
@@ -23,16 +23,16 @@ budget=${MUTATION_MODULE_SECONDS:-600}
 modules=("$@")
 if [ ${#modules[@]} -eq 0 ]; then
   modules=(
-    src/planweave/engine/scheduler.py
-    src/planweave/engine/state.py
-    src/planweave/engine/splice.py
-    src/planweave/plan/refs.py
-    src/planweave/plan/graph.py
-    src/planweave/plan/passes.py
-    src/planweave/plan/critical.py
-    src/planweave/plan/defaults.py
-    src/planweave/plan/document.py
-    src/planweave/plan/model.py
+    src/planweave/core/scheduler.py
+    src/planweave/core/state.py
+    src/planweave/core/splice.py
+    src/planweave/core/plan/refs.py
+    src/planweave/core/plan/graph.py
+    src/planweave/core/plan/passes.py
+    src/planweave/core/plan/critical.py
+    src/planweave/core/plan/defaults.py
+    src/planweave/core/plan/document.py
+    src/planweave/core/plan/model.py
   )
 fi
 
@@ -48,7 +48,7 @@ fi
 tests_for() {
   if [ -n "${MUTATION_TESTS:-}" ]; then echo "$MUTATION_TESTS"; return; fi
   case "$1" in
-    src/planweave/plan/*) echo "tests/plan tests/engine/test_state.py tests/engine/test_failures.py" ;;
+    src/planweave/core/plan/*) echo "tests/plan tests/engine/test_state.py tests/engine/test_failures.py" ;;
     *) echo "tests/engine tests/plan" ;;
   esac
 }

@@ -3,27 +3,13 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "planweave"
-CORE = [
-    *sorted((SRC / "plan").glob("*.py")),
-    SRC / "engine" / "events.py",
-    SRC / "engine" / "state.py",
-    SRC / "engine" / "scheduler.py",
-    SRC / "engine" / "speculation.py",
-    SRC / "engine" / "splice.py",
-    SRC / "engine" / "replies.py",
-    SRC / "engine" / "context.py",
-    SRC / "clock.py",
-    SRC / "errors.py",
-    SRC / "control" / "realign.py",
-    SRC / "control" / "trigger.py",
-    SRC / "control" / "events.py",
-]
-FORBIDDEN = ("planweave.journal", "planweave.tools", "planweave.cli", "planweave.bench", "planweave.engine.runtime",
-             "planweave.planning", "planweave.models", "planweave.server",
-             "sqlite3", "psycopg", "httpx", "socket", "subprocess", "fastapi", "ray", "yaml", "mcp")
+CORE = sorted((SRC / "core").rglob("*.py"))
+IO = ("sqlite3", "psycopg", "httpx", "socket", "subprocess", "fastapi", "ray", "yaml", "mcp", "asyncpg", "redis")
 
 
 def imports(path: Path) -> set[str]:
@@ -36,15 +22,43 @@ def imports(path: Path) -> set[str]:
     return found
 
 
-def test_core_imports_no_adapters_and_no_io() -> None:
+def core_violations(files: list[Path]) -> list[str]:
+    """The folder rule of the core: it imports nothing of planweave outside ``planweave.core``, and no I/O library."""
     bad = []
-    for path in CORE:
-        if path.name == "schema.py":
-            continue  # writes the committed schema file when run as a script
-        for name in imports(path):
-            if any(name == f or name.startswith(f + ".") for f in FORBIDDEN):
+    for path in files:
+        for name in sorted(imports(path)):
+            inside = name == "planweave.core" or name.startswith("planweave.core.")
+            outside = name.startswith("planweave") and not inside
+            if outside or any(name == f or name.startswith(f + ".") for f in IO):
                 bad.append(f"{path.relative_to(SRC)} imports {name}")
+    return bad
+
+
+def test_core_imports_nothing_outside_the_core() -> None:
+    assert CORE, "no core package"
+    bad = core_violations(CORE)
     assert not bad, "\n".join(bad)
+
+
+def test_the_core_rule_sees_a_planted_violation(tmp_path: Path) -> None:
+    planted = SRC / "core" / "_planted_violation.py"
+    try:
+        planted.write_text("from planweave.engine.runtime import Engine\nimport sqlite3\n", encoding="utf-8")
+        bad = core_violations([planted])
+    finally:
+        planted.unlink()
+    assert bad == ["core/_planted_violation.py imports planweave.engine.runtime",
+                   "core/_planted_violation.py imports sqlite3"]
+
+
+def test_importing_the_core_loads_no_runtime_journal_or_tool() -> None:
+    code = ("import sys\n"
+            + "".join(f"import {module_name(p)}\n" for p in CORE)
+            + "print(' '.join(sorted(m for m in sys.modules if m.startswith('planweave'))))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+    assert out, "nothing loaded"
+    outside = [m for m in out if m != "planweave" and not m.startswith("planweave.core")]
+    assert not outside, f"importing the core loaded {outside}"
 
 
 def test_journals_do_not_import_the_runtime_or_tools() -> None:
@@ -152,9 +166,28 @@ def test_the_cycle_check_finds_a_cycle() -> None:
     assert import_cycles(graph) == [["a", "b", "c"]]
 
 
+def with_packages(name: str, imported: set[str]) -> set[str]:
+    """What importing ``imported`` runs from module ``name``: each module and the package ``__init__`` files above it
+    that are not already running (``name``'s own packages are mid-import when it runs)."""
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    if name in PACKAGES:
+        own.add(name)
+    found: set[str] = set()
+    for module in imported:
+        parts = module.split(".")
+        found.update(p for p in (".".join(parts[:i]) for i in range(2, len(parts) + 1)) if p in MODULES)
+    return found - own - {name}
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    return {name: with_packages(name, runtime_imports(path)) for name, path in modules.items()}
+
+
+PACKAGES = {module_name(p) for p in SRC.rglob("__init__.py")}
+
+
 def test_no_import_cycles_among_planweave_modules() -> None:
-    graph = {name: runtime_imports(path) - {name} for name, path in MODULES.items()}
-    cycles = import_cycles(graph)
+    cycles = import_cycles(import_graph(MODULES))
     assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
 
 
@@ -172,3 +205,17 @@ def test_adapters_import_only_each_others_public_package() -> None:
             if len(other) > 1 and other[1] in ADAPTERS and other[1] != parts[1] and len(other) > 2:
                 bad.append(f"{path.relative_to(SRC)} imports {imported} (use planweave.{other[1]})")
     assert not bad, "\n".join(bad)
+
+
+def test_the_cycle_check_sees_a_cycle_through_a_package_init() -> None:
+    """The cycle of old: engine/__init__ imports the runtime, the runtime a journal, the journal an engine module."""
+    planted = SRC / "journal" / "_planted_cycle.py"
+    try:
+        planted.write_text("from planweave.engine.attempt import Failure\n", encoding="utf-8")
+        modules = {**MODULES, "planweave.journal._planted_cycle": planted}
+        graph = import_graph(modules)
+        graph["planweave.engine.runtime"] = graph["planweave.engine.runtime"] | {"planweave.journal._planted_cycle"}
+        cycles = import_cycles(graph)
+    finally:
+        planted.unlink()
+    assert any({"planweave.engine", "planweave.journal._planted_cycle"} <= set(c) for c in cycles), cycles

@@ -42,7 +42,7 @@ import pytest
 
 from planweave.cli.inspect_cmd import read_run
 from planweave.cli.run_cmd import DEFAULT_GOAL_MODEL
-from planweave.errors import RunNotFound
+from planweave.core.errors import RunNotFound
 from planweave.testing.scripted_llm import ScriptedLLM
 from planweave.testing.scripted_planner import ScriptedPlanner
 from tests.threaded_llm import ThreadedLLM

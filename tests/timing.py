@@ -14,13 +14,13 @@ from collections.abc import Callable, Coroutine
 from typing import Any, ParamSpec
 
 from planweave import Run, run_virtual
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 
 P = ParamSpec("P")
 
 
 def on_virtual_clock(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
-    """Run the async test ``test`` to completion on a fresh :class:`planweave.clock.VirtualEventLoop`.
+    """Run the async test ``test`` to completion on a fresh :class:`planweave.core.clock.VirtualEventLoop`.
 
     Give the engines it opens ``clock=VirtualClock()`` so events are stamped with the same virtual time. Sockets
     (the scripted model server, uvicorn) work, in this process, over 127.0.0.1: the kernel delivers a write before

@@ -14,12 +14,12 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from planweave.clock import Clock
+from planweave.core.clock import Clock
+from planweave.core.plan.catalog import ToolCatalog
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult
 from planweave.journal import open_journal
 from planweave.journal.base import Journal
-from planweave.plan.catalog import ToolCatalog
 from planweave.tools import Toolbox, builtin_tools
 
 if TYPE_CHECKING:

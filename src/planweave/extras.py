@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 EXTRAS: dict[str, tuple[str, ...]] = {
     "server": ("fastapi", "uvicorn"),

@@ -2,15 +2,16 @@
 
 Every input either gives a :class:`PlanSpec` or raises :class:`PlanInvalid` (a :class:`PlanError`) naming the file
 and, where known, the line and column: undecodable bytes, syntax errors, nesting deeper than
-:data:`~planweave.plan.document.MAX_DEPTH`, YAML aliases that refer to themselves or expand past
-:data:`~planweave.plan.document.MAX_VALUES`, integers longer than Python's 4,300-digit limit, lone surrogates,
+:data:`~planweave.core.plan.document.MAX_DEPTH`, YAML aliases that refer to themselves or expand past
+:data:`~planweave.core.plan.document.MAX_VALUES`, integers longer than Python's 4,300-digit limit, lone surrogates,
 files larger than :data:`MAX_PLAN_BYTES`, keys given twice in one object. The limits are checked while the text is
 read, before a document's Python objects are built: a file of millions of values is refused in a couple of seconds
 and a few MB, at the position where the limit was crossed, not after building them all.
 
 Every problem is placed at the line and column of the step or field it concerns (``PlanProblem.line``/``column``):
 the loader keeps where each document path starts (the YAML nodes' marks, a pass over the JSON tokens) and
-:func:`~planweave.plan.document.place_problems` looks each problem's step and field up in it. :func:`check_plan_file`
+:func:`~planweave.core.plan.document.place_problems`
+looks each problem's step and field up in it. :func:`check_plan_file`
 (``planweave validate``) reports a file's schema and semantic problems together; :func:`placed_in_source` places the
 problems found later, by step id, in the file they name (``run``'s report).
 """
@@ -31,9 +32,9 @@ from yaml.composer import ComposerError
 from yaml.error import Mark
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from planweave.errors import PlanInvalid, PlanProblem
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.document import (
+from planweave.core.errors import PlanInvalid, PlanProblem
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.document import (
     MAX_DEPTH,
     MAX_VALUES,
     DocumentPath,
@@ -45,8 +46,8 @@ from planweave.plan.document import (
     place_problems,
     unique_keys,
 )
-from planweave.plan.graph import check_plan_document, parse_plan_document
-from planweave.plan.model import PlanSpec
+from planweave.core.plan.graph import check_plan_document, parse_plan_document
+from planweave.core.plan.model import PlanSpec
 
 MAX_PLAN_BYTES = 16 * 1024 * 1024
 """The largest plan file read (16 MiB): a plan is a program, not a data set."""
@@ -366,7 +367,7 @@ def plan_document(text: str, source: str, *, as_json: bool = False, time_limit: 
     Refused before the document is built: text longer than :data:`MAX_PLAN_BYTES`, more than :data:`MAX_VALUES`
     values, a key given twice in one object, and (``time_limit`` seconds, checked while reading) a read that takes
     longer. JSON is read as YAML when ``as_json`` is false (YAML holds it). ``marks``, when given, gets where
-    each part of the document starts (for :class:`~planweave.plan.document.Positions`), read in the same pass.
+    each part of the document starts (for :class:`~planweave.core.plan.document.Positions`), read in the same pass.
     """
     if len(text) > MAX_PLAN_BYTES // 4 and len(text.encode("utf-8", "surrogatepass")) > MAX_PLAN_BYTES:
         raise PlanInvalid([PlanProblem("", field, f"the plan is larger than {MAX_PLAN_BYTES // (1024 * 1024)} MiB "
@@ -572,7 +573,7 @@ def check_plan_file(path: str | Path, tools: ToolCatalog | None = None,
 
     A file that cannot be read gives that one problem (``readable`` false); a syntax error or a document past the
     limits of plan documents gives its problems (nothing else can be checked); else
-    :func:`~planweave.plan.graph.check_plan_document` with ``tools`` and ``capacities``.
+    :func:`~planweave.core.plan.graph.check_plan_document` with ``tools`` and ``capacities``.
     """
     p = Path(path)
     source = str(path)

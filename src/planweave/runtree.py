@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from planweave.engine.events import Event
-from planweave.engine.state import RunState
+from planweave.core.events import Event
+from planweave.core.state import RunState
 from planweave.journal.base import Journal
 
 __all__ = ["ANSWER_CHARS", "child_ids", "parent_link", "run_tree"]

@@ -3,7 +3,7 @@
 ``planweave runs --json`` and ``GET /runs`` list :func:`run_overview` items; ``planweave show RUN --json``,
 ``planweave run --json`` and ``GET /runs/{id}`` are :func:`run_report` objects (the CLI adds what only it knows: the
 owner and each step's attempt log). Both edges fold the run's events with the engine's own
-:class:`~planweave.engine.state.RunState`; what differs is only how they know the status of a run left ``running``
+:class:`~planweave.core.state.RunState`; what differs is only how they know the status of a run left ``running``
 (the CLI: whether its process is alive; the server: also whether its own engine runs it), so the caller passes it.
 """
 
@@ -14,11 +14,11 @@ import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from planweave.core.plan.defaults import unbounded_steps
+from planweave.core.state import RunState
 from planweave.engine.report import Redact, outputs_summary
-from planweave.engine.state import RunState
 from planweave.journal.base import Journal
 from planweave.journal.summary import RunQuery, RunSummary
-from planweave.plan.defaults import unbounded_steps
 
 #: The statuses a run list shows and filters by: the stored ones, plus ``interrupted`` (running, its process gone).
 SHOWN_STATUSES = ("running", "interrupted", "succeeded", "failed", "cancelled", "unreadable")

@@ -21,7 +21,7 @@ from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
 from planweave.allocate import AllocationSeam, TierProfile, TierTable
 from planweave.allocate.cascade_seam import CascadeSeam
 from planweave.cli.main import app
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
 from planweave.testing import HttpError, RecordedRequest, Reply, ScriptedLLM, Text
 from planweave.testing.scripted_llm import split_tokens
@@ -353,7 +353,7 @@ async def test_an_llm_tool_with_only_an_allocator_cascades_on_its_table_followin
 
 # -- what shows, and bad input --------------------------------------------------------------------------------------
 def test_show_lists_the_escalations_with_the_monitor_and_the_tiers(tmp_path: Path) -> None:
-    from planweave.clock import run_virtual
+    from planweave.core.clock import run_virtual
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     run_id, status, _, _, _ = run_virtual(run_plan(by_quality, [llm_step("a", "hard", schema=SCHEMA)], url))
@@ -370,7 +370,7 @@ def test_show_lists_the_escalations_with_the_monitor_and_the_tiers(tmp_path: Pat
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_escalations_read_back_the_same_from_every_durable_journal(backend: str, tmp_path: Path) -> None:
-    from planweave.clock import run_virtual
+    from planweave.core.clock import run_virtual
     from planweave.journal import open_journal
     from tests.journal.conftest import _make as make_backend  # the conformance suite's backends
 

@@ -10,7 +10,7 @@ from typing import Any
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
 from planweave.allocate import TierProfile, TierTable
 from planweave.allocate.cascade_seam import PlannerCascade
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.engine.runtime import RunResult
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop

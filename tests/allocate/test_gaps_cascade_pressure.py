@@ -15,11 +15,11 @@ from planweave.allocate import AllocationSeam, TierProfile, TierTable
 from planweave.allocate.cascade import Cascade
 from planweave.allocate.cascade_seam import CascadeSeam
 from planweave.allocate.pressure_watch import PressureWatch
-from planweave.engine.events import Event
+from planweave.core.events import Event
+from planweave.core.plan.model import DeadlinePressure
 from planweave.engine.runtime import cancel_at_deadline
 from planweave.forecast.live import LiveOptions, start_live_forecast
 from planweave.models.openai import Backoff, OpenAIChatClient
-from planweave.plan.model import DeadlinePressure
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
 from planweave.tools.llm import llm_tool
 

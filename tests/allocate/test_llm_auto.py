@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 from planweave import Toolbox, open_engine
 from planweave.allocate import AllocationSeam, Allocator, TierProfile, TierTable
 from planweave.cli.main import app
-from planweave.clock import RealClock
-from planweave.engine.events import Event
+from planweave.core.clock import RealClock
+from planweave.core.errors import ToolError
+from planweave.core.events import Event
 from planweave.engine.executor import ThreadExecutor
 from planweave.engine.runtime import Engine
-from planweave.errors import ToolError
 from planweave.journal.memory import MemoryJournal
 from planweave.models import Budget, Chunk, Completion, CompletionRequest
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat

@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 from planweave import Tool, Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.allocate.pressure import REARM_MARGIN, PressureError, PressureMonitor, droppable, policy_for
 from planweave.allocate.pressure_watch import PressureWatch
-from planweave.engine.events import Event
+from planweave.core.errors import PlanInvalid, RunError
+from planweave.core.events import Event
+from planweave.core.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.model import DeadlinePressure
+from planweave.core.state import RunState
 from planweave.engine.runtime import cancel_at_deadline
-from planweave.engine.state import RunState
-from planweave.errors import PlanInvalid, RunError
 from planweave.forecast.live import LiveOptions, start_live_forecast
-from planweave.plan.graph import parse_plan_document, validate_plan
-from planweave.plan.model import DeadlinePressure
 
 
 def policy(threshold: float = 0.5, *actions: str) -> DeadlinePressure:

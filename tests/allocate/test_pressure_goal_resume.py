@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from planweave import open_journal
+from planweave.core.state import RunState
 from planweave.engine.limits import JournaledLimits
-from planweave.engine.state import RunState
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 
 

@@ -12,12 +12,12 @@ from typing import Any
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.allocate import AllocationSeam, Allocator, TierProfile, TierTable
 from planweave.allocate.pressure_watch import PressureWatch
-from planweave.engine.events import Event
+from planweave.core.events import Event
+from planweave.core.plan.model import DeadlinePressure
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import cancel_at_deadline
 from planweave.forecast.live import LiveOptions, start_live_forecast
 from planweave.models.openai import Backoff, OpenAIChatClient
-from planweave.plan.model import DeadlinePressure
 from planweave.planning import build_planning_loop
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
 from planweave.testing.scripted_llm import plan_lines

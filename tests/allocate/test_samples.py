@@ -12,8 +12,8 @@ import pytest
 
 from planweave.allocate import run_samples
 from planweave.allocate.model import Select
-from planweave.clock import run_virtual
-from planweave.errors import ToolError
+from planweave.core.clock import run_virtual
+from planweave.core.errors import ToolError
 
 Plan = tuple[float, dict[str, Any] | ToolError]  # (seconds, result or error) of one sample
 

@@ -19,7 +19,7 @@ from planweave.bench.workloads import (
     plan_document,
     uneven,
 )
-from planweave.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.graph import parse_plan_document, validate_plan
 
 
 def _layers(workload: Workload) -> dict[str, int]:

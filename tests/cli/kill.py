@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from tests.cli.test_cli import journal_view, subprocess_env
 
 ROOT = str(Path(__file__).resolve().parents[2])

@@ -19,7 +19,7 @@ import yaml
 
 from planweave import open_journal, send_input
 from planweave.cli.main import read_run
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from tests.cli.model_process import scripted_model
 from tests.cli.test_cli import cli_command, sqlite_url, subprocess_env
 

@@ -13,9 +13,9 @@ import pytest
 
 from planweave import Engine, Toolbox, builtin_tools
 from planweave.cli.common import Confinement, UsageError, load_tools
-from planweave.errors import PlanError
+from planweave.core.errors import PlanError
+from planweave.core.plan.catalog import BUILTIN_TOOL_NAMES
 from planweave.journal import MemoryJournal
-from planweave.plan.catalog import BUILTIN_TOOL_NAMES
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.cli.test_goal_and_mcp import planweave
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from planweave import open_journal
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Stall, Text, plan_lines
 from tests.planning.subplan_world import MARK, goal_of, world
 

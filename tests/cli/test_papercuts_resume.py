@@ -16,7 +16,7 @@ import yaml
 
 from planweave import open_journal
 from planweave.cli.run_cmd import journaled_endpoint
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.cli.test_cli import cli_command, journal_view, sqlite_url, subprocess_env
 from tests.processes import read_until, running

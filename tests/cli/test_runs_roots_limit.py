@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from planweave import open_journal, run_virtual
-from planweave.engine.events import Event
+from planweave.core.events import Event
 
 from .test_cli import invoke, sqlite_url
 

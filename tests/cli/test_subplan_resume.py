@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from planweave import open_journal
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.testing.scripted_llm import ScriptedLLM
 from tests.planning.subplan_world import world
 

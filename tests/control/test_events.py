@@ -10,10 +10,10 @@ from typing import Any, get_args
 
 import pytest
 
-from planweave.clock import run_virtual
 from planweave.control import ControlLoop
 from planweave.control.events import CONTROL_PAYLOADS, ControlKind
-from planweave.engine.events import PAYLOADS, Event, EventKind
+from planweave.core.clock import run_virtual
+from planweave.core.events import PAYLOADS, Event, EventKind
 from planweave.journal import open_journal
 from planweave.journal.summary import fold_summary
 from tests.control.test_loop import HOLD, Recorder, TickPolicy, run
@@ -62,7 +62,7 @@ def test_a_control_run_is_still_no_plan_run_to_the_plan_runs_readers() -> None:
 
 
 def test_the_fold_refuses_a_control_kind_naming_it() -> None:
-    from planweave.engine.state import _FOLD
+    from planweave.core.state import _FOLD
 
     assert not set(get_args(ControlKind)) & set(_FOLD)
     with pytest.raises(KeyError):

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planweave.clock import RealClock, run_virtual
 from planweave.control import ChunkRequest, ControlError, ControlLoop, ControlReport, DropExpired, replay_splices
-from planweave.engine.events import Event
+from planweave.core.clock import RealClock, run_virtual
+from planweave.core.events import Event
 from planweave.journal import open_journal
 from planweave.journal.memory import MemoryJournal
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from planweave.clock import RealClock
 from planweave.control import ChunkRequest, ControlError, ControlLoop
 from planweave.control.model_policy import ModelPolicy
+from planweave.core.clock import RealClock
 from planweave.models.openai import OpenAIChatClient
 from planweave.testing import RecordedRequest, ScriptedLLM, Text
 

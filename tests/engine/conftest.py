@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 from planweave import Event, RunResult, Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.journal import Journal, open_journal
 from planweave.journal.base import CachedOutput
 from planweave.journal.memory import MemoryJournal
@@ -72,7 +72,7 @@ def recorder() -> Recorder:
 class JournalInAThread:
     """A journal served by its own real-time event loop in a daemon thread, each call waited for in a thread.
 
-    The virtual clock waits for work in threads but not for sockets (see :mod:`planweave.clock`): on it, time would
+    The virtual clock waits for work in threads but not for sockets (see :mod:`planweave.core.clock`): on it, time would
     run ahead while PostgreSQL answers (a 2 s sleep ends before a write-ahead flush is back). Hosting the journal on
     a loop of its own and waiting for it through ``run_in_executor`` keeps every engine test exact on PostgreSQL too.
     """

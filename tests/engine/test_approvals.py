@@ -23,7 +23,7 @@ from planweave import (
     send_approval,
     send_input,
 )
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.journal.memory import MemoryJournal
 from tests.engine.conftest import Recorder
 

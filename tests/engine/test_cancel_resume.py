@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from planweave import Engine, RunError, VirtualClock, builtin_tools, run_virtual
-from planweave.engine.state import RunState
+from planweave.core.plan.graph import parse_plan_document, validate_plan
+from planweave.core.state import RunState
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.graph import parse_plan_document, validate_plan
 from tests.engine.conftest import JournalAt, Recorder
 
 CHAIN = {"steps": [

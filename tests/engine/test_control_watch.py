@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from planweave import Engine, Event, builtin_tools, send_approval
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.journal import Journal, open_journal
 from planweave.journal.base import CachedOutput
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery

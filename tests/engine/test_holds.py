@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from planweave import RunResult, VirtualClock, open_engine
-from planweave.errors import RunError
+from planweave.core.errors import RunError
 from tests.engine.conftest import JournalAt, virtual
 
 PLAN = {"steps": [{"id": "a", "tool": "noop"}, {"id": "ask", "tool": "noop", "approval": "ok?", "after": ["a"]}]}

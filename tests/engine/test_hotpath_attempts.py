@@ -10,7 +10,7 @@ import asyncio
 from typing import Any
 
 from planweave import Engine, Toolbox, VirtualClock, run_virtual
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.journal.memory import MemoryJournal
 
 

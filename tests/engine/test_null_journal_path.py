@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from planweave import Event, VirtualClock, builtin_tools, open_engine, run_virtual
-from planweave.plan.graph import Plan
+from planweave.core.plan.graph import Plan
 
 PLAN = {"steps": [
     {"id": "a", "tool": "noop", "args": {"x": 1}},

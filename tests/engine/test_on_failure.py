@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from planweave import Engine, RunResult, VirtualClock, run_virtual
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.journal.memory import MemoryJournal
 from tests.engine.conftest import JournalAt, Recorder
 

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import Toolbox, builtin_tools
-from planweave.engine.scheduler import Scheduler
-from planweave.plan.model import Claim
+from planweave.core.plan.model import Claim
+from planweave.core.scheduler import Scheduler
 from tests.engine.conftest import Recorder, run_plan
 
 

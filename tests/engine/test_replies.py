@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from planweave import Event
-from planweave.engine.replies import describe_reply, standing_reply
+from planweave.core.replies import describe_reply, standing_reply
 
 KINDS = ("approval_requested", "input_requested", "step_reply", "approval_given", "input_given")
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from planweave import Engine, Event, ReplyRefused, open_engine, open_journal, run_virtual, send_approval
-from planweave.clock import VirtualClock
+from planweave.core.clock import VirtualClock
 from planweave.journal.memory import MemoryJournal
 from tests.timing import step_is, until
 

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import Engine, RunResult, Toolbox, VirtualClock, builtin_tools, run_virtual
+from planweave.core.errors import PlanInvalid
+from planweave.core.plan.graph import parse_plan_document
 from planweave.engine.cache import cache_key
-from planweave.errors import PlanInvalid
 from planweave.journal import open_journal
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.graph import parse_plan_document
 from planweave.tools.registry import tool
 from tests.engine.conftest import JournalAt
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from planweave.engine.scheduler import CapacityExceeded, Scheduler
-from planweave.plan.model import Claim
+from planweave.core.plan.model import Claim
+from planweave.core.scheduler import CapacityExceeded, Scheduler
 
 
 def test_a_claim_on_an_unknown_capacity_is_refused_naming_it() -> None:

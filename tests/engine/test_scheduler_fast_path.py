@@ -7,8 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planweave.engine.scheduler import Scheduler
-from planweave.plan.model import Claim
+from planweave.core.plan.model import Claim
+from planweave.core.scheduler import Scheduler
 
 # An operation: ("push", claims cpu), ("now", claims cpu, batch), ("admit",), ("release",)
 operations = st.lists(st.one_of(

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from planweave import Event, Tool, Toolbox, VirtualClock, builtin_tools, open_engine
 from planweave.cli.views import timeline
-from planweave.engine.context import current_step
-from planweave.engine.scheduler import Scheduler
-from planweave.engine.speculation import Prediction, candidates, same_args, unsafe_reason
+from planweave.core.context import current_step
+from planweave.core.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.model import Claim, PlanSpec, SpeculationSpec, Step
+from planweave.core.scheduler import Scheduler
+from planweave.core.speculation import Prediction, candidates, same_args, unsafe_reason
+from planweave.core.state import RunState
 from planweave.engine.speculative import resolve_policy
-from planweave.engine.state import RunState
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.graph import parse_plan_document, validate_plan
-from planweave.plan.model import Claim, PlanSpec, SpeculationSpec, Step
 from tests.engine.conftest import virtual
 
 ANY_TIME = SpeculationSpec(mode="safe", max_parallel=1000, min_confidence=0.0)

@@ -8,8 +8,8 @@ import asyncio
 from typing import Any
 
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
+from planweave.core.plan.model import SpeculationSpec
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.model import SpeculationSpec
 
 ANY = SpeculationSpec(mode="safe", max_parallel=100, min_confidence=0.0)
 

@@ -11,11 +11,11 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from planweave import Engine, Toolbox, open_engine
+from planweave.core.plan.model import SpeculationSpec, Step
 from planweave.journal.memory import MemoryJournal
 from planweave.models.budget import Budget
 from planweave.models.openai import OpenAIChatClient, reset_server_compat
 from planweave.models.predictor import ModelPredictor
-from planweave.plan.model import SpeculationSpec, Step
 from planweave.testing import ScriptedLLM, Text
 from planweave.testing.scripted_llm import RecordedRequest
 from planweave.tools.llm import llm_tool

@@ -10,11 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import Engine, PlanInvalid, VirtualClock, run_virtual
-from planweave.engine.splice import StaleProposal
-from planweave.engine.state import RunState
+from planweave.core.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.model import PlanSpec
+from planweave.core.splice import StaleProposal
+from planweave.core.state import RunState
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.graph import parse_plan_document, validate_plan
-from planweave.plan.model import PlanSpec
 from tests.engine.conftest import JournalAt, Recorder
 
 

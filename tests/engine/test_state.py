@@ -9,8 +9,8 @@ from typing import Any, get_args
 import pytest
 
 from planweave import Event, JournalError, parse_plan_document, validate_plan
-from planweave.engine.events import PAYLOADS, EventKind
-from planweave.engine.state import _FOLD, TRANSITIONS, RunState
+from planweave.core.events import PAYLOADS, EventKind
+from planweave.core.state import _FOLD, TRANSITIONS, RunState
 
 
 def state() -> RunState:

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from planweave import PlanInvalid, Toolbox, VirtualClock, open_engine, run_virtual, validate_plan
-from planweave.engine.events import Event
-from planweave.plan.graph import parse_plan_document
+from planweave.core.events import Event
+from planweave.core.plan.graph import parse_plan_document
 from planweave.tools.registry import Tool
 
 CHECKS: list[str] = []  # every check_args call of a CountingTool, by tool name (read after the runs)

@@ -10,13 +10,13 @@ import yaml
 
 from planweave import builtin_tools
 from planweave.bench.forecast_calibration import calibration
-from planweave.clock import VirtualClock, run_virtual
-from planweave.engine.events import Event
+from planweave.core.clock import VirtualClock, run_virtual
+from planweave.core.events import Event
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.engine.runtime import Engine
 from planweave.forecast.history import estimates_from_events
 from planweave.forecast.simulate import forecast
 from planweave.journal import MemoryJournal
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 
 HELLO = Path(__file__).resolve().parents[2] / "examples" / "hello.yaml"
 

@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from planweave.core.plan.model import Estimate, Step
 from planweave.forecast.estimates import (
     LOGNORMAL_MIN,
     POOL_WEIGHT,
@@ -19,7 +20,6 @@ from planweave.forecast.estimates import (
     fit,
     fit_duration,
 )
-from planweave.plan.model import Estimate, Step
 
 
 def test_lognormal_parameters_are_recovered_from_samples() -> None:

@@ -12,8 +12,8 @@ from rich.console import Console
 import planweave.forecast.live as live_module
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.cli.views import forecast_line, live_view
-from planweave.engine.events import PAYLOADS, Event, ForecastData
-from planweave.engine.state import RunState
+from planweave.core.events import PAYLOADS, Event, ForecastData
+from planweave.core.state import RunState
 from planweave.forecast.live import LiveForecast, LiveOptions, start_live_forecast
 from planweave.journal.memory import MemoryJournal
 from tests.engine.conftest import JournalAt

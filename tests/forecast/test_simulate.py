@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine, run_virtual
-from planweave.engine.events import Event
+from planweave.core.events import Event
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
+from planweave.core.state import RunState
 from planweave.engine.runtime import DEFAULT_CONCURRENCY
-from planweave.engine.state import RunState
 from planweave.forecast.estimates import Estimates
 from planweave.forecast.history import estimates_from_events, read_estimates
 from planweave.forecast.simulate import ENGINE_CONCURRENCY, forecast
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 
 
 def plan_of(doc: Mapping[str, Any]) -> Plan:

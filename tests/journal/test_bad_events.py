@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from planweave import builtin_tools, open_engine
-from planweave.errors import EventNotRecorded, PlanInvalid
+from planweave.core.errors import EventNotRecorded, PlanInvalid
+from planweave.core.plan.model import PlanSpec, Step
 from planweave.journal import open_journal
-from planweave.plan.model import PlanSpec, Step
 from planweave.tools.registry import Toolbox
 
 SURROGATE_PLAN = {"steps": [{"id": "a", "tool": "noop", "args": {"x": "\ud800"}}]}

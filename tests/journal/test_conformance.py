@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from planweave import Engine, Toolbox, builtin_tools
-from planweave.engine.events import Event, EventKind
-from planweave.errors import EventNotRecorded, JournalError
+from planweave.core.errors import EventNotRecorded, JournalError
+from planweave.core.events import Event, EventKind
 from planweave.journal import open_journal
 from planweave.journal import redact_url as redact
 from planweave.journal.base import CachedOutput, Journal, OutputNotSerialisable, canonical_output
@@ -296,7 +296,7 @@ async def test_several_processes_share_one_journal(durable: Backend) -> None:
     script = textwrap.dedent(
         """
         import asyncio, sys
-        from planweave.engine.events import Event
+        from planweave.core.events import Event
         from planweave.journal import open_journal
 
         async def main(url, run):

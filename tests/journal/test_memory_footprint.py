@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tracemalloc
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.journal.memory import MemoryJournal
 
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 
 from planweave import Event, open_journal
-from planweave.engine.replies import standing_reply
+from planweave.core.replies import standing_reply
 from planweave.journal import Journal
 from planweave.journal.base import ReplyWritten, append_reply
 

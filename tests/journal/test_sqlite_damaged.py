@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from planweave.engine.events import Event
-from planweave.errors import JournalError
+from planweave.core.errors import JournalError
+from planweave.core.events import Event
 from planweave.journal.sqlite import SQLiteJournal
 from tests.processes import read_until, running
 

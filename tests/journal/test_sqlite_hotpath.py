@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.journal.sqlite import _ROWS_PER_INSERT, SQLiteJournal
 
 

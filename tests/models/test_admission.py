@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import Toolbox, VirtualClock, open_engine, run_virtual
-from planweave.engine.context import current_step
+from planweave.core.context import current_step
+from planweave.core.plan.critical import slacks
 from planweave.journal.memory import MemoryJournal
 from planweave.models import CallRefused, CompletionRequest
 from planweave.models.admission import (
@@ -29,7 +30,6 @@ from planweave.models.admission import (
     load_model_limits,
 )
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
-from planweave.plan.critical import slacks
 from planweave.testing import Congestion, ScriptedLLM, Text
 
 OK = Outcome(200, first_token_s=0.1)

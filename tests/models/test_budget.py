@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, rule
 
 from planweave import run_virtual
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 from planweave.models.budget import Budget, Reservation
 from planweave.models.errors import BudgetExceeded
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from planweave import Toolbox, builtin_tools, open_engine
-from planweave.errors import ToolError
+from planweave.core.errors import ToolError
 from planweave.models import Budget
 from planweave.models.openai import Backoff, OpenAIChatClient, Timeouts, reset_server_compat
 from planweave.models.pricing import Price, PriceTable

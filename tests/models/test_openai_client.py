@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 from planweave.models import Completion, CompletionRequest, Delta, ModelClient
 from planweave.models.errors import (
     MalformedOutput,

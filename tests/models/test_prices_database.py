@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from genai_prices import Usage, calc_price
 
+from planweave.core.plan.model import PlanSpec
 from planweave.models.pricing import (
     Price,
     PriceTable,
@@ -20,7 +21,6 @@ from planweave.models.pricing import (
     unpriced_calls,
     use_prices,
 )
-from planweave.plan.model import PlanSpec
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
+from planweave.core.errors import ToolError
 from planweave.engine.runtime import RunResult
-from planweave.errors import ToolError
 from planweave.models import Budget, CompletionRequest, Delta, StreamMeter, Usage
 from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat
 from planweave.testing import Drop, ScriptedLLM, Stall, Text

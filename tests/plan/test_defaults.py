@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from planweave import RetryPolicy, parse_plan_document, validate_plan
-from planweave.plan.defaults import (
+from planweave.core.plan.defaults import (
     DEFAULT_STEP_TIMEOUT,
     check_seconds,
     may_wait_forever,
     unbounded_steps,
     with_default_timeout,
 )
-from planweave.plan.graph import Plan
+from planweave.core.plan.graph import Plan
 from tests.engine.conftest import run_plan
 
 DOC = {

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from planweave.plan.document import DuplicateKey, unique_keys
+from planweave.core.plan.document import DuplicateKey, unique_keys
 from planweave.planning.lines import LineParser
 
 

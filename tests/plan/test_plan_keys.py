@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from planweave import PlanInvalid, builtin_tools, parse_plan_document, validate_plan
-from planweave.plan.model import RetryPolicy
+from planweave.core.plan.model import RetryPolicy
 
 BASE: dict[str, Any] = {"steps": [
     {"id": "a", "tool": "noop", "args": {"x": 1}},

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import builtin_tools, validate_plan
-from planweave.errors import PlanError, PlanInvalid
+from planweave.core.errors import PlanError, PlanInvalid
 from planweave.planfile import load_plan_file
 
 VALID_YAML = """\

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from planweave import planfile
-from planweave.errors import PlanInvalid
+from planweave.core.errors import PlanInvalid
 from planweave.planfile import load_plan_file, plan_document
 
 

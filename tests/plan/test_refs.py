@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planweave.plan.refs import Interpolation, Ref, RefResolutionError, RefSyntaxError, compile_args, render
+from planweave.core.plan.refs import Interpolation, Ref, RefResolutionError, RefSyntaxError, compile_args, render
 
 
 def test_whole_reference_keeps_the_type() -> None:

@@ -7,14 +7,14 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from planweave.plan.schema import SCHEMA_PATH, plan_json_schema, render_schema
+from planweave.core.plan.schema import SCHEMA_PATH, plan_json_schema, render_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_committed_schema_is_current() -> None:
     assert SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), (
-        "run `python -m planweave.plan.schema` to regenerate src/planweave/schemas/plan.schema.json"
+        "run `python -m planweave.core.plan.schema` to regenerate src/planweave/schemas/plan.schema.json"
     )
 
 

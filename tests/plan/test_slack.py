@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from planweave import parse_plan_document, validate_plan
-from planweave.plan.critical import slacks
+from planweave.core.plan.critical import slacks
 
 STEPS: list[dict[str, Any]] = [{"id": "a", "tool": "noop"}, {"id": "b", "tool": "noop", "after": ["a"]},
          {"id": "c", "tool": "noop", "after": ["a"]}, {"id": "d", "tool": "noop", "after": ["b", "c"]}]

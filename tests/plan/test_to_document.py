@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from planweave import parse_plan_document, validate_plan
-from planweave.plan.model import PlanSpec, Step
+from planweave.core.plan.model import PlanSpec, Step
 
 PLANS: list[dict[str, Any]] = [
     {"steps": []},

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from planweave import builtin_tools
-from planweave.errors import PlanInvalid, PlanProblem
-from planweave.plan.document import Positions, in_plan_order, path_parts
-from planweave.plan.graph import check_plan_document
+from planweave.core.errors import PlanInvalid, PlanProblem
+from planweave.core.plan.document import Positions, in_plan_order, path_parts
+from planweave.core.plan.graph import check_plan_document
 from planweave.planfile import check_plan_file, document_positions, load_plan_file
 
 # Two schema problems (a timeout that is no number, retries below 0) and three semantic ones (arguments the tool

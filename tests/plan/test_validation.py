@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from planweave import PlanInvalid, builtin_tools, parse_plan_document, validate_plan
-from planweave.plan.graph import Plan
+from planweave.core.plan.graph import Plan
 
 
 def check(doc: dict[str, Any], capacities: dict[str, int] | None = None) -> Plan:

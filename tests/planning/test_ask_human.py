@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from planweave import Engine, InputRejected, RunError, Toolbox, VirtualClock, builtin_tools, open_engine
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.engine.runtime import Run, RunResult
 from planweave.journal.memory import MemoryJournal
 from planweave.models.openai import OpenAIChatClient

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planweave.errors import ToolError
+from planweave.core.errors import ToolError
 from planweave.models import Budget, BudgetExceeded
 from planweave.planning.subplans import BudgetSlice, _reserve, _settle, slice_budget
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from planweave import VirtualClock, builtin_tools, open_engine
-from planweave.engine.events import Event
+from planweave.core.events import Event
+from planweave.core.state import RunState
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import RunResult
-from planweave.engine.state import RunState
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import build_planning_loop
 from planweave.planning.subplans import parent_of

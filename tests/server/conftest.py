@@ -19,8 +19,8 @@ import httpx
 import pytest
 
 from planweave import Engine, Event, Run, RunResult, Toolbox, builtin_tools, open_engine
-from planweave.engine.state import RunState
-from planweave.plan.catalog import ToolCatalog
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.state import RunState
 from planweave.server import LiveServer, StreamTiming, create_app
 from planweave.server.limits import LimitCaps, open_server_model
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM

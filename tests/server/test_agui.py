@@ -16,7 +16,7 @@ from ag_ui.core import Interrupt, ResumeEntry
 from pydantic import TypeAdapter
 
 from planweave import Toolbox, ToolError, builtin_tools, current_step, open_engine
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.server.agui import AguiCursor, AguiTranslator, _decode, json_patch
 from planweave.server.streams import PING, encode_sse
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 
 from planweave import open_journal
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Stall, Text, plan_lines
 from tests.cli.test_goal_resume_mid_plan import JOINER, PLAN
 from tests.server.conftest import TOKEN

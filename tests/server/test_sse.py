@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from planweave import Engine, Event, open_engine, open_journal
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 from planweave.journal import Journal
 from planweave.journal.base import CachedOutput
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery

@@ -108,7 +108,7 @@ def test_a_tool_remade_with_another_function_derives_plain_output_again() -> Non
 
 
 def test_a_subclass_with_its_own_bind_takes_the_path_that_calls_it() -> None:
-    from planweave.errors import ToolError
+    from planweave.core.errors import ToolError
 
     class Checked(Tool):
         def bind(self, args: Any) -> dict[str, Any]:

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from planweave import Engine, open_engine
-from planweave.engine.events import Event
-from planweave.errors import RunError, ToolError
+from planweave.core.errors import RunError, ToolError
+from planweave.core.events import Event
 from planweave.journal.memory import MemoryJournal
 from planweave.tools.registry import Toolbox
 from planweave.tools.safety import (

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from planweave import open_engine
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.tools.registry import Toolbox
 from planweave.tools.safety import SecretRedactor
 

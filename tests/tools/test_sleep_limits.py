@@ -7,9 +7,9 @@ import math
 import pytest
 
 from planweave import builtin_tools
-from planweave.errors import PlanInvalid
-from planweave.plan.graph import parse_plan_document, validate_plan
-from planweave.plan.model import MAX_SECONDS
+from planweave.core.errors import PlanInvalid
+from planweave.core.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.model import MAX_SECONDS
 
 
 def check(seconds: object) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from planweave.engine.events import Event
-from planweave.errors import RunError
+from planweave.core.errors import RunError
+from planweave.core.events import Event
 from planweave.journal.leases import Fence, LeaseStore, QueuedRun
 from planweave.journal.postgres import PostgresJournal
 from tests.workers.conftest import Schema

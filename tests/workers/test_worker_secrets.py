@@ -26,7 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import yaml
 
-from planweave.errors import RunError
+from planweave.core.errors import RunError
 from planweave.journal.leases import QueuedRun
 from planweave.tools.safety import SecretRedactor
 from tests.workers.conftest import Schema

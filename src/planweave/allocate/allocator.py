@@ -1,6 +1,6 @@
 """The allocator: tier and sample count per step, to maximise P(the run completes within budget and deadline).
 
-A pure object a runtime drives (like :mod:`planweave.engine.scheduler`): given the remaining plan as a
+A pure object a runtime drives (like :mod:`planweave.core.scheduler`): given the remaining plan as a
 :class:`~planweave.allocate.model.Problem`, :meth:`Allocator.decide` returns the choice for the step about to run,
 with the allocation of the rest of the plan it assumed and the candidates it compared. Called again after every
 outcome (each dispatch of an ``auto`` step, each retry), it re-plans the rest from what is known then: a receding

@@ -13,8 +13,8 @@ from typing import Any
 from planweave.allocate.model import AllocationError, Choice
 from planweave.allocate.samples import Verifier, run_samples
 from planweave.allocate.seam import AllocationSeam, AutoArgs
-from planweave.engine.context import current_step
-from planweave.errors import ToolError
+from planweave.core.context import current_step
+from planweave.core.errors import ToolError
 from planweave.models import Budget
 
 WorstCase = Callable[[str], tuple[float | None, int]]

@@ -32,11 +32,11 @@ from planweave.allocate.monitors import (
     reported_confidence,
 )
 from planweave.allocate.samples import Verifier, output_key
-from planweave.engine.context import StepContext, current_step
-from planweave.engine.events import Event, EventKind
-from planweave.engine.state import RunState
-from planweave.errors import RunError, ToolError
-from planweave.plan.graph import Plan
+from planweave.core.context import StepContext, current_step
+from planweave.core.errors import RunError, ToolError
+from planweave.core.events import Event, EventKind
+from planweave.core.plan.graph import Plan
+from planweave.core.state import RunState
 
 ConfidenceSource = Literal["answer", "logprobs"]
 SETTINGS = ("key", "monitors", "failures", "silence_s", "repeats", "min_confidence", "confidence", "streak")

@@ -25,7 +25,7 @@ from planweave.allocate.cascade_seam import PlannedRun, PlannerCascade, PlannerR
 from planweave.allocate.history import PRIOR_WEIGHT, fitted_table
 from planweave.allocate.model import Choice, Problem, StepOptions, TierTable
 from planweave.allocate.monitors import Signal
-from planweave.clock import RealClock
+from planweave.core.clock import RealClock
 from planweave.forecast.estimates import Estimates
 from planweave.models import Budget
 

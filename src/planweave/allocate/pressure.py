@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planweave.engine.state import RunState
-from planweave.plan.graph import Plan
-from planweave.plan.model import PRESSURE_ACTIONS, DeadlinePressure, PressureAction
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import PRESSURE_ACTIONS, DeadlinePressure, PressureAction
+from planweave.core.state import RunState
 
 __all__ = ["DEFAULT_THRESHOLD", "REARM_MARGIN", "Pressure", "PressureError", "PressureMonitor", "droppable",
            "fastest", "policy_for"]

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from planweave.allocate.pressure import Pressure, PressureMonitor, droppable
 from planweave.allocate.seam import DONE, AllocationSeam
-from planweave.engine.events import Event, EventKind
-from planweave.engine.state import RunState
-from planweave.plan.graph import Plan
-from planweave.plan.model import DeadlinePressure
+from planweave.core.events import Event, EventKind
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import DeadlinePressure
+from planweave.core.state import RunState
 
 if TYPE_CHECKING:
     from planweave.engine.runtime import Engine, Run

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from planweave.allocate.model import Select
-from planweave.errors import ToolError
+from planweave.core.errors import ToolError
 
 SampleCall = Callable[[], Awaitable[dict[str, Any]]]
 Verifier = Callable[[dict[str, Any]], Awaitable[bool]]

@@ -29,12 +29,12 @@ from planweave.allocate.model import (
     StepOptions,
     TierTable,
 )
-from planweave.engine.context import StepContext
-from planweave.engine.events import EventKind
-from planweave.engine.state import RunState
+from planweave.core.context import StepContext
+from planweave.core.events import EventKind
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import Step
+from planweave.core.state import RunState
 from planweave.forecast.estimates import Estimates
-from planweave.plan.graph import Plan
-from planweave.plan.model import Step
 
 DONE = frozenset({"succeeded", "skipped", "cancelled"})
 DEFAULT_MAX_SAMPLES = 3

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal, cast
 import typer
 
 from planweave.bench.cli import parse_command_line
-from planweave.clock import run_virtual
+from planweave.core.clock import run_virtual
 
 __all__ = ["ModeResult", "main", "measure_mode"]
 
@@ -90,7 +90,7 @@ async def measure_mode(mode: Mode, *, runs: int, rate: float, knee: int, hard_li
                        ttft: float, tps: float, seed: int = 7) -> ModeResult:
     """Run the workload once through admission mode ``mode`` against a fresh congested server."""
     from planweave import RealClock, Toolbox, VirtualClock, open_engine
-    from planweave.clock import VirtualEventLoop
+    from planweave.core.clock import VirtualEventLoop
     from planweave.journal.memory import MemoryJournal
     from planweave.models.admission import WAIT_BUCKETS, Admission
     from planweave.models.openai import Backoff, OpenAIChatClient, reset_server_compat

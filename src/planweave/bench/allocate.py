@@ -40,11 +40,11 @@ import typer
 
 from planweave.allocate import POLICIES, AllocationSeam, Allocator, Policy, TierProfile, TierTable
 from planweave.bench.cli import parse_command_line
-from planweave.clock import VirtualClock, run_virtual
-from planweave.engine.context import current_step
+from planweave.core.clock import VirtualClock, run_virtual
+from planweave.core.context import current_step
+from planweave.core.plan.model import Step
 from planweave.models import Budget, Chunk, Completion, CompletionRequest, Delta, MalformedOutput, PriceTable
 from planweave.models.pricing import Price
-from planweave.plan.model import Step
 
 __all__ = ["BASE_TIERS", "Cell", "SyntheticModel", "main", "run_bench", "workflow"]
 

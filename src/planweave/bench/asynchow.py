@@ -3,7 +3,7 @@
 AsyncHow (Lin et al., ICML 2024) labels 1,998 naturalistic plans with step durations, dependencies and the shortest
 possible makespan with unlimited parallelism (``task_time``, a ``[lower, upper]`` interval). Each instance becomes
 a plan of ``sleep`` steps (the upper duration bound, in seconds) and all of them run at once in one engine on a
-:class:`~planweave.clock.VirtualClock`, so years of plan time take seconds. An engine that starts every step the
+:class:`~planweave.core.clock.VirtualClock`, so years of plan time take seconds. An engine that starts every step the
 moment its last dependency finishes lands inside the gold interval every time.
 
 The data set ships as pickles; they are read with an unpickler that resolves only ``datetime.timedelta``, so a
@@ -26,9 +26,9 @@ import typer
 from planweave import open_engine
 from planweave.bench.cli import parse_command_line
 from planweave.bench.workloads import Workload, plan_document
-from planweave.clock import VirtualClock, run_virtual
-from planweave.errors import PlanweaveError
-from planweave.plan.graph import parse_plan_document
+from planweave.core.clock import VirtualClock, run_virtual
+from planweave.core.errors import PlanweaveError
+from planweave.core.plan.graph import parse_plan_document
 from planweave.tools import builtin_tools
 
 FILES = ("async_benchmark.pkl", "seq_benchmark.pkl", "para_benchmark.pkl")

@@ -29,13 +29,13 @@ from typing import Annotated, Any
 import typer
 
 from planweave.bench.cli import parse_command_line
+from planweave.core.plan.graph import validate_plan
+from planweave.core.plan.model import PlanSpec
+from planweave.core.state import RunState
 from planweave.engine.cache import StepCache
 from planweave.engine.runtime import Engine
-from planweave.engine.state import RunState
 from planweave.journal import open_journal
 from planweave.journal.memory import MemoryJournal
-from planweave.plan.graph import validate_plan
-from planweave.plan.model import PlanSpec
 from planweave.tools.registry import Toolbox
 
 __all__ = ["main", "run_bench"]

@@ -26,7 +26,6 @@ from typing import Annotated, Any, Literal
 import typer
 
 from planweave.bench.cli import parse_command_line
-from planweave.clock import run_virtual
 from planweave.control.envs import (
     CartPole,
     PointTracking,
@@ -37,6 +36,7 @@ from planweave.control.envs import (
     point_planner,
 )
 from planweave.control.loop import ControlLoop, ControlReport
+from planweave.core.clock import run_virtual
 from planweave.extras import installed
 
 __all__ = ["main", "run_bench", "run_one"]

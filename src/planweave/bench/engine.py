@@ -49,9 +49,9 @@ from planweave.bench.peers import (
     SystemUnavailable,
 )
 from planweave.bench.workloads import Workload, critical_path, fan_out, latency_random, layered, plan_document, uneven
+from planweave.core.errors import PlanweaveError
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.engine import COMPILED, Engine, Run
-from planweave.errors import PlanweaveError
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.tools import builtin_tools
 
 DEFAULT_PG = os.environ.get("PLANWEAVE_TEST_PG", "postgresql://127.0.0.1:5432/test")

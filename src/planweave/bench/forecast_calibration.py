@@ -26,16 +26,16 @@ from typing import Annotated, Any
 import typer
 
 from planweave.bench.cli import parse_command_line
-from planweave.clock import VirtualClock, run_virtual
-from planweave.engine.context import current_step
-from planweave.engine.events import Event
+from planweave.core.clock import VirtualClock, run_virtual
+from planweave.core.context import current_step
+from planweave.core.errors import ToolError
+from planweave.core.events import Event
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.engine.runtime import Engine
-from planweave.errors import ToolError
 from planweave.forecast.estimates import Estimates, StepModel
 from planweave.forecast.history import estimates_from_events
 from planweave.forecast.simulate import forecast
 from planweave.journal import MemoryJournal
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
 from planweave.tools.registry import Toolbox
 
 

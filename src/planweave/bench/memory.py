@@ -108,7 +108,7 @@ class GoalRow:
 
 async def _family(goals: list[str], memory: bool) -> list[GoalRow]:
     from planweave import Toolbox, builtin_tools, open_engine
-    from planweave.clock import VirtualClock
+    from planweave.core.clock import VirtualClock
     from planweave.engine.limits import RunLimits
     from planweave.memory import InMemoryStore, MemoryRecall
     from planweave.memory.distill import distill
@@ -276,7 +276,7 @@ async def _retrieval(ks: Sequence[int]) -> dict[str, Any]:
 
 def run_bench(goals: int, seed: int) -> dict[str, Any]:
     """Both parts; returns the JSON object ``--json`` prints."""
-    from planweave.clock import run_virtual
+    from planweave.core.clock import run_virtual
 
     rng = random.Random(seed)
     family = [f"weather report for {city}" for city in rng.sample(CITIES, k=min(goals, len(CITIES)))]

@@ -38,10 +38,10 @@ import typer
 
 from planweave import Clock, RealClock, Toolbox, VirtualClock, builtin_tools, current_step, open_engine, run_virtual
 from planweave.bench.cli import parse_command_line
-from planweave.clock import VirtualEventLoop
-from planweave.engine.context import StepContext, set_current_step
+from planweave.core.clock import VirtualEventLoop
+from planweave.core.context import StepContext, set_current_step
+from planweave.core.state import RunState
 from planweave.engine.runtime import RunResult
-from planweave.engine.state import RunState
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines

@@ -27,7 +27,7 @@ from typing import Annotated, Any
 import typer
 
 from planweave.bench.cli import parse_command_line
-from planweave.clock import VirtualClock, run_virtual
+from planweave.core.clock import VirtualClock, run_virtual
 
 __all__ = ["DEADLINES", "SIGMA", "main", "run_bench", "workflow"]
 
@@ -61,9 +61,9 @@ def workflow(seed: int) -> dict[str, Any]:
 
 def reference(plan: Mapping[str, Any]) -> float:
     """The makespan of ``plan`` at its estimates with the engine's concurrency (the forecast's exact schedule)."""
+    from planweave.core.plan.graph import parse_plan_document, validate_plan
     from planweave.forecast.estimates import Estimates
     from planweave.forecast.simulate import forecast
-    from planweave.plan.graph import parse_plan_document, validate_plan
 
     validated = validate_plan(parse_plan_document(plan, "bench"))
     return float(forecast(validated, Estimates(), runs=1, concurrency=CONCURRENCY).makespan.p50)
@@ -87,9 +87,9 @@ async def _one_run(seed: int, deadline_x: float, threshold: float | None, foreca
                    ) -> tuple[bool, int, int, bool]:
     from planweave import builtin_tools, open_engine
     from planweave.allocate.pressure_watch import PressureWatch
+    from planweave.core.plan.model import DeadlinePressure
     from planweave.engine.runtime import cancel_at_deadline
     from planweave.forecast.live import LiveOptions, start_live_forecast
-    from planweave.plan.model import DeadlinePressure
 
     plan = workflow(seed)
     deadline = reference(plan) * deadline_x

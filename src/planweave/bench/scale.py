@@ -173,8 +173,8 @@ async def _baseline(runs: int, steps: int, sleep_s: float) -> tuple[_Timings, fl
 async def _engine(runs: int, steps: int, sleep_s: float, url: str) -> tuple[_Timings, float, float, _PeakRSS,
                                                                            dict[str, int]]:
     from planweave import Engine, Toolbox
+    from planweave.core.plan.graph import parse_plan_document
     from planweave.journal import open_journal
-    from planweave.plan.graph import parse_plan_document
 
     timings = _Timings(runs, steps)
     loop = asyncio.get_running_loop()
@@ -242,7 +242,7 @@ class ListingResult:
 
 
 def _listing_plan(steps: int) -> Any:
-    from planweave.plan.graph import parse_plan_document, validate_plan
+    from planweave.core.plan.graph import parse_plan_document, validate_plan
 
     doc = {"name": "filler", "steps": [{"id": f"s{k}", "tool": "noop", **({"after": [f"s{k - 1}"]} if k else {})}
                                        for k in range(steps)]}
@@ -253,8 +253,8 @@ async def fill_journal(url: str, runs: int, steps: int, *, now: float | None = N
     """Write ``runs`` runs of ``steps`` steps into the journal at ``url`` as the engine would (events, outputs and
     tracked states, so summaries are written per batch): 90% succeeded, 5% failed, 5% left running by a process
     that is gone; created one a minute, the newest now. Returns the seconds it took."""
-    from planweave.engine.events import Event
-    from planweave.engine.state import RunState
+    from planweave.core.events import Event
+    from planweave.core.state import RunState
     from planweave.journal import open_journal
 
     plan = _listing_plan(steps)
@@ -299,7 +299,7 @@ async def fill_journal(url: str, runs: int, steps: int, *, now: float | None = N
 
 async def _fold_all(url: str) -> int:
     """What ``planweave runs`` did before summaries: read every event and fold every run."""
-    from planweave.engine.events import Event
+    from planweave.core.events import Event
     from planweave.journal import open_journal
     from planweave.journal.summary import fold_summary
 

@@ -25,10 +25,10 @@ from typing import Annotated, Any
 import typer
 
 from planweave.bench.cli import parse_command_line
-from planweave.clock import run_virtual
-from planweave.plan.graph import parse_plan_document, validate_plan
-from planweave.plan.model import SpeculationMode, SpeculationSpec
-from planweave.plan.refs import render
+from planweave.core.clock import run_virtual
+from planweave.core.plan.graph import parse_plan_document, validate_plan
+from planweave.core.plan.model import SpeculationMode, SpeculationSpec
+from planweave.core.plan.refs import render
 
 __all__ = ["main", "run_bench"]
 
@@ -87,7 +87,7 @@ async def _one(doc: Mapping[str, Any], mode: SpeculationMode, *, concurrency: in
                max_parallel: int, max_extra_cost_usd: float) -> dict[str, Any]:
     """One run of ``doc`` against a fresh scripted server: wall seconds, outputs, calls, cost, speculation."""
     from planweave import RealClock, Toolbox, VirtualClock, open_engine
-    from planweave.clock import VirtualEventLoop
+    from planweave.core.clock import VirtualEventLoop
     from planweave.journal.memory import MemoryJournal
     from planweave.models.openai import OpenAIChatClient, reset_server_compat
     from planweave.testing import ScriptedLLM, Text

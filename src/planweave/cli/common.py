@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from planweave.errors import JournalError, PlanInvalid, PlanweaveError, RunError
+from planweave.core.errors import JournalError, PlanInvalid, PlanweaveError, RunError
 from planweave.extras import require
 from planweave.journal import default_journal_url, redact_url
 from planweave.tools import Tool, Toolbox, builtin_tools

@@ -30,9 +30,9 @@ def control_run(
 ) -> None:
     """Run the control loop CONFIG describes; print a line every N ticks (tick, lateness, chunk age), then the
     report."""
-    from planweave.clock import run_virtual
     from planweave.control.config import build_loop, live_line, load_config
     from planweave.control.loop import TickRecord
+    from planweave.core.clock import run_virtual
 
     def observe(record: TickRecord) -> None:
         if live_every and not json_output and record.tick % live_every == 0:

@@ -9,9 +9,9 @@ from typing import Annotated, Literal
 import typer
 
 from planweave.cli.common import PANEL_SCHEDULING
+from planweave.core.plan import PlanSpec
 from planweave.engine.executor import Executor, InProcessExecutor, ThreadExecutor
 from planweave.extras import installed, require
-from planweave.plan import PlanSpec
 
 ExecutorKind = Literal["local", "thread", "ray"]
 

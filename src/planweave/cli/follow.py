@@ -26,13 +26,13 @@ from planweave.cli.common import (
     shown_redaction,
 )
 from planweave.cli.executor_flags import NO_EXECUTOR_FLAGS, ExecutorFlags
-from planweave.clock import Clock, RealClock, VirtualClock, run_virtual
+from planweave.core.clock import Clock, RealClock, VirtualClock, run_virtual
+from planweave.core.state import RunState
 from planweave.engine.runtime import (
     Engine,
     Run,
     RunResult,
 )
-from planweave.engine.state import RunState
 from planweave.extras import require
 from planweave.journal import Journal, default_journal_url, open_journal, redact_url
 from planweave.runview import run_report

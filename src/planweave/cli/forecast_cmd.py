@@ -65,10 +65,10 @@ def estimates(
 
 def _target(spec: str, url: str) -> tuple[Any, float | None, float | None, str]:
     """A plan file (validated: structure, not tools) or a journaled run's state, with the run's own limits."""
-    from planweave.engine.events import Event
+    from planweave.core.events import Event
+    from planweave.core.plan.graph import validate_plan
+    from planweave.core.state import RunState
     from planweave.engine.limits import JournaledLimits
-    from planweave.engine.state import RunState
-    from planweave.plan.graph import validate_plan
     from planweave.planfile import load_plan_file
 
     path = Path(spec)

@@ -25,13 +25,13 @@ from planweave.cli.common import (
     print_json,
     shown_redaction,
 )
-from planweave.engine.events import Event
+from planweave.core.errors import JournalError, PlanweaveError, RunNotFound
+from planweave.core.events import Event
+from planweave.core.state import RunState
 from planweave.engine.report import StepNotFound, find_step, step_detail
 from planweave.engine.runtime import (
     process_alive,
 )
-from planweave.engine.state import RunState
-from planweave.errors import JournalError, PlanweaveError, RunNotFound
 from planweave.journal import default_journal_url, open_journal, redact_url
 from planweave.journal.summary import RunSummary
 from planweave.runtree import child_ids, parent_link, run_tree

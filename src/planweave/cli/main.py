@@ -1,7 +1,7 @@
 """The ``planweave`` command: run, resume, inspect and cancel plans on a journal, and run the benchmarks.
 
 This is planweave's only synchronous edge: each command runs one coroutine with ``asyncio.run`` (or
-:func:`~planweave.clock.run_virtual`) and turns how it ended into output and an exit code (:class:`ExitCode`).
+:func:`~planweave.core.clock.run_virtual`) and turns how it ended into output and an exit code (:class:`ExitCode`).
 ``--json`` output is exactly one JSON document on stdout; everything meant for people goes to stderr then.
 
 The commands live in one module per group; this module only builds the app from them and runs it:

@@ -13,7 +13,7 @@ from planweave.cli.common import PANEL_MODEL, UsageError
 
 if TYPE_CHECKING:
     from planweave.allocate.model import TierTable
-    from planweave.plan.model import PlanSpec
+    from planweave.core.plan.model import PlanSpec
 
 PricesOption = Annotated[Path | None, typer.Option(
     "--prices", rich_help_panel=PANEL_MODEL, metavar="FILE", envvar="PLANWEAVE_PRICES",

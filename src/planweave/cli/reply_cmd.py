@@ -22,12 +22,12 @@ from planweave.cli.common import (
     journal_file_missing,
     journal_flag,
 )
+from planweave.core.errors import RunNotFound
 from planweave.engine.runtime import (
     request_cancel,
     send_approval,
     send_input,
 )
-from planweave.errors import RunNotFound
 from planweave.journal import Journal, default_journal_url, open_journal
 
 

@@ -52,7 +52,10 @@ from planweave.cli.speculation_flags import (
     resumed_speculation,
     with_predictor,
 )
-from planweave.engine.events import Event
+from planweave.core.errors import PlanInvalid, RunNotFound
+from planweave.core.events import Event
+from planweave.core.plan.defaults import check_seconds, with_default_timeout
+from planweave.core.plan.graph import Plan, validate_plan
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import (
     DEFAULT_CONCURRENCY,
@@ -60,10 +63,7 @@ from planweave.engine.runtime import (
     Run,
 )
 from planweave.engine.speculative import resolve_policy
-from planweave.errors import PlanInvalid, RunNotFound
 from planweave.journal import Journal, default_journal_url, redact_url
-from planweave.plan.defaults import check_seconds, with_default_timeout
-from planweave.plan.graph import Plan, validate_plan
 from planweave.planfile import load_plan_file
 from planweave.tools import Toolbox
 
@@ -71,9 +71,9 @@ if TYPE_CHECKING:
     from planweave.allocate import AllocationSeam
     from planweave.allocate.cascade_seam import CascadeSeam
     from planweave.allocate.model import TierTable
+    from planweave.core.plan.model import PlanSpec, SpeculationMode
     from planweave.forecast.estimates import Estimates
     from planweave.models import Budget, Endpoint
-    from planweave.plan.model import PlanSpec, SpeculationMode
     from planweave.planning import PlanningLoop
 
 
@@ -611,7 +611,7 @@ def _learn_after(memory: bool, outcome: Outcome, url: str, goal: str | None, mod
     if not (memory and goal is not None and outcome.run_id is not None and outcome.state is not None
             and outcome.status != "interrupted"):
         return
-    from planweave.errors import PlanweaveError
+    from planweave.core.errors import PlanweaveError
     from planweave.memory.session import learn
 
     outputs = outcome.report.get("outputs") or {}

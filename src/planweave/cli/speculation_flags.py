@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from planweave.cli.common import PANEL_SCHEDULING, UsageError
-from planweave.plan.model import PlanSpec, PredictorSpec, SpeculationMode, SpeculationSpec
+from planweave.core.plan.model import PlanSpec, PredictorSpec, SpeculationMode, SpeculationSpec
 
 if TYPE_CHECKING:
-    from planweave.engine.events import Event
-    from planweave.engine.speculation import Predictor
+    from planweave.core.events import Event
+    from planweave.core.speculation import Predictor
     from planweave.models import Budget, Endpoint
 
 PredictorModelOption = Annotated[str | None, typer.Option(
@@ -45,7 +45,7 @@ def resumed_speculation(events: Sequence[Event], speculate: SpeculationMode | No
     """What a resumed run speculates: the policy journaled when it started (``options.speculation``), its mode
     replaced by ``--speculate`` (the journaled limits kept) and its predictor's model by ``--predictor-model``;
     None: it never speculated and no flag asks it to."""
-    from planweave.engine.speculation import POLICIES
+    from planweave.core.speculation import POLICIES
 
     journaled = next((SpeculationSpec.model_validate(raw) for e in events if e.kind == "run_created"
                       and (raw := (e.data.get("options") or {}).get("speculation"))), None)

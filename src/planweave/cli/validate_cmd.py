@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from planweave.cli.common import ExitCode, JsonOption, ToolsOption, clean_errors, load_tools, print_json
-from planweave.errors import PlanProblem
+from planweave.core.errors import PlanProblem
 from planweave.planfile import PlanFileCheck, check_plan_file
 
 

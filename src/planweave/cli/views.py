@@ -1,6 +1,6 @@
 """Rich rendering for the command line: the live view of a run, step and run tables, and a text Gantt timeline.
 
-Everything here is a function of a :class:`~planweave.engine.state.RunState` (plus a notion of "now"), so the live
+Everything here is a function of a :class:`~planweave.core.state.RunState` (plus a notion of "now"), so the live
 view of a running engine and ``planweave show`` of a journaled run draw the same picture.
 """
 
@@ -22,11 +22,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from planweave.clock import Clock
-from planweave.engine.events import Event
+from planweave.core.clock import Clock
+from planweave.core.events import Event
+from planweave.core.plan.defaults import may_wait_forever
+from planweave.core.state import ACTIVE, RunState, StepRecord
 from planweave.engine.runtime import Run
-from planweave.engine.state import ACTIVE, RunState, StepRecord
-from planweave.plan.defaults import may_wait_forever
 from planweave.tools.safety import SecretRedactor
 
 STATUS_STYLE: Mapping[str, str] = {
@@ -250,7 +250,7 @@ def summary_steps(state: RunState, now: float | None, top: int = 10) -> tuple[li
 
 
 def still_unbounded(state: RunState, sid: str) -> bool:
-    """Whether step ``sid`` has not finished and :func:`~planweave.plan.defaults.may_wait_forever` (a finished step
+    """Whether step ``sid`` has not finished and :func:`~planweave.core.plan.defaults.may_wait_forever` (a finished step
     waits for nothing more, whatever its timeout was)."""
     step = state.plan.steps.get(sid)
     rec = state.records.get(sid)

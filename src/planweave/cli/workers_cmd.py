@@ -125,9 +125,9 @@ def submit(
 ) -> None:
     """Queue a plan file for the workers of a PostgreSQL journal and print its run id at once."""
     with clean_errors(json_output):
+        from planweave.core.plan.defaults import with_default_timeout
+        from planweave.core.plan.graph import validate_plan
         from planweave.journal.leases import QueuedRun
-        from planweave.plan.defaults import with_default_timeout
-        from planweave.plan.graph import validate_plan
         from planweave.planfile import load_plan_file
         from planweave.tools.safety import SecretRedactor
 

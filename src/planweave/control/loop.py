@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, cast
 
-from planweave.clock import Clock, RealClock, VirtualClock, VirtualEventLoop
 from planweave.control.events import ControlKind
 from planweave.control.realign import (
     Action,
@@ -37,8 +36,9 @@ from planweave.control.realign import (
     realign_by_name,
 )
 from planweave.control.trigger import InferenceTrigger, LatencyEstimate
-from planweave.engine.events import Event
-from planweave.errors import PlanweaveError
+from planweave.core.clock import Clock, RealClock, VirtualClock, VirtualEventLoop
+from planweave.core.errors import PlanweaveError
+from planweave.core.events import Event
 from planweave.journal import open_journal
 from planweave.journal.base import Journal
 

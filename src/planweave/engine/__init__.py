@@ -2,11 +2,11 @@
 
 import importlib.machinery as _machinery
 
+from planweave.core.context import StepContext, current_step
+from planweave.core.events import Event
+from planweave.core.state import RunState
 from planweave.engine import runtime as _runtime
-from planweave.engine.context import StepContext, current_step
-from planweave.engine.events import Event
 from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult, send_approval, send_input
-from planweave.engine.state import RunState
 
 COMPILED = _runtime.__file__ is not None and _runtime.__file__.endswith(tuple(_machinery.EXTENSION_SUFFIXES))
 """Whether this install's engine hot path is compiled (mypyc: setup.py, ``PLANWEAVE_COMPILE=1``), not pure Python."""

@@ -12,14 +12,14 @@ import asyncio
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any, NamedTuple
 
+from planweave.core.errors import ToolError
+from planweave.core.plan.catalog import ToolCatalog, ToolSpec
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import NEVER_RETRIED, Step
+from planweave.core.plan.refs import RefResolutionError, render
+from planweave.core.state import StepRecord
 from planweave.engine.executor import Executor, ToolCall
-from planweave.engine.state import StepRecord
-from planweave.errors import ToolError
 from planweave.journal.base import Journal, OutputNotSerialisable, canonical_output
-from planweave.plan.catalog import ToolCatalog, ToolSpec
-from planweave.plan.graph import Plan
-from planweave.plan.model import NEVER_RETRIED, Step
-from planweave.plan.refs import RefResolutionError, render
 
 #: Per step: the heartbeat idle timer of its running attempt and its period (what ``heartbeat()`` reschedules).
 Watchdogs = MutableMapping[str, tuple[asyncio.Timeout, float]]

@@ -1,6 +1,6 @@
 """The result cache of a run: which attempts may reuse an output, their keys, and the journal's answer.
 
-A cacheable attempt (:func:`planweave.plan.cache.step_policy`) has a key: the sha256 of the canonical JSON of the
+A cacheable attempt (:func:`planweave.core.plan.cache.step_policy`) has a key: the sha256 of the canonical JSON of the
 tool's name, its declared ``version`` and the rendered arguments (:func:`cache_key`). Before calling the tool the
 run asks the journal for an output indexed under that key no older than the policy's ttl
 (:meth:`StepCache.lookup`); on a hit the step succeeds with that output and ``cache: {run, step, at}``, the tool
@@ -15,12 +15,12 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from planweave.engine.events import CacheHitData
-from planweave.engine.state import StepRecord
+from planweave.core.events import CacheHitData
+from planweave.core.plan.cache import FOREVER, CachePolicy, step_policy, tool_policy, tool_version
+from planweave.core.plan.catalog import ToolCatalog, ToolSpec
+from planweave.core.plan.graph import Plan
+from planweave.core.state import StepRecord
 from planweave.journal.base import Journal, encode_blob, find_cached
-from planweave.plan.cache import FOREVER, CachePolicy, step_policy, tool_policy, tool_version
-from planweave.plan.catalog import ToolCatalog, ToolSpec
-from planweave.plan.graph import Plan
 
 
 def cache_key(tool: str, version: str, args: Mapping[str, Any]) -> str:

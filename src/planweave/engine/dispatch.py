@@ -1,4 +1,4 @@
-"""Dispatch: the runtime side of the engine's :class:`~planweave.engine.scheduler.Scheduler`, shared by its runs.
+"""Dispatch: the runtime side of the engine's :class:`~planweave.core.scheduler.Scheduler`, shared by its runs.
 
 A run hands its ready steps to :meth:`Dispatcher.enqueue` and gives their slots back with
 :meth:`Dispatcher.release`; the dispatcher calls :meth:`Launchable.launch` on the run when a step may start. The
@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import Mapping
 from typing import Protocol
 
-from planweave.engine.scheduler import Scheduler
-from planweave.engine.state import RunState, StepRecord
-from planweave.plan.model import Claim, PlanSpec
+from planweave.core.plan.model import Claim, PlanSpec
+from planweave.core.scheduler import Scheduler
+from planweave.core.state import RunState, StepRecord
 
 
 class Launchable(Protocol):

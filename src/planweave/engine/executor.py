@@ -9,7 +9,7 @@ The engine decides *what* to call and *when* (the attempt, :mod:`planweave.engin
   included), so the engine classifies a failure the same way whatever ran it;
 - stop the call promptly when the awaiting task is cancelled (a timeout, a cancelled run), and raise
   ``CancelledError`` then;
-- make ``call.context`` the tool's :func:`~planweave.engine.context.current_step`, so what the tool reports
+- make ``call.context`` the tool's :func:`~planweave.core.context.current_step`, so what the tool reports
   (heartbeat, progress, usage, a person's input) reaches the run through ``call.context.sink``. The sink is safe to
   call from another thread; a remote executor forwards the reports to it.
 
@@ -24,9 +24,9 @@ import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any, NamedTuple, Protocol
 
-from planweave.engine.context import StepContext, StepSink, current_step_var
-from planweave.errors import ToolError
-from planweave.plan.catalog import ToolSpec
+from planweave.core.context import StepContext, StepSink, current_step_var
+from planweave.core.errors import ToolError
+from planweave.core.plan.catalog import ToolSpec
 
 
 class ToolCall(NamedTuple):

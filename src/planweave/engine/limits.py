@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
 
 
 @runtime_checkable

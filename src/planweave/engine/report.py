@@ -1,7 +1,7 @@
 """The read model of one run for people and clients: step outputs and the detail of one step (no I/O).
 
 Both edges use it: the CLI (``run --json``, ``show``, ``output``) and the server (``GET /runs/{id}/steps/{step}``)
-build what they show from a :class:`~planweave.engine.state.RunState`, the outputs of its succeeded steps (live, or
+build what they show from a :class:`~planweave.core.state.RunState`, the outputs of its succeeded steps (live, or
 loaded from the journal's blobs) and optionally the run's events. Everything returned is redacted by the ``redact``
 the caller passes (e.g. ``functools.partial(tools.safety.redact, secrets=...)``) and JSON-ready.
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from planweave.engine.events import Event
-from planweave.engine.state import RunState, StepRecord
-from planweave.errors import PlanweaveError, did_you_mean
+from planweave.core.errors import PlanweaveError, did_you_mean
+from planweave.core.events import Event
+from planweave.core.plan.refs import RefResolutionError, render
+from planweave.core.state import RunState, StepRecord
 from planweave.journal.base import OutputNotSerialisable, encode_blob
-from planweave.plan.refs import RefResolutionError, render
 
 DEFAULT_OUTPUT_LIMIT = 256 * 1024  # bytes of canonical JSON above which a shown output is replaced by a marker
 

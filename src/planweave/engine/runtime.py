@@ -3,7 +3,7 @@
 A step is launched from the event that made it ready (its last dependency's success), never by a polling loop.
 Every run owns a TaskGroup (its timers and speculative attempts) and keeps its step attempts' tasks itself, with the
 same guarantee: cancelling the run cancels its steps, and it ends only once every attempt has. The engine owns the
-runs' TaskGroup and one :class:`~planweave.engine.scheduler.Scheduler`, so runs share capacities.
+runs' TaskGroup and one :class:`~planweave.core.scheduler.Scheduler`, so runs share capacities.
 """
 
 from __future__ import annotations
@@ -23,24 +23,9 @@ from functools import cached_property
 from types import FrameType
 from typing import Any, Literal
 
-from planweave.clock import Clock, RealClock
-from planweave.engine import attempt as _attempt
-from planweave.engine.attempt import FALLBACK, Retry, Watchdogs
-from planweave.engine.cache import CacheEntry, StepCache
-from planweave.engine.collector import DEFAULT_FREEZE_EVERY, CollectorPolicy
-from planweave.engine.context import StepContext
-from planweave.engine.dispatch import Dispatcher
-from planweave.engine.events import Event, EventKind
-from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
-from planweave.engine.loopwatch import LoopWatch
-from planweave.engine.protocols import Closable, PlanSeal
-from planweave.engine.replies import GIVEN_KINDS, refusal, reply_events, standing_reply
-from planweave.engine.scheduler import Scheduler
-from planweave.engine.speculation import Predictor
-from planweave.engine.speculative import Speculator, resolve_policy
-from planweave.engine.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
-from planweave.engine.state import ACTIVE, OnFailure, RunState, RunStatus, StepRecord
-from planweave.errors import (
+from planweave.core.clock import Clock, RealClock
+from planweave.core.context import StepContext
+from planweave.core.errors import (
     EventNotRecorded,
     InputRejected,
     JournalError,
@@ -48,11 +33,26 @@ from planweave.errors import (
     RunNotFound,
     did_you_mean,
 )
+from planweave.core.events import Event, EventKind
+from planweave.core.plan.catalog import ToolCatalog, ToolSpec
+from planweave.core.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
+from planweave.core.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
+from planweave.core.plan.refs import render_text
+from planweave.core.replies import GIVEN_KINDS, refusal, reply_events, standing_reply
+from planweave.core.scheduler import Scheduler
+from planweave.core.speculation import Predictor
+from planweave.core.splice import SpliceDiff, StaleProposal, merge_proposal, splice_diff
+from planweave.core.state import ACTIVE, OnFailure, RunState, RunStatus, StepRecord
+from planweave.engine import attempt as _attempt
+from planweave.engine.attempt import FALLBACK, Retry, Watchdogs
+from planweave.engine.cache import CacheEntry, StepCache
+from planweave.engine.collector import DEFAULT_FREEZE_EVERY, CollectorPolicy
+from planweave.engine.dispatch import Dispatcher
+from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
+from planweave.engine.loopwatch import LoopWatch
+from planweave.engine.protocols import Closable, PlanSeal
+from planweave.engine.speculative import Speculator, resolve_policy
 from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_reply, scrub
-from planweave.plan.catalog import ToolCatalog, ToolSpec
-from planweave.plan.graph import Plan, parse_plan_document, parse_step, validate_plan
-from planweave.plan.model import TERMINAL_STATUSES, Claim, PlanSpec, SpeculationMode, SpeculationSpec, Step
-from planweave.plan.refs import render_text
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
@@ -1264,7 +1264,7 @@ class Engine:
     ) -> Run:
         """Validate ``plan`` against the tools and capacities and start running it; return the :class:`Run`.
 
-        A :class:`Plan` that :func:`~planweave.plan.graph.validate_plan` checked against the same capacities and
+        A :class:`Plan` that :func:`~planweave.core.plan.graph.validate_plan` checked against the same capacities and
         the same tool objects (``Plan.checked_against``) is not checked again: validate a plan once and start it
         many times (rollouts, benchmarks) without paying for the checks each time.
 

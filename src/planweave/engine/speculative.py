@@ -1,6 +1,6 @@
 """Speculative attempts of a run: started on predicted inputs in spare slots, adopted or thrown away (runtime side).
 
-:mod:`planweave.engine.speculation` decides; the :class:`Speculator` of a run carries it out on the event loop. A
+:mod:`planweave.core.speculation` decides; the :class:`Speculator` of a run carries it out on the event loop. A
 speculative attempt is a task of the run's TaskGroup that calls the step's tool on the predicted arguments and keeps
 its output in memory: nothing of it reaches the journal but ``speculation_started`` and, in the end,
 ``speculation_adopted`` (followed by the step's ordinary ``step_started``/``step_succeeded``) or
@@ -16,13 +16,15 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from planweave.engine import attempt as _attempt
-from planweave.engine.cache import cache_key
-from planweave.engine.context import StepContext
-from planweave.engine.dispatch import Dispatcher
-from planweave.engine.events import EventKind
-from planweave.engine.executor import ToolCall
-from planweave.engine.speculation import (
+from planweave.core.context import StepContext
+from planweave.core.errors import ToolError
+from planweave.core.events import EventKind
+from planweave.core.plan.cache import tool_version
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import Claim, PlanSpec, SpeculationMode, SpeculationSpec
+from planweave.core.plan.refs import RefResolutionError
+from planweave.core.speculation import (
     OFF,
     POLICIES,
     Calibration,
@@ -36,17 +38,15 @@ from planweave.engine.speculation import (
     unsafe_reason,
     within_cost,
 )
-from planweave.engine.state import RunState, StepRecord
-from planweave.errors import ToolError
+from planweave.core.state import RunState, StepRecord
+from planweave.engine import attempt as _attempt
+from planweave.engine.cache import cache_key
+from planweave.engine.dispatch import Dispatcher
+from planweave.engine.executor import ToolCall
 from planweave.journal.base import Journal, canonical_output, find_cached
-from planweave.plan.cache import tool_version
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.graph import Plan
-from planweave.plan.model import Claim, PlanSpec, SpeculationMode, SpeculationSpec
-from planweave.plan.refs import RefResolutionError
 
 if TYPE_CHECKING:
-    from planweave.clock import Clock
+    from planweave.core.clock import Clock
 
 _NO_GUESS = object()  # asked the predictor, no answer (yet)
 _PENDING = object()  # asked the journal, no answer yet

@@ -26,7 +26,7 @@ in the engine's process (:mod:`planweave.engine.attempt`); :class:`RayExecutor` 
   ``cpu`` asks for :attr:`RayExecutor.num_cpus` (Ray's own default, 1). The engine's capacities still apply.
 - **Outputs come back.** A tool's output returns to the driver and is journaled as any other (resume needs it);
   nothing is left in Ray's object store. Exceptions come back as raised; one that cannot be pickled becomes a
-  :class:`~planweave.errors.ToolError` naming its type. A worker that dies fails the attempt (kind ``crashed``,
+  :class:`~planweave.core.errors.ToolError` naming its type. A worker that dies fails the attempt (kind ``crashed``,
   retryable).
 - **Where Ray is.** ``address`` (or ``RAY_ADDRESS``) names a running cluster (``ray start --head``); without one
   ``ray.init`` starts a local Ray for this process. Ray is connected on the first Ray step, and disconnected by
@@ -49,12 +49,12 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from planweave.clock import RealClock
-from planweave.engine.context import StepContext, current_step_var
+from planweave.core.clock import RealClock
+from planweave.core.context import StepContext, current_step_var
+from planweave.core.errors import PlanweaveError, ToolError
+from planweave.core.plan.catalog import ToolSpec
 from planweave.engine.executor import Executor, InProcessExecutor, ToolCall
-from planweave.errors import PlanweaveError, ToolError
 from planweave.extras import require
-from planweave.plan.catalog import ToolSpec
 from planweave.tools import Tool, Toolbox
 
 BUILTIN_TOOLBOX = "planweave.tools:builtin_tools"
@@ -81,7 +81,7 @@ class ToolRef(NamedTuple):
 
 
 class StepIdentity(NamedTuple):
-    """What the worker needs to rebuild the step's :class:`~planweave.engine.context.StepContext`."""
+    """What the worker needs to rebuild the step's :class:`~planweave.core.context.StepContext`."""
 
     run_id: str
     step_id: str
@@ -116,7 +116,7 @@ def _same_function(a: Any, b: Any) -> bool:
 
 
 def tool_reference(tool: ToolSpec, toolboxes: Sequence[str] = (BUILTIN_TOOLBOX,)) -> ToolRef:
-    """How a Ray worker can import ``tool``; raise :class:`~planweave.errors.ToolError` (kind ``arguments``,
+    """How a Ray worker can import ``tool``; raise :class:`~planweave.core.errors.ToolError` (kind ``arguments``,
     not retryable) naming the tool and why when it cannot.
 
     Its own function comes first (a top-level function of an importable module, or a :class:`Tool` defined there);

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from planweave.plan.model import Step
+from planweave.core.plan.model import Step
 
 LOGNORMAL_MIN = 8
 """Positive duration samples needed before a lognormal is fitted; fewer are sampled as they are (empirical)."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Sequence
 
-from planweave.engine.events import Event
-from planweave.engine.state import RunState
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
+from planweave.core.events import Event
+from planweave.core.state import RunState
 from planweave.forecast.estimates import Estimates, Observation, build_estimates
 from planweave.journal.base import Journal
 from planweave.journal.summary import RunQuery

@@ -23,9 +23,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from planweave.clock import Clock, VirtualEventLoop
-from planweave.engine.events import Event, EventKind, ForecastData
-from planweave.engine.state import RunState
+from planweave.core.clock import Clock, VirtualEventLoop
+from planweave.core.events import Event, EventKind, ForecastData
+from planweave.core.state import RunState
 from planweave.forecast.estimates import Estimates
 from planweave.forecast.simulate import ENGINE_CONCURRENCY, Forecast, RunSnapshot, forecast, snapshot
 

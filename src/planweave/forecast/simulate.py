@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from planweave.engine.scheduler import Scheduler
-from planweave.engine.state import RunState
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import Claim
+from planweave.core.scheduler import Scheduler
+from planweave.core.state import RunState
 from planweave.forecast.estimates import Estimates, StepModel
-from planweave.plan.graph import Plan
-from planweave.plan.model import Claim
 
 ENGINE_CONCURRENCY = 64
 """The engine's default concurrency (``engine/runtime.py`` ``DEFAULT_CONCURRENCY``; a test keeps them equal)."""

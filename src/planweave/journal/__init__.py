@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from planweave.errors import JournalError
+from planweave.core.errors import JournalError
 from planweave.extras import require
 from planweave.journal.base import Journal, NullJournal
 from planweave.journal.memory import MemoryJournal

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import orjson
 
-from planweave.engine.events import Event
-from planweave.engine.replies import reply_events, standing_reply
-from planweave.errors import EventNotRecorded
+from planweave.core.errors import EventNotRecorded
+from planweave.core.events import Event
+from planweave.core.replies import reply_events, standing_reply
 from planweave.journal.summary import ALL_RUNS, PRUNE_DEFAULT, PruneResult, RunPage, RunQuery, check_prunable
 
 if TYPE_CHECKING:
-    from planweave.engine.state import RunState
+    from planweave.core.state import RunState
 
 _OPTS = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
 _EVENT_OPTS = orjson.OPT_NON_STR_KEYS
@@ -304,7 +304,7 @@ class ReplyWritten(NamedTuple):
 
 async def append_reply(journal: Journal, event: Event) -> ReplyWritten:
     """Store ``event``, a person's ``step_reply``, unless a reply already stands for its step
-    (:func:`planweave.engine.replies.standing_reply` over the step's stored events).
+    (:func:`planweave.core.replies.standing_reply` over the step's stored events).
 
     The memory, SQLite and PostgreSQL journals do it in their ``append_reply``: the check and the write are one
     transaction that excludes every other writer, so of two processes replying at once exactly one is recorded, and

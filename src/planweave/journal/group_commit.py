@@ -15,8 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
-from planweave.engine.events import Event
-from planweave.errors import JournalError
+from planweave.core.errors import JournalError
+from planweave.core.events import Event
 from planweave.journal.base import ReplyWritten, decode_blob, encode_blob, encode_event
 from planweave.journal.summary import (
     ALL_RUNS,
@@ -33,7 +33,7 @@ from planweave.journal.summary import (
 )
 
 if TYPE_CHECKING:
-    from planweave.engine.state import RunState
+    from planweave.core.state import RunState
 
 #: A tracked run with more steps than this is summarised at most every _SUMMARY_INTERVAL_S (a summary counts its
 #: steps, so a long chain written in many small batches would pay its length per batch), unless the batch holds a

@@ -31,8 +31,8 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from planweave.engine.events import Event
-from planweave.errors import JournalError, RunError, RunNotFound
+from planweave.core.errors import JournalError, RunError, RunNotFound
+from planweave.core.events import Event
 from planweave.journal.postgres import parse_url
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING, Any
 
-from planweave.engine.events import Event
-from planweave.engine.replies import reply_events, standing_reply
+from planweave.core.events import Event
+from planweave.core.replies import reply_events, standing_reply
 from planweave.journal.base import (
     CachedOutput,
     ReplyWritten,
@@ -32,7 +32,7 @@ from planweave.journal.summary import (
 )
 
 if TYPE_CHECKING:
-    from planweave.engine.state import RunState
+    from planweave.core.state import RunState
 
 
 class MemoryJournal:

@@ -20,9 +20,9 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import set_json_loads
 
-from planweave.engine.events import Event
-from planweave.engine.replies import REPLY_KINDS, standing_reply
-from planweave.errors import JournalError
+from planweave.core.errors import JournalError
+from planweave.core.events import Event
+from planweave.core.replies import REPLY_KINDS, standing_reply
 from planweave.journal.base import CachedOutput, ReplyWritten, cache_entries, decode_blob, encode_data, encode_event
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary

@@ -27,9 +27,9 @@ from urllib.parse import unquote, urlsplit
 
 import orjson
 
-from planweave.engine.events import Event
-from planweave.engine.replies import REPLY_KINDS, standing_reply
-from planweave.errors import JournalError
+from planweave.core.errors import JournalError
+from planweave.core.events import Event
+from planweave.core.replies import REPLY_KINDS, standing_reply
 from planweave.journal.base import CachedOutput, ReplyWritten, cache_entries, decode_blob
 from planweave.journal.group_commit import GroupCommitJournal, event_filter, run_filter, run_page
 from planweave.journal.summary import BatchRun, PruneResult, RunPage, RunQuery, RunSummary

@@ -2,7 +2,7 @@
 
 A durable journal keeps one row per run beside its events, written in the same transaction as the events it
 summarises (so it is never ahead of or behind them). The engine hands the journal each live run's
-:class:`~planweave.engine.state.RunState` (``Journal.track``); the group-commit writer summarises a tracked run once
+:class:`~planweave.core.state.RunState` (``Journal.track``); the group-commit writer summarises a tracked run once
 per batch that carries its events (not once per event). Events written without a tracked state (another process's
 ``cancel`` or ``approve``, an older planweave, a generator) mark the row *stale*: the next listing folds that run
 from its events and stores the result. A journal from before summaries existed is migrated the same way: every run
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Literal, cast
 
-from planweave.engine.events import Event
-from planweave.engine.state import RunState
-from planweave.errors import PlanweaveError
-from planweave.plan.defaults import unbounded_steps
-from planweave.plan.graph import Plan
+from planweave.core.errors import PlanweaveError
+from planweave.core.events import Event
+from planweave.core.plan.defaults import unbounded_steps
+from planweave.core.plan.graph import Plan
+from planweave.core.state import RunState
 
 __all__ = [
     "ALL_RUNS",

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Any
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.journal import open_journal
 
 __all__ = ["measure_throughput"]

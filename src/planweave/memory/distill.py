@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from planweave.core.state import RunState
 from planweave.engine.runtime import RunResult
-from planweave.engine.state import RunState
 from planweave.memory.model import Candidate, MemoryEntry, parse_candidates
 from planweave.memory.screen import hosts_in
 from planweave.memory.store import MemoryStore

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 if TYPE_CHECKING:
     import numpy as np

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 __all__ = ["ENTRY_KINDS", "ENTRY_STATUSES", "Candidate", "EntryKind", "EntryStatus", "MemoryEntry", "MemoryStoreError",
            "UnknownEntry", "instantiate", "parse_candidates"]

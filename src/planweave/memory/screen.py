@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.refs import RefResolutionError, RefSyntaxError, parse_ref
 from planweave.memory.model import MemoryEntry, instantiate
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.refs import RefResolutionError, RefSyntaxError, parse_ref
 
 __all__ = ["ECHO_TOOLS", "Screen", "check_screen", "content_screen", "expectation_failure", "hosts_in",
            "replay_screen", "secret_request"]

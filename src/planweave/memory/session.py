@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planweave.engine.state import RunState
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.state import RunState
 from planweave.memory.distill import FinishedRun, distill
 from planweave.memory.model import MemoryEntry
 from planweave.memory.store import open_memory_store
 from planweave.memory.verify import verify_all
-from planweave.plan.catalog import ToolCatalog
 
 if TYPE_CHECKING:
     from planweave.models import Endpoint

@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from planweave.core.errors import PlanweaveError
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.state import RunState
 from planweave.engine.runtime import Engine
-from planweave.engine.state import RunState
-from planweave.errors import PlanweaveError
 from planweave.memory.model import MemoryEntry, MemoryStoreError, instantiate
 from planweave.memory.screen import check_screen, content_screen, expectation_failure, replay_screen
 from planweave.memory.store import MemoryStore
-from planweave.plan.catalog import ToolCatalog
 
 __all__ = ["REPLAY_SOURCE", "ReplayLimits", "admit_by_person", "person_reason", "verification_plan", "verify",
            "verify_all"]

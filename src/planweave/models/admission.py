@@ -21,7 +21,7 @@ call waits at most as long as the spread of the other terms divided by ``aging``
 output length (shortest first) breaks ties. ``order="fcfs"`` keeps arrival order instead.
 
 A call learns its class from :func:`call_class`: what :func:`call_context` set (the planning loop does), else the
-running step (:func:`planweave.engine.context.current_step`: its run's priority and its slack), else the default.
+running step (:func:`planweave.core.context.current_step`: its run's priority and its slack), else the default.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from planweave.engine.context import current_step
+from planweave.core.context import current_step
 
 Order = Literal["priority", "fcfs"]
 TicketState = Literal["queued", "admitted", "done", "withdrawn"]
@@ -641,7 +641,7 @@ def parse_model_limits(data: Any, where: str = "model limits") -> dict[str, Endp
             raise ValueError(f"{where}: model '{model}': expected a mapping of limits, got {type(options).__name__}")
         unknown = sorted(set(map(str, options)) - fields)
         if unknown:
-            from planweave.errors import did_you_mean
+            from planweave.core.errors import did_you_mean
 
             raise ValueError(f"{where}: model '{model}': unknown limit '{unknown[0]}'"
                              f"{did_you_mean(unknown[0], sorted(fields))}")

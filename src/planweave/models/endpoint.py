@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 from planweave.models.base import Chunk, Completion, CompletionRequest, ModelClient
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -6,7 +6,7 @@ endpoint to look at.
 
 from __future__ import annotations
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 
 class ModelError(PlanweaveError):

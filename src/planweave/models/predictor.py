@@ -14,12 +14,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from planweave.engine.speculation import PredictorReply
+from planweave.core.plan.model import Step
+from planweave.core.speculation import PredictorReply
 from planweave.models.base import CompletionRequest, Message, ModelClient
 from planweave.models.budget import Budget
 from planweave.models.errors import BudgetExceeded, ModelError
 from planweave.models.pricing import PriceTable, worst_case
-from planweave.plan.model import Step
 
 __all__ = ["ModelPredictor"]
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import yaml
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 if TYPE_CHECKING:
     from planweave.models.base import CompletionRequest

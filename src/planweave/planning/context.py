@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planweave.engine.state import RunState
+from planweave.core.state import RunState
 
 __all__ = ["ContextLimits", "OutputRef", "RedactedOutputs", "ReferenceBook", "bounded_context", "summarize_output"]
 

@@ -3,10 +3,10 @@
 While the main planner streams its initial plan, a draft model (any OpenAI-compatible model, usually a small fast
 one: ``PlanningOptions(draft=client)``, ``planweave run --goal --draft-model NAME``) is asked the same prompt. Its
 step lines are compared with the main planner's, position by position, by step *fingerprint* (tool, argument
-template and dependencies, independent of step ids: :attr:`planweave.plan.graph.Plan.fingerprints`) and by every
+template and dependencies, independent of step ids: :attr:`planweave.core.plan.graph.Plan.fingerprints`) and by every
 other field of the step: the longest agreeing prefix is accepted, as in speculative decoding but over plan steps.
 
-Draft steps that are safe to throw away (the engine's rule, :func:`planweave.engine.speculation.unsafe_reason`:
+Draft steps that are safe to throw away (the engine's rule, :func:`planweave.core.speculation.unsafe_reason`:
 idempotent, no ``writes:``, no approval, not ``human.input``, tool not ``speculate=False``) start at once as
 speculative attempts, before the main planner has written them. Nothing else changes:
 
@@ -36,10 +36,14 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
-from planweave.engine.context import StepContext, current_step_var, set_current_step
-from planweave.engine.events import Event
-from planweave.engine.speculation import canonical, same_args, unsafe_reason
-from planweave.errors import PlanInvalid
+from planweave.core.context import StepContext, current_step_var, set_current_step
+from planweave.core.errors import PlanInvalid
+from planweave.core.events import Event
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.graph import Plan, parse_step, validate_plan
+from planweave.core.plan.model import PlanSpec, Step
+from planweave.core.plan.refs import RefResolutionError, render
+from planweave.core.speculation import canonical, same_args, unsafe_reason
 from planweave.models import (
     Budget,
     BudgetExceeded,
@@ -52,15 +56,11 @@ from planweave.models import (
 )
 from planweave.models.budget import StreamMeter
 from planweave.models.pricing import PriceTable, approx_prompt_tokens, worst_case
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.graph import Plan, parse_step, validate_plan
-from planweave.plan.model import PlanSpec, Step
-from planweave.plan.refs import RefResolutionError, render
 from planweave.planning.lines import LineParser
 from planweave.tools import Tool, Toolbox
 
 if TYPE_CHECKING:
-    from planweave.clock import Clock
+    from planweave.core.clock import Clock
     from planweave.engine.runtime import Run
 
 # Fields of a step that do not change what its call returns, or are compared otherwise (fingerprint: tool, args,

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from planweave.plan.document import DuplicateKey, unique_keys
+from planweave.core.plan.document import DuplicateKey, unique_keys
 
 # A Markdown list marker ("- ", "* ", "+ ", "1. ", "2) ") in front of what may be a step object.
 _BULLET = re.compile(r"^(?:[-*+]|\d{1,3}[.)])\s+")

@@ -22,12 +22,16 @@ from typing import Any, Literal
 
 from planweave.allocate.cascade_seam import PlannerCascade
 from planweave.allocate.monitors import Signal, SignalKind
-from planweave.engine.events import Event
+from planweave.core.errors import PlanInvalid, RunError
+from planweave.core.events import Event
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.graph import parse_step
+from planweave.core.plan.model import PlanSpec
+from planweave.core.plan.refs import rename_refs
+from planweave.core.splice import StaleProposal
+from planweave.core.state import RunState
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine, Run, RunResult
-from planweave.engine.splice import StaleProposal
-from planweave.engine.state import RunState
-from planweave.errors import PlanInvalid, RunError
 from planweave.models import (
     Budget,
     BudgetExceeded,
@@ -45,10 +49,6 @@ from planweave.models.budget import StreamMeter, acquire_call
 from planweave.models.endpoint import Endpoint
 from planweave.models.errors import ModelError, ModelTimeout, ModelUnavailable, ProviderError
 from planweave.models.pricing import PriceTable, approx_prompt_tokens, worst_case
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.graph import parse_step
-from planweave.plan.model import PlanSpec
-from planweave.plan.refs import rename_refs
 from planweave.planning import prompts
 from planweave.planning.context import ContextLimits, RedactedOutputs, ReferenceBook, bounded_context
 from planweave.planning.draft import DraftOptions, DraftPlanner, DraftSession, draft_options

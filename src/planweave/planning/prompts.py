@@ -6,8 +6,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from planweave.engine.state import RunState
-from planweave.plan.catalog import ToolSpec
+from planweave.core.plan.catalog import ToolSpec
+from planweave.core.state import RunState
 
 FORMAT = """Answer with the plan as JSON Lines: one step per line, each a JSON object
 {"id": "...", "tool": "...", "args": {...}, "after": ["..."]} and nothing else (no prose, no code fences).

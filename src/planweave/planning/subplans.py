@@ -24,12 +24,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from planweave.engine.context import StepContext, current_step
-from planweave.engine.events import Event
+from planweave.core.context import StepContext, current_step
+from planweave.core.errors import RunError, ToolError
+from planweave.core.events import Event
+from planweave.core.state import RunState
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run
-from planweave.engine.state import RunState
-from planweave.errors import RunError, ToolError
 from planweave.models import Budget, BudgetExceeded, Reservation
 from planweave.runtree import parent_link
 from planweave.tools import Toolbox

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 from planweave.rollouts.engine import EnvFactory
 
 

@@ -18,8 +18,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Seque
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Self
 
-from planweave.clock import Clock, RealClock
-from planweave.errors import PlanweaveError
+from planweave.core.clock import Clock, RealClock
+from planweave.core.errors import PlanweaveError
 from planweave.models.base import Completion, CompletionRequest, Message, ModelClient
 from planweave.rollouts.journal import InFlight, RolloutJournal, open_rollout_journal
 from planweave.rollouts.staleness import Backpressure, StalenessBound, StalePolicy, take_batch

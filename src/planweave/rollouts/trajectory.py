@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 
 class TrajectoryError(PlanweaveError):

@@ -81,11 +81,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 
 from planweave import __version__
-from planweave.engine.events import Event
-from planweave.engine.report import shown_output
-from planweave.engine.runtime import request_cancel, send_approval, send_input
-from planweave.engine.state import RunState
-from planweave.errors import (
+from planweave.core.errors import (
     EventNotRecorded,
     InputRejected,
     JournalError,
@@ -95,6 +91,10 @@ from planweave.errors import (
     RunError,
     RunNotFound,
 )
+from planweave.core.events import Event
+from planweave.core.state import RunState
+from planweave.engine.report import shown_output
+from planweave.engine.runtime import request_cancel, send_approval, send_input
 from planweave.extras import MissingExtra
 from planweave.runview import list_overviews, run_report, stored_outputs
 from planweave.server.runs import active_run, owner_gone

@@ -2,7 +2,7 @@
 
 :class:`AguiTranslator` turns a run's journaled events, in journal order, into AG-UI events (plain JSON objects in
 the protocol's wire form, camelCase; the tests decode every one with ``ag-ui-protocol``'s types, which the server
-does not need at run time). It folds the events with the engine's own :class:`~planweave.engine.state.RunState`, so
+does not need at run time). It folds the events with the engine's own :class:`~planweave.core.state.RunState`, so
 the plan DAG it shows is the one every other view shows:
 
 - ``run_created`` → ``RUN_STARTED`` (thread and run id: the planweave run id; ``protocolVersion`` 1.0) and
@@ -40,12 +40,12 @@ from typing import Any
 
 import orjson
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
+from planweave.core.plan.model import TERMINAL_STATUSES
+from planweave.core.state import RunState
 from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, rendered_args, shown_output
 from planweave.engine.runtime import Engine
-from planweave.engine.state import RunState
 from planweave.journal.base import Journal, encode_data
-from planweave.plan.model import TERMINAL_STATUSES
 from planweave.server.streams import PING, ChangeFeed, StreamLimits, StreamTiming, run_events
 
 __all__ = ["PROTOCOL_VERSION", "AguiCursor", "AguiTranslator", "agui_events", "json_patch"]

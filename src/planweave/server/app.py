@@ -40,10 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from planweave import __version__, open_engine
-from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, Redact, StepNotFound, find_step, step_detail
-from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, request_cancel, send_approval, send_input
-from planweave.engine.state import RunState
-from planweave.errors import (
+from planweave.core.errors import (
     EventNotRecorded,
     InputRejected,
     JournalError,
@@ -53,15 +50,18 @@ from planweave.errors import (
     RunError,
     RunNotFound,
 )
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.defaults import with_default_timeout
+from planweave.core.plan.document import document_problems
+from planweave.core.plan.graph import parse_plan_document
+from planweave.core.plan.model import PlanSpec
+from planweave.core.state import RunState
+from planweave.engine.report import DEFAULT_OUTPUT_LIMIT, Redact, StepNotFound, find_step, step_detail
+from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, request_cancel, send_approval, send_input
 from planweave.extras import MissingExtra, installed
 from planweave.journal import default_journal_url
 from planweave.journal.summary import RunSummary
 from planweave.memory.model import MemoryStoreError, UnknownEntry
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.defaults import with_default_timeout
-from planweave.plan.document import document_problems
-from planweave.plan.graph import parse_plan_document
-from planweave.plan.model import PlanSpec
 from planweave.planfile import plan_document
 from planweave.runview import list_overviews, parse_since
 from planweave.server.agui import AguiCursor, agui_events
@@ -308,7 +308,7 @@ async def _checked_plan(submission: RunSubmission, request: Request) -> PlanSpec
     the event loop (:data:`_PLAN_READERS`).
 
     Like a plan file run from the CLI, a step with no timeout of its own and no plan ``defaults.timeout`` gets
-    :data:`~planweave.plan.defaults.DEFAULT_STEP_TIMEOUT`; ``timeout: null`` keeps "no limit".
+    :data:`~planweave.core.plan.defaults.DEFAULT_STEP_TIMEOUT`; ``timeout: null`` keeps "no limit".
     """
     body = await request.body() if submission.plan is not None else None  # read once already: kept by Starlette
     return await asyncio.get_running_loop().run_in_executor(_PLAN_READERS, _read_plan, submission, body)

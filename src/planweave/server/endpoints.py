@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planweave.errors import PlanInvalid, PlanProblem
+from planweave.core.errors import PlanInvalid, PlanProblem
 from planweave.models.endpoint import Endpoint, EndpointError
 from planweave.server.runs import HTTP_SOURCE
 

@@ -14,9 +14,9 @@ import contextlib
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from planweave.core.errors import PlanInvalid, PlanProblem
 from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
-from planweave.errors import PlanInvalid, PlanProblem
 from planweave.models.endpoint import Endpoint, EndpointError
 from planweave.server.endpoints import EndpointPolicy
 from planweave.server.live import ServerError

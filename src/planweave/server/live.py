@@ -20,7 +20,7 @@ from urllib.parse import quote
 import uvicorn
 from fastapi import FastAPI
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 from planweave.server.connections import AcceptErrors, ConnectionLimits, GuardedConfig
 from planweave.server.tokens import AccessToken
 

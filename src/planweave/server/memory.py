@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any, cast
 
-from planweave.errors import PlanInvalid, PlanProblem
+from planweave.core.errors import PlanInvalid, PlanProblem
 from planweave.extras import require
 
 if TYPE_CHECKING:

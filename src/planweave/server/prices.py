@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from planweave.errors import PlanInvalid, PlanProblem
+from planweave.core.errors import PlanInvalid, PlanProblem
 from planweave.server.runs import HTTP_SOURCE
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
-from planweave.errors import PlanInvalid, PlanProblem, RunNotFound
+from planweave.core.errors import PlanInvalid, PlanProblem, RunNotFound
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.graph import validate_plan
+from planweave.core.plan.model import PlanSpec
 from planweave.journal.leases import LeaseStore, LeaseView, QueuedRun
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.graph import validate_plan
-from planweave.plan.model import PlanSpec
 from planweave.tools.safety import SecretRedactor
 
 __all__ = ["QUEUE_SOURCE", "queue_plan", "queued_run", "worker_listing"]

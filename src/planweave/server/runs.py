@@ -1,7 +1,7 @@
 """Runs as the journal tells them, folded incrementally for the HTTP API, and the recovery of orphaned runs.
 
 :class:`RunIndex` reads only the events appended since its last refresh (``journal.read(None, after=pos)``) and
-applies them with the engine's own fold (:class:`~planweave.engine.state.RunState`), so ``GET /runs`` costs the
+applies them with the engine's own fold (:class:`~planweave.core.state.RunState`), so ``GET /runs`` costs the
 new events, not the whole journal, and shows runs that other processes write to the same journal too.
 """
 
@@ -15,13 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planweave.engine.events import Event
+from planweave.core.errors import JournalError, PlanweaveError, RunNotFound
+from planweave.core.events import Event
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
+from planweave.core.plan.model import PlanSpec
+from planweave.core.state import RunState
 from planweave.engine.runtime import Engine, Run, process_alive
-from planweave.engine.state import RunState
-from planweave.errors import JournalError, PlanweaveError, RunNotFound
 from planweave.journal.base import Journal
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
-from planweave.plan.model import PlanSpec
 from planweave.runview import run_overview, run_report, stored_outputs
 
 __all__ = [  # run_report and stored_outputs are planweave.runview's, the one read model the CLI shares

@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from planweave.engine.events import Event
+from planweave.core.events import Event
 from planweave.engine.runtime import Engine, Run
 from planweave.journal.base import Journal, encode_data
 from planweave.server.runs import active_run

@@ -2,7 +2,7 @@
 
 The engine knows nothing of OpenTelemetry. :func:`instrument` subscribes a listener to the engine's events (run and
 attempt spans) and wraps the engine's tool catalog (tool-call spans, children of the attempt that made the call,
-found through :func:`~planweave.engine.context.current_step`). Nothing here runs unless :func:`instrument` is
+found through :func:`~planweave.core.context.current_step`). Nothing here runs unless :func:`instrument` is
 called: ``planweave serve`` calls it only when ``OTEL_TRACES_EXPORTER`` (or a flag) asks for traces.
 
 Span names and attributes follow one of two conventions, chosen by ``OTEL_SEMCONV_STABILITY_OPT_IN`` (the variable
@@ -66,12 +66,12 @@ except ModuleNotFoundError:  # the OpenTelemetry SDK: name the extra that brings
     raise
 
 from planweave import __version__
-from planweave.engine.context import current_step
-from planweave.engine.events import Event
+from planweave.core.context import current_step
+from planweave.core.errors import PlanweaveError, RunError, RunNotFound
+from planweave.core.events import Event
+from planweave.core.plan.catalog import ToolCatalog, ToolSpec
 from planweave.engine.runtime import Engine, Run
-from planweave.errors import PlanweaveError, RunError, RunNotFound
 from planweave.models.admission import EndpointScheduler, Outcome, Ticket, add_decision_listener
-from planweave.plan.catalog import ToolCatalog, ToolSpec
 from planweave.tools.safety import SecretRedactor
 
 __all__ = ["TelemetryError", "instrument", "meter_provider_from_env", "semconv_from_env", "tracer_provider_from_env"]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 
 TOKEN_ENV = "PLANWEAVE_TOKEN"
 TOKEN_FILE_ENV = "PLANWEAVE_TOKEN_FILE"

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from planweave.errors import PlanweaveError
+from planweave.core.errors import PlanweaveError
 from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
 
 PREFIX = "scripted:"

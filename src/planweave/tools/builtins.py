@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
-from planweave.engine.context import current_step
-from planweave.errors import ToolError
-from planweave.plan.model import MAX_SECONDS
+from planweave.core.context import current_step
+from planweave.core.errors import ToolError
+from planweave.core.plan.model import MAX_SECONDS
 from planweave.tools.isolation import run_in_thread
 from planweave.tools.registry import Tool, Toolbox
 

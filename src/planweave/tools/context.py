@@ -13,9 +13,9 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from planweave.engine.context import current_step
-from planweave.errors import RunError, ToolError
-from planweave.plan.refs import Interpolation, RefResolutionError, RefSyntaxError, compile_args, parse_ref
+from planweave.core.context import current_step
+from planweave.core.errors import RunError, ToolError
+from planweave.core.plan.refs import Interpolation, RefResolutionError, RefSyntaxError, compile_args, parse_ref
 from planweave.tools.registry import Tool
 
 __all__ = ["MAX_READ_CHARS", "context_read_tool", "prompt_by_reference", "read_output", "referencing_llm_tool"]

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from planweave.errors import ToolError
+from planweave.core.errors import ToolError
 
 if TYPE_CHECKING:
     from multiprocessing.connection import Connection

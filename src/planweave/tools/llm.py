@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 from planweave.allocate import AllocationSeam, Verifier, allocated_call
 from planweave.allocate.cascade_seam import CascadeSeam, cascaded_call
-from planweave.engine.context import current_step
-from planweave.errors import ToolError
+from planweave.core.context import current_step
+from planweave.core.errors import ToolError
 from planweave.models import (
     DEFAULT_MAX_TOKENS,
     Budget,

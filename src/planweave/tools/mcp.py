@@ -39,7 +39,7 @@ except ModuleNotFoundError:  # the MCP SDK: name the extra that brings it
     require("mcp", "planweave.tools.mcp (MCP servers)")
     raise
 
-from planweave.errors import PlanweaveError, ToolError, did_you_mean
+from planweave.core.errors import PlanweaveError, ToolError, did_you_mean
 from planweave.tools.registry import Tool, Toolbox
 
 __all__ = ["MCPServer", "MCPServerError", "MCPTool", "ServerConnection", "connect_mcp"]

@@ -11,9 +11,9 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from planweave.engine.context import current_step_var
-from planweave.errors import ToolError, did_you_mean
-from planweave.plan.cache import CachePolicy, declared_policy
+from planweave.core.context import current_step_var
+from planweave.core.errors import ToolError, did_you_mean
+from planweave.core.plan.cache import CachePolicy, declared_policy
 from planweave.tools.isolation import run_in_process, run_in_thread
 
 
@@ -239,7 +239,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Toolbox(Mapping[str, Tool]):
-    """A set of tools by name; a :class:`~planweave.plan.ToolCatalog` for validation.
+    """A set of tools by name; a :class:`~planweave.core.plan.ToolCatalog` for validation.
 
     Tools may hold resources (the ``http.*`` tools' connection pool): :meth:`aclose` releases them. The engine
     closes the toolbox it was given when it closes; tools stay usable after that (they open what they need again).

@@ -23,9 +23,9 @@ from typing import Any
 import orjson
 from pydantic import BaseModel
 
-from planweave.engine.context import current_step
-from planweave.engine.events import Event
-from planweave.errors import RunError, ToolError
+from planweave.core.context import current_step
+from planweave.core.errors import RunError, ToolError
+from planweave.core.events import Event
 from planweave.tools.builtins import run_program, shell
 from planweave.tools.registry import Tool, Toolbox
 

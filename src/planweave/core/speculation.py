@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from planweave.plan.graph import Plan
-from planweave.plan.model import SpeculationMode, SpeculationSpec, Step, StepStatus
-from planweave.plan.refs import RefResolutionError, render
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import SpeculationMode, SpeculationSpec, Step, StepStatus
+from planweave.core.plan.refs import RefResolutionError, render
 
 PredictionSource = Literal["plan", "history", "model", "speculation"]
 """Where a predicted output comes from: the plan's ``predict:``, an earlier attempt of the run with the same tool

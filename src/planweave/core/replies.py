@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from planweave.engine.events import Event
-from planweave.errors import ReplyRefused
+from planweave.core.errors import ReplyRefused
+from planweave.core.events import Event
 
 __all__ = ["GIVEN_KINDS", "REPLY_KINDS", "decision_of", "describe_reply", "refusal", "reply_events", "standing_reply"]
 

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from planweave.plan.model import PlanSpec
+from planweave.core.plan.model import PlanSpec
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "plan.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "plan.schema.json"
 
 
 def plan_json_schema() -> dict[str, Any]:

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from planweave.plan.catalog import ToolSpec
-from planweave.plan.model import MAX_SECONDS, CacheSpec, PlanSpec, Step
+from planweave.core.plan.catalog import ToolSpec
+from planweave.core.plan.model import MAX_SECONDS, CacheSpec, PlanSpec, Step
 
 #: Tools that wait for a person: their answer is never a cached one.
 PEOPLE_TOOLS = frozenset({"human.input"})

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from planweave.errors import PlanProblem
+from planweave.core.errors import PlanProblem
 
 MAX_DEPTH = 100
 """The deepest nesting of objects and lists a plan document may have."""

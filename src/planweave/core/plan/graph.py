@@ -12,13 +12,13 @@ from typing import Any, cast
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from planweave.errors import PlanInvalid, PlanProblem, did_you_mean
-from planweave.plan import passes
-from planweave.plan.catalog import ToolCatalog
-from planweave.plan.critical import critical_path, slacks, upward_ranks
-from planweave.plan.document import Positions, in_plan_order, path_parts, placed, problem_path
-from planweave.plan.model import Claim, PlanSpec, Step, StepDefaults
-from planweave.plan.refs import Compiled, Interpolation, Ref
+from planweave.core.errors import PlanInvalid, PlanProblem, did_you_mean
+from planweave.core.plan import passes
+from planweave.core.plan.catalog import ToolCatalog
+from planweave.core.plan.critical import critical_path, slacks, upward_ranks
+from planweave.core.plan.document import Positions, in_plan_order, path_parts, placed, problem_path
+from planweave.core.plan.model import Claim, PlanSpec, Step, StepDefaults
+from planweave.core.plan.refs import Compiled, Interpolation, Ref
 
 _STEP_KEYS = tuple(Step.model_fields)
 _DEFAULTABLE = frozenset({"timeout", "heartbeat", "retries"})  # the keys a plan's `defaults` can fill
@@ -450,8 +450,8 @@ def validate_plan(
 
     ``tools`` None skips tool checks; ``capacities`` None skips claim checks (else every claimed resource must be
     declared and no claim may exceed its capacity). The plan's ``defaults`` are applied to the steps of the
-    :class:`Plan` (see :mod:`planweave.plan.defaults`); ``spec`` stays as written. The checks are the passes of
-    :mod:`planweave.plan.passes`, run step by step so that the problems come in the order of the steps.
+    :class:`Plan` (see :mod:`planweave.core.plan.defaults`); ``spec`` stays as written. The checks are the passes of
+    :mod:`planweave.core.plan.passes`, run step by step so that the problems come in the order of the steps.
     """
     problems: list[PlanProblem] = []
     steps = passes.step_ids(spec, problems)

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from planweave.errors import PlanError, PlanInvalid, PlanProblem
-from planweave.plan.graph import Plan, validate_plan
-from planweave.plan.model import PlanSpec, Step
-from planweave.plan.refs import compile_args, rename_refs
+from planweave.core.errors import PlanError, PlanInvalid, PlanProblem
+from planweave.core.plan.graph import Plan, validate_plan
+from planweave.core.plan.model import PlanSpec, Step
+from planweave.core.plan.refs import compile_args, rename_refs
 
 _DEAD = ("failed", "cancelled", "skipped")
 

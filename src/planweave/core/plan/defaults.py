@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from planweave.plan.model import MAX_SECONDS, PlanSpec, Step, StepDefaults
+from planweave.core.plan.model import MAX_SECONDS, PlanSpec, Step, StepDefaults
 
 DEFAULT_STEP_TIMEOUT = 600.0
 """Seconds per attempt for steps of a plan file that set no timeout, when neither the plan nor the CLI gives one."""

@@ -103,7 +103,7 @@ class VirtualClock:
     def now(self) -> float:
         loop = asyncio.get_running_loop()
         if not isinstance(loop, VirtualEventLoop):
-            raise RuntimeError("VirtualClock needs its event loop: run the program with planweave.clock.run_virtual()")
+            raise RuntimeError("VirtualClock needs its event loop: run the program with planweave.run_virtual()")
         return loop.time()
 
     async def sleep(self, seconds: float) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from planweave.engine.events import (
+from planweave.core.errors import JournalError
+from planweave.core.events import (
     AnswerData,
     ApprovalGivenData,
     ApprovalRequestedData,
@@ -39,10 +40,9 @@ from planweave.engine.events import (
     StepStartedData,
     StepSucceededData,
 )
-from planweave.engine.splice import splice_diff
-from planweave.errors import JournalError
-from planweave.plan.graph import Plan
-from planweave.plan.model import Step, StepStatus
+from planweave.core.plan.graph import Plan
+from planweave.core.plan.model import Step, StepStatus
+from planweave.core.splice import splice_diff
 
 __all__ = ["ACTIVE", "TRANSITIONS", "AttemptOutcome", "OnFailure", "RunState", "RunStatus", "StepRecord"]
 
@@ -208,8 +208,8 @@ class RunState:
     @classmethod
     def from_events(cls, run_id: str, events: Sequence[Event]) -> RunState:
         """Fold a run's journaled events (the first must be ``run_created``) into its state."""
-        from planweave.plan.graph import parse_plan_document, validate_plan
-        from planweave.plan.model import PlanSpec
+        from planweave.core.plan.graph import parse_plan_document, validate_plan
+        from planweave.core.plan.model import PlanSpec
 
         if not events or events[0].kind != "run_created":
             first = events[0].kind if events else "nothing"
@@ -533,7 +533,7 @@ class RunState:
         return self._rebase(new_plan, set(diff.added), event, data)
 
     def _steps_added(self, event: Event, data: StepsAddedData) -> Sequence[str]:
-        from planweave.plan.model import Step
+        from planweave.core.plan.model import Step
 
         steps = [s if isinstance(s, Step) else Step.model_validate(s) for s in data.get("steps", ())]
         version = int(data.get("version", self.plan.version))
@@ -561,8 +561,8 @@ class RunState:
         return self._rebase(new_plan, {s.id for s in steps}, event, data)
 
     def _plan_from(self, raw: Any, version: int, parent: int | None) -> Plan:
-        from planweave.plan.graph import parse_plan_document, validate_plan
-        from planweave.plan.model import PlanSpec
+        from planweave.core.plan.graph import parse_plan_document, validate_plan
+        from planweave.core.plan.model import PlanSpec
 
         spec = raw if isinstance(raw, PlanSpec) else parse_plan_document(raw, f"run '{self.run_id}' version {version}")
         return validate_plan(spec, version=version, parent=parent, source=f"run '{self.run_id}' version {version}")

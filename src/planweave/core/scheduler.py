@@ -16,7 +16,7 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from planweave.plan.model import Claim
+from planweave.core.plan.model import Claim
 
 T = TypeVar("T")
 

@@ -1,4 +1,4 @@
-"""The passes of :func:`planweave.plan.graph.validate_plan`, each small and checked on its own (pure: no I/O).
+"""The passes of :func:`planweave.core.plan.graph.validate_plan`, each small and checked on its own (pure: no I/O).
 
 A pass appends the problems it finds to a list and returns what later passes build on. ``validate_plan`` runs
 :func:`step_ids` once, then, step by step, :func:`step_references` (arguments, ``after``, the fallback's arguments
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from planweave.errors import PlanProblem, did_you_mean
-from planweave.plan.cache import step_cache_problems
-from planweave.plan.catalog import ToolCatalog, missing_builtin_hint
-from planweave.plan.defaults import step_with_defaults
-from planweave.plan.model import PlanSpec, Step
-from planweave.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
+from planweave.core.errors import PlanProblem, did_you_mean
+from planweave.core.plan.cache import step_cache_problems
+from planweave.core.plan.catalog import ToolCatalog, missing_builtin_hint
+from planweave.core.plan.defaults import step_with_defaults
+from planweave.core.plan.model import PlanSpec, Step
+from planweave.core.plan.refs import Compiled, Ref, RefSyntaxError, compile_args
 
 NO_ARGS: dict[str, Compiled] = {}  # the template of every step without arguments: read-only by contract
 NO_DEFERRED: frozenset[str] = frozenset()
@@ -162,7 +162,7 @@ def _check_verifies(sid: str, step: Step, steps: Mapping[str, Step], deps: _Deps
 
 def step_tool(sid: str, step: Step, tools: ToolCatalog, deferred: frozenset[str], problems: list[PlanProblem]) -> None:
     """The step's tool exists, its arguments fit the tool's schema (those holding references: at call time), and a
-    ``cache:`` it asks for is safe (:func:`planweave.plan.cache.step_cache_problems`)."""
+    ``cache:`` it asks for is safe (:func:`planweave.core.plan.cache.step_cache_problems`)."""
     tool = tools.get(step.tool)
     if tool is None:
         hint = missing_builtin_hint(step.tool, tools) or did_you_mean(step.tool, tools)

@@ -1,8 +1,8 @@
 """The plan model (pure core): steps, references, validation, fingerprints and critical paths."""
 
-from planweave.plan.catalog import ToolCatalog, ToolSpec
-from planweave.plan.graph import Plan, parse_plan_document, validate_plan
-from planweave.plan.model import Estimate, PlanSpec, RetryPolicy, Step, StepStatus
+from planweave.core.plan.catalog import ToolCatalog, ToolSpec
+from planweave.core.plan.graph import Plan, parse_plan_document, validate_plan
+from planweave.core.plan.model import Estimate, PlanSpec, RetryPolicy, Step, StepStatus
 
 __all__ = [
     "Estimate",

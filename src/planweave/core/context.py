@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from planweave.clock import Clock
-from planweave.plan.model import StepExecutor
+from planweave.core.clock import Clock
+from planweave.core.plan.model import StepExecutor
 
 NO_RESOURCES: Mapping[str, int] = MappingProxyType({})
 
@@ -90,10 +90,10 @@ class StepContext(NamedTuple):
     async def ask(self, prompt: str, schema: Mapping[str, Any] | None = None) -> Any:
         """Wait for a person to give this step a value (``waiting_input``); return it (call from the loop's thread).
 
-        Raises :class:`~planweave.errors.RunError` outside a run.
+        Raises :class:`~planweave.core.errors.RunError` outside a run.
         """
         if self.sink is None:
-            from planweave.errors import RunError
+            from planweave.core.errors import RunError
 
             raise RunError(f"step '{self.step_id}' has no run to ask a person through")
         return await self.sink.step_input(self.step_id, prompt, schema)
