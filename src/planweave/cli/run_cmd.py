@@ -102,7 +102,8 @@ class AgentFlags:
         return _endpoint(self.base_url, self.access)
 
     async def planning_loop(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox,
-                            budget: Budget | None = None) -> PlanningLoop:
+                            budget: Budget | None = None, *, pressure: float | None = None,
+                            recall: Callable[[str], Awaitable[str]] | None = None) -> PlanningLoop:
         """A :class:`planweave.planning.PlanningLoop` on a client opened for the life of ``stack``, with ``llm``
         (spending ``budget`` if given: a resumed run's, charged with what it spent; else a fresh one)."""
         from planweave.models import open_routes, resolve_model
@@ -123,17 +124,20 @@ class AgentFlags:
         draft = None if self.draft_model is None else \
             await stack.enter_async_context(resolve_model(self.draft_model, endpoint=endpoint))
         base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-        loop = build_planning_loop(engine, client, base, self.limits(), plan_max_tokens=self.plan_max_tokens,
-                                   ask_human=self.ask_human, budget=budget, tiers=self.tiers, draft=draft,
-                                   context=self.context, subplans=self.subplans,
-                                   endpoint=endpoint if not endpoint.default else None)
+        limits = self.limits()
+        spend = budget if budget is not None else limits.budget()  # the loop's budget, the allocation's too
+        planner = None
         if self.planner_auto and self.tiers is not None:
             from planweave.allocate.planner_alloc import PlannerAllocation
 
             deadline_at = None if self.deadline is None else engine.clock.now() + self.deadline
-            loop.cascade = PlannerAllocation(self.tiers, budget=loop.budget, deadline_at=deadline_at,
-                                             history=_history(engine), now=engine.clock.now)
-        return loop
+            planner = PlannerAllocation(self.tiers, budget=spend, deadline_at=deadline_at,
+                                        history=_history(engine), now=engine.clock.now)
+        return build_planning_loop(engine, client, base, limits, plan_max_tokens=self.plan_max_tokens,
+                                   ask_human=self.ask_human, budget=spend, tiers=self.tiers, draft=draft,
+                                   context=self.context, subplans=self.subplans,
+                                   endpoint=endpoint if not endpoint.default else None, pressure=pressure,
+                                   memory=recall, planner=planner)
 
     def limits(self) -> RunLimits:
         """The run's limits as the server gets them from a request (a zero budget is a budget)."""
@@ -843,9 +847,9 @@ def run(
             async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
                 from planweave.planning.goal import launch_goal
 
-                loop = await agent.planning_loop(engine, stack, toolbox)
-                loop.pressure = pressure  # journaled: a resume watches it again
-                loop.recall = await _open_recall(stack, session.journal_url, memory, memory_embed)
+                # pressure journaled: a resume watches it again
+                loop = await agent.planning_loop(engine, stack, toolbox, pressure=pressure, recall=await _open_recall(
+                    stack, session.journal_url, memory, memory_embed))
                 # the run, and with --deadline-pressure the forecast it acts on (a goal run has none otherwise)
                 return await launch_goal(loop, goal_text, run_id=run_id, priority=priority, forecast=False)
 

@@ -9,8 +9,8 @@ so a limit given to either edge means the same thing. A zero budget is a budget 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
-from typing import Literal
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal
 
 from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
 from planweave.allocate.model import TierTable
@@ -60,6 +60,10 @@ def build_planning_loop(
     draft: ModelClient | None = None,
     context: Literal["references", "summary"] | None = None,
     endpoint: Endpoint | None = None,
+    pressure: float | None = None,
+    origin: str | None = None,
+    parent: Mapping[str, Any] | None = None,
+    planner: PlannerCascade | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -77,6 +81,9 @@ def build_planning_loop(
     child run plans with its parent's. Both it and ``subplans`` are journaled, so a resume passes them again, as is
     ``endpoint``: the one ``client`` was opened on when given (its base URL unless it carries a credential, the name of
     its key's variable and its headers' names; never a key nor a header's value).
+    ``pressure`` (a deadline-pressure threshold), ``origin`` (who started the run) and ``parent`` (a sub-plan's
+    link to its parent) are journaled too (:class:`PlanningLoop`). ``planner`` takes the place of the tiers' planner
+    cascade (an allocated planner, :class:`planweave.allocate.planner_alloc.PlannerAllocation`, on ``budget``).
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
@@ -90,10 +97,10 @@ def build_planning_loop(
         options = dataclasses.replace(options, context=context)
     if draft is not None:
         options = dataclasses.replace(options, draft=draft)
-    loop = PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits,
-                        cascade=None if tiers is None else PlannerCascade(tiers), endpoint=endpoint)
-    loop.recall = memory
-    return loop
+    if planner is None and tiers is not None:
+        planner = PlannerCascade(tiers)
+    return PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits, cascade=planner,
+                        endpoint=endpoint, pressure=pressure, recall=memory, origin=origin, parent=parent)
 
 
 def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: RunLimits, spend: Budget | None,
@@ -103,10 +110,10 @@ def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: R
     client, with the tools it is given and its slice of ``spend``."""
 
     def build(child_tools: Toolbox, child_limits: RunLimits, child_budget: Budget | None,
-              child_depth: int) -> PlanningLoop:
+              child_depth: int, parent: Mapping[str, Any]) -> PlanningLoop:
         return build_planning_loop(engine, client, child_tools, child_limits, plan_max_tokens=plan_max_tokens,
                                    budget=child_budget, max_depth=max_depth, subplan_depth=child_depth,
-                                   context=context)
+                                   context=context, parent=parent)
 
     # the parent's deadline is read from its journal when a child starts: the loop may be built before the clock
     # runs (a VirtualClock needs its event loop), and a resumed parent keeps the end it was started with

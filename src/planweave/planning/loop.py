@@ -133,7 +133,20 @@ class PlanningLoop:
         limits: RunLimits | None = None,
         cascade: PlannerCascade | None = None,
         endpoint: Endpoint | None = None,
+        pressure: float | None = None,
+        recall: Callable[[str], Awaitable[str]] | None = None,
+        origin: str | None = None,
+        parent: Mapping[str, Any] | None = None,
     ) -> None:
+        """A loop for one goal run on ``engine``, planning with ``client`` and ``tools``, built complete here.
+
+        ``limits`` are journaled in ``run_created`` (``options.limits``) beside ``pressure`` (a deadline-pressure
+        threshold, --deadline-pressure), ``origin`` (who started it: a server's recovery resumes its own) and
+        ``parent`` (a sub-plan's link to its parent run, step and depth: planning/subplans.py), so a resume applies
+        them again. ``cascade``: the planner's model tier, escalated when its monitors fire. ``recall`` (memory across
+        runs, :class:`planweave.memory.MemoryRecall`): the goal -> a prompt section of verified lessons and skills,
+        asked once before the initial plan.
+        """
         if options.ask_human and "human.input" not in tools:
             raise ValueError("ask_human needs the 'human.input' tool in the catalog (planweave.builtin_tools() has "
                              "it)")
@@ -145,14 +158,11 @@ class PlanningLoop:
         self.limits = limits  # journaled in run_created (options.limits), so a resume applies them again
         # The endpoint the client was given: its base URL and key variable journaled beside them (never the key).
         self.endpoint = endpoint
-        self.pressure: float | None = None  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
+        self.pressure = pressure  # a deadline-pressure threshold to journal beside them (--deadline-pressure)
         self.cascade = cascade  # the planner's model tier: escalated when its monitors fire (allocate/cascade_seam)
-        # A sub-plan's link to its parent (run, step, depth: planning/subplans.py), journaled in run_created.
-        self.parent: Mapping[str, Any] | None = None
-        self.origin: str | None = None  # who started it, journaled (options.limits.origin): a server's recovery
-        # Memory across runs (planweave.memory.MemoryRecall): the goal -> a prompt section of verified lessons and
-        # skills, asked once before the initial plan. None: no memory.
-        self.recall: Callable[[str], Awaitable[str]] | None = None
+        self.parent = parent  # a sub-plan's link to its parent (run, step, depth), journaled in run_created
+        self.origin = origin  # who started it, journaled (options.limits.origin): a server's recovery
+        self.recall = recall  # memory across runs: None, no memory
         self._triggers: list[_Trigger] = []
         self._wake = asyncio.Event()
         self._replans = 0

@@ -48,7 +48,7 @@ DEFAULT_MAX_DEPTH = 3  # a root goal run is at depth 0; its children at 1, their
 SUMMARY_CHARS = 200
 
 #: Builds a child's planning loop: (tools it may call, its limits, its budget, its depth) -> loop.
-LoopBuilder = Callable[[Toolbox, RunLimits, "Budget | None", int], "PlanningLoop"]
+LoopBuilder = Callable[[Toolbox, RunLimits, "Budget | None", int, Mapping[str, Any]], "PlanningLoop"]
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,8 @@ def plan_tool(seam: SubplanSeam) -> Tool:
             child_budget = limits.budget()
         reservation = _reserve(seam.budget, share, child_id)
         loop = seam.build(child_tools, RunLimits(limits.budget_usd, limits.budget_tokens, child_deadline,
-                                                 limits.max_replans), child_budget, depth)
-        loop.parent = {"run": ctx.run_id, "step": ctx.step_id, "depth": depth}
+                                                 limits.max_replans), child_budget, depth,
+                          {"run": ctx.run_id, "step": ctx.step_id, "depth": depth})
         try:
             child = await (loop.resume(child_id) if existing is not None else loop.start(goal, run_id=child_id,
                                                                                        priority=parent.priority))

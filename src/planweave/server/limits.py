@@ -189,14 +189,15 @@ class ServerModel:
         return run
 
     def planning_loop(self, limits: RunLimits, *, context: Literal["references", "summary"] | None = None,
-                      subplans: bool = True) -> PlanningLoop:
+                      subplans: bool = True, origin: str | None = None,
+                      pressure: float | None = None) -> PlanningLoop:
         """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
         ``planweave run --goal`` builds it (the same budget, deadline, re-plans and planning options; ``context``
         and ``subplans`` as its --context and --no-subplans)."""
         from planweave.planning import build_planning_loop
 
         return build_planning_loop(self.engine, self.client, self.base, limits, context=context, subplans=subplans,
-                                   endpoint=self.asked)
+                                   endpoint=self.asked, origin=origin, pressure=pressure)
 
     async def start_goal(self, goal: str, run_id: str | None, limits: RunLimits, priority: float = 0.0, *,
                          context: Literal["references", "summary"] | None = None, subplans: bool = True,
@@ -224,9 +225,8 @@ class ServerModel:
                           pressure: float | None) -> Run:
         from planweave.planning.goal import launch_goal
 
-        loop = self.planning_loop(limits, context=context, subplans=subplans)
-        loop.origin = GOAL_ORIGIN  # journaled: this server's recovery resumes it (RunIndex.orphans)
-        loop.pressure = pressure
+        # origin journaled: this server's recovery resumes it (RunIndex.orphans)
+        loop = self.planning_loop(limits, context=context, subplans=subplans, origin=GOAL_ORIGIN, pressure=pressure)
         return await launch_goal(loop, goal, run_id=run_id, priority=priority)
 
     async def resume_goal(self, run_id: str, recorded: JournaledLimits, *, retry_unknown: bool = False) -> Run:
@@ -247,9 +247,8 @@ class ServerModel:
                            kept.max_replans)
         model, stack = await self.on_endpoint(journaled_endpoint(recorded, run_id, self.policy))
         loop = build_planning_loop(self.engine, model.client, self.base, limits, budget=recorded.budget(),
-                                   tiers=tiers, context=context, subplans=subplans, endpoint=model.asked)
-        loop.origin = recorded.origin
-        loop.pressure = recorded.pressure
+                                   tiers=tiers, context=context, subplans=subplans, endpoint=model.asked,
+                                   origin=recorded.origin, pressure=recorded.pressure)
         try:
             run = await loop.resume(run_id, retry_unknown=retry_unknown)
         except BaseException:
