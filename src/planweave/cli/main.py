@@ -39,6 +39,7 @@ import typer
 
 from planweave import __version__
 from planweave.cli.common import JSON_PRINTED, ExitCode, UsageError, print_json
+from planweave.cli.help_types import TypedHelpGroup
 
 if TYPE_CHECKING:
     from planweave.cli.inspect_cmd import JournaledRun, read_run, read_runs
@@ -92,6 +93,7 @@ def build_app(command: str | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        cls=TypedHelpGroup,
     )
     built.callback()(root)
     only = [module for module, names in COMMAND_GROUPS.items() if command in names]
