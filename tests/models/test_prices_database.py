@@ -68,7 +68,7 @@ def test_prices_tiered_by_prompt_length_are_computed_by_the_database() -> None:
     table = PriceTable()
     short, long = table.cost("claude-sonnet-4-5", 100_000, 0), table.cost("claude-sonnet-4-5", 300_000, 0)
     assert short == pytest.approx(0.3) and long == pytest.approx(1.8)  # past 200k tokens every token costs $6/M
-    assert table.lookup("claude-sonnet-4-5") == Price(3.0, 15.0, 0.3)  # the base rates
+    assert table.lookup("claude-sonnet-4-5") == Price(3.0, 15.0, 0.3, 3.75)  # the base rates (cache read, write)
 
 
 @pytest.mark.parametrize("model", ["my-llama-70b", "meta-llama/Llama-3.3-70B-Instruct", "local-llama", "scripted"])

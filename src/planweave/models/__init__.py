@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planweave.models.admission import (
     Admission,
@@ -34,6 +34,9 @@ from planweave.models.base import (
     ModelClient,
     Role,
     StructuredMode,
+    ToolCall,
+    ToolCallDelta,
+    ToolSpec,
     Usage,
     UsageSource,
     check_schema,
@@ -51,6 +54,7 @@ from planweave.models.errors import (
     ProviderError,
     RateLimited,
 )
+from planweave.models.dialects import Dialect, dialect_of, split_model
 from planweave.models.pricing import (
     CHARS_PER_TOKEN,
     DEFAULT_MAX_TOKENS,
@@ -61,13 +65,18 @@ from planweave.models.pricing import (
     worst_case,
 )
 
+if TYPE_CHECKING:
+    from planweave.models.openai import OpenAIChatClient
+
 
 @asynccontextmanager
 async def resolve_model(name: str, *, endpoint: Endpoint | None = None, **options: Any) -> AsyncIterator[ModelClient]:
     """Open a client for a ``--model`` name: ``local`` starts the bundled local model server, ``scripted:FILE``
     serves a script's answers on 127.0.0.1 (offline planning, no model: docs/offline.md), anything else is an
-    OpenAI-compatible model at ``endpoint`` (its base URL, key and headers; the parts it leaves unset:
-    ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``). Keyword ``options`` go to the client; ``admission`` defaults to the
+    model at ``endpoint`` (its base URL, key and headers) in the dialect its name says
+    (:mod:`planweave.models.dialects`): ``anthropic:claude-...`` Anthropic Messages (unset parts:
+    ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``), ``openai-responses:gpt-...`` the OpenAI Responses API, else
+    Chat Completions (``openai:`` or no prefix; unset parts: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``). Keyword ``options`` go to the client; ``admission`` defaults to the
     process's, see :func:`planweave.models.admission.default_admission`. Closes it all on exit. Raises
     :class:`~planweave.models.endpoint.EndpointError` when the endpoint's ``api_key_env`` is unset."""
     from planweave.models.admission import default_admission
@@ -94,8 +103,26 @@ async def resolve_model(name: str, *, endpoint: Endpoint | None = None, **option
         async with local_client(**options) as client:
             yield client
         return
-    async with OpenAIChatClient(name, **options) as client:
+    async with client_class(name)(name, **options) as client:
         yield client
+
+
+def client_class(name: str) -> type[OpenAIChatClient]:
+    """The client class of a model name's dialect (:func:`planweave.models.dialects.split_model`)."""
+    from planweave.models.dialects import dialect_of
+
+    dialect = dialect_of(name)
+    if dialect == "anthropic":
+        from planweave.models.anthropic import AnthropicClient
+
+        return AnthropicClient
+    if dialect == "responses":
+        from planweave.models.openai_responses import OpenAIResponsesClient
+
+        return OpenAIResponsesClient
+    from planweave.models.openai import OpenAIChatClient
+
+    return OpenAIChatClient
 
 
 async def open_routes(stack: AsyncExitStack, client: ModelClient, endpoints: Mapping[str, Endpoint],
@@ -122,6 +149,7 @@ __all__ = [
     "Completion",
     "CompletionRequest",
     "Delta",
+    "Dialect",
     "Endpoint",
     "EndpointError",
     "EndpointLimits",
@@ -142,6 +170,9 @@ __all__ = [
     "RoutedClient",
     "StreamMeter",
     "StructuredMode",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolSpec",
     "Usage",
     "UsageSource",
     "acquire_call",
@@ -149,9 +180,12 @@ __all__ = [
     "approx_tokens",
     "call_context",
     "check_schema",
+    "client_class",
+    "dialect_of",
     "load_model_limits",
     "open_routes",
     "parse_headers",
     "resolve_model",
+    "split_model",
     "worst_case",
 ]

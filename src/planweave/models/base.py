@@ -13,9 +13,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 Role = Literal["system", "user", "assistant"]
 UsageSource = Literal["server", "estimated"]
-StructuredMode = Literal["json_schema", "json_object", "prompt"]
-"""How structured output was asked for: ``response_format`` json_schema, json_object with a schema, or only the
-prompt (the reply is then checked client-side)."""
+StructuredMode = Literal["json_schema", "json_object", "prompt", "tool"]
+"""How structured output was asked for: ``response_format`` json_schema (Chat Completions; ``text.format`` in the
+Responses API), json_object with a schema, only the prompt, or a forced tool whose input is the reply (Anthropic
+Messages). The reply is checked against the schema client-side in every mode."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +25,46 @@ class Message:
 
     role: Role
     content: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A function the model may call: its name, what it does and a JSON schema of its arguments (an object)."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}}, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A call of a :class:`ToolSpec` the model made: the provider's call id, the function and its arguments as the
+    JSON text the model wrote (:meth:`parsed_arguments` parses it)."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def parsed_arguments(self) -> Any:
+        """The arguments as JSON; ValueError naming the tool when the model wrote something else."""
+        import json
+
+        try:
+            return json.loads(self.arguments or "{}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"tool call '{self.name}' ({self.id}): arguments are not JSON ({exc})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of a streamed tool call: ``index`` tells the calls of one reply apart; ``id`` and ``name`` come with
+    the call's first piece (None after), ``arguments`` is the next piece of its JSON arguments."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +83,9 @@ class CompletionRequest:
     schema_name: str = "result"
     stop: tuple[str, ...] = ()
     logprobs: int | None = None  # ask for each token's top N logprobs (where the endpoint gives them)
+    tools: tuple[ToolSpec, ...] = ()
+    tool_choice: str = "auto"
+    """With ``tools``: ``"auto"`` (the model decides), ``"required"`` (some tool), ``"none"``, or a tool's name."""
 
     @classmethod
     def of(cls, prompt: str, *, system: str | None = None, **options: Any) -> CompletionRequest:
@@ -70,6 +114,7 @@ class Delta:
 
     text: str
     usage: Usage | None = None
+    tool_call: ToolCallDelta | None = None  # with ``text`` "": a piece of a tool call (requests with ``tools``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +122,10 @@ class Completion:
     """A finished model call: the reply, its parsed JSON (when a schema was asked for), usage and cost.
 
     ``usage_source`` says whether the token counts came from the server or were estimated (four characters per
-    token) because it sent none. ``cost_usd`` is None when the price table has no price for ``model``.
+    token) because it sent none. ``cost_usd`` is None when the price table has no price for ``model`` (or for a kind
+    of token the call used, such as cache writes). ``prompt_tokens`` counts every input token, those read from the
+    provider's cache (``cached_tokens``) and written to it (``cache_write_tokens``) included; ``completion_tokens``
+    counts every output token, reasoning included (``reasoning_tokens``: None when the provider does not say).
     """
 
     text: str
@@ -92,6 +140,11 @@ class Completion:
     first_token_s: float | None = None
     duration_s: float = 0.0
     logprobs: tuple[tuple[float, ...], ...] | None = field(default=None, compare=False)  # per token, best first
+    tool_calls: tuple[ToolCall, ...] = ()
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int | None = None
+    reasoning: str = ""  # the reasoning summary or thinking text the provider showed, if any
 
     @property
     def total_tokens(self) -> int:

@@ -53,10 +53,14 @@ from planweave.models.base import (
     Delta,
     Message,
     StructuredMode,
+    ToolCall,
+    ToolCallDelta,
+    ToolSpec,
     Usage,
     UsageSource,
     check_schema,
 )
+from planweave.models.dialects import Dialect, wire_name
 from planweave.models.errors import (
     CallRefused,
     MalformedOutput,
@@ -170,6 +174,21 @@ def _json_value(text: str) -> Any:
         return orjson.loads(t[min(starts) : end + 1])
 
 
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole (not streamed) reply, read from a dialect's response body: usage in Chat Completions' shape
+    (``prompt_tokens``, ``completion_tokens``, ``prompt_tokens_details.cached_tokens``,
+    ``completion_tokens_details.reasoning_tokens``, ``cache_write_tokens``) whatever the dialect."""
+
+    text: str
+    model: str | None
+    usage: Mapping[str, Any] | None
+    finish_reason: str | None
+    logprobs: tuple[tuple[float, ...], ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str = ""
+
+
 class OpenAIChatClient:
     """A client for one OpenAI-compatible endpoint; ``model`` is the default model of requests that name none.
 
@@ -182,7 +201,17 @@ class OpenAIChatClient:
     ``http`` client passed in keeps its own timeouts and is not closed by this one. ``headers`` go with every request
     (their values, like the key, are hidden from error messages); a run's or a tier's endpoint gives them
     (:class:`~planweave.models.endpoint.Endpoint`).
+
+    The transport (retries, admission, timeouts, stream accounting) is this class's; the wire format is in a few
+    methods a dialect's client overrides (:mod:`planweave.models.openai_responses`,
+    :mod:`planweave.models.anthropic`): ``_payload``, ``_reply``, ``_event_text``, ``_auth_headers``, ``_adapt``.
     """
+
+    dialect: Dialect = "chat"
+    path = "/chat/completions"
+    default_base_url = DEFAULT_BASE_URL
+    base_url_env = "OPENAI_BASE_URL"
+    key_env = "OPENAI_API_KEY"
 
     def __init__(
         self,
@@ -201,9 +230,9 @@ class OpenAIChatClient:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self._model = model
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-        self._headers = {**(headers or {}), **({"Authorization": f"Bearer {key}"} if key else {})}
+        self.base_url = (base_url or self._env_base_url() or self.default_base_url).rstrip("/")
+        key = api_key if api_key is not None else os.environ.get(self.key_env)
+        self._headers = {**(headers or {}), **self._auth_headers(key)}
         self._key = key or ""
         self._secrets = tuple(v for v in (key, *(headers or {}).values()) if v)
         self.timeouts = timeouts
@@ -214,7 +243,15 @@ class OpenAIChatClient:
         self._own_http = http is None
         self._http = http
         self._rng = rng or random.Random()
-        self._url = f"{self.base_url}/chat/completions"
+        self._url = f"{self.base_url}{self.path}"
+
+    @classmethod
+    def _env_base_url(cls) -> str | None:
+        return os.environ.get(cls.base_url_env)
+
+    def _auth_headers(self, key: str | None) -> dict[str, str]:
+        """The headers carrying the key (the endpoint's own scheme)."""
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     @property
     def model(self) -> str:
@@ -277,7 +314,11 @@ class OpenAIChatClient:
         if self.fold_system:
             messages = _fold_system(messages)
         mode: StructuredMode | None = None
-        body: dict[str, Any] = {"model": model}
+        body: dict[str, Any] = {"model": wire_name(model)}
+        if request.tools:
+            body["tools"] = [{"type": "function", "function": _function(t)} for t in request.tools]
+            body["tool_choice"] = (request.tool_choice if request.tool_choice in ("auto", "required", "none")
+                                   else {"type": "function", "function": {"name": request.tool_choice}})
         if request.schema is not None:
             mode = compat.structured
             schema = dict(request.schema)
@@ -414,6 +455,8 @@ class OpenAIChatClient:
         first_token: float | None,
         text_events: int = 0,
         logprobs: tuple[tuple[float, ...], ...] | None = None,
+        tool_calls: tuple[ToolCall, ...] = (),
+        reasoning: str = "",
     ) -> Completion:
         """The Completion of a finished call; without server usage, a stream's text events count as its tokens
         (servers send about one token per event), else four characters make a token."""
@@ -428,13 +471,20 @@ class OpenAIChatClient:
             completion = text_events or approx_tokens(text)
         parsed = self._parse(request, text, model, finish_reason) if request.schema is not None else None
         now = asyncio.get_running_loop().time()
+        cached, written = _cached_tokens(usage), _count(usage, "cache_write_tokens") or 0
+        priced = model if wire_name(self._model) != model else self._model  # the dialect prefix helps the prices
         return Completion(
             text=text,
             model=model,
             prompt_tokens=prompt,
             completion_tokens=completion,
             usage_source=source,
-            cost_usd=self.prices.cost(model, prompt, completion, _cached_tokens(usage)),
+            cost_usd=self.prices.cost(priced, prompt, completion, cached, cache_write_tokens=written),
+            tool_calls=tool_calls,
+            cached_tokens=cached,
+            cache_write_tokens=written,
+            reasoning_tokens=_reasoning_tokens(usage),
+            reasoning=reasoning,
             finish_reason=finish_reason,
             parsed=parsed,
             structured_mode=mode,
@@ -483,7 +533,14 @@ class OpenAIChatClient:
         state.model = event.get("model") or state.model
         text = ""
         for choice in event.get("choices") or ():
-            content = (choice.get("delta") or {}).get("content")
+            delta = choice.get("delta") or {}
+            for call in delta.get("tool_calls") or ():
+                function = call.get("function") or {}
+                state.tool_piece(int(call.get("index") or 0), call.get("id"), function.get("name"),
+                                 function.get("arguments") or "")
+            if delta.get("reasoning_content"):  # vLLM's and DeepSeek's reasoning parsers
+                state.reasoning.append(str(delta["reasoning_content"]))
+            content = delta.get("content")
             if content:
                 text += content
                 state.text_events += 1
@@ -497,6 +554,26 @@ class OpenAIChatClient:
             state.usage = event["usage"]
             state.events_at_usage = state.text_events
         return text
+
+    reply_kind = "chat completion"
+
+    def _new_state(self, request: CompletionRequest, model: str) -> _StreamState:
+        """A stream's state before its first event."""
+        state = _StreamState(model, prompt_estimate=approx_prompt_tokens(m.content for m in request.messages))
+        if request.logprobs is not None:
+            state.logprobs = []
+        return state
+
+    def _reply(self, data: Any, request: CompletionRequest) -> Reply:
+        """A whole reply's parts from its JSON body (KeyError, TypeError, ...: not a reply of this dialect)."""
+        choice = data["choices"][0]
+        message = choice["message"]
+        calls = tuple(ToolCall(str(c.get("id") or ""), str(c["function"]["name"]),
+                               str(c["function"].get("arguments") or ""))
+                      for c in message.get("tool_calls") or ())
+        return Reply(message.get("content") or "", data.get("model"), data.get("usage"), choice.get("finish_reason"),
+                     tuple(_token_logprobs(choice.get("logprobs"))), calls,
+                     str(message.get("reasoning_content") or ""))
 
     def _bad_reply(self, model: str, what: str, status: int = 200, body: str = "") -> ProviderError:
         return ProviderError(f"{what}: {_excerpt(body)}", status=status, body=_excerpt(body), model=model,
@@ -517,17 +594,16 @@ class OpenAIChatClient:
                 async with self._slot(model, call, tokens, started) as grant:
                     response, mode = await self._open(request, model, stream=False)
                     try:
-                        data = orjson.loads(response.content)
-                        choice = data["choices"][0]
-                        text = choice["message"].get("content") or ""
-                    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
-                        raise self._bad_reply(model, "reply is not a chat completion", response.status_code,
+                        reply = self._reply(orjson.loads(response.content), request)
+                    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError, ValueError):
+                        raise self._bad_reply(model, f"reply is not a {self.reply_kind}", response.status_code,
                                               response.text) from None
-                    grant.done(response.status_code, tokens=_server_tokens(data.get("usage")))
-                    return self._finish(request, model=data.get("model") or model, text=text,
-                                        usage=data.get("usage"), finish_reason=choice.get("finish_reason"),
+                    grant.done(response.status_code, tokens=_server_tokens(reply.usage))
+                    return self._finish(request, model=reply.model or model, text=reply.text,
+                                        usage=reply.usage, finish_reason=reply.finish_reason,
                                         mode=mode, started=started, first_token=None,
-                                        logprobs=tuple(_token_logprobs(choice.get("logprobs"))))
+                                        logprobs=reply.logprobs, tool_calls=reply.tool_calls,
+                                        reasoning=reply.reasoning)
             except _Adapted:
                 continue
             except ModelError as exc:
@@ -556,10 +632,7 @@ class OpenAIChatClient:
                     sent = loop.time()
                     response, mode = await self._open(request, model, stream=True)
                     chunks = response.aiter_bytes()
-                    state = _StreamState(model, prompt_estimate=approx_prompt_tokens(m.content
-                                                                                     for m in request.messages))
-                    if request.logprobs is not None:
-                        state.logprobs = []
+                    state = self._new_state(request, model)
                     first_token: float | None = None
                     buffer = b""
                     ended = False
@@ -589,6 +662,11 @@ class OpenAIChatClient:
                                     first_token = loop.time()
                                 yielded = True
                                 yield Delta(text, state.usage_so_far())
+                            while state.tool_deltas:
+                                if first_token is None:
+                                    first_token = loop.time()
+                                yielded = True
+                                yield Delta("", state.usage_so_far(), tool_call=state.tool_deltas.pop(0))
                         if not ended:
                             await _drain(chunks)
                     finally:
@@ -600,7 +678,8 @@ class OpenAIChatClient:
                                               usage=state.usage, finish_reason=state.finish, mode=mode,
                                               started=started, first_token=first_token,
                                               text_events=state.text_events,
-                                              logprobs=None if state.logprobs is None else tuple(state.logprobs))
+                                              logprobs=None if state.logprobs is None else tuple(state.logprobs),
+                                              tool_calls=state.calls(), reasoning="".join(state.reasoning))
                 yield completion  # the slot is free once the reply is whole
                 return
             except _Adapted:
@@ -627,9 +706,28 @@ class _StreamState:
     done: bool = False
     prompt_estimate: int = 0
     logprobs: list[tuple[float, ...]] | None = None  # per token, best first (when the request asked for them)
+    tools: dict[int, list[str]] = field(default_factory=dict)  # index → [id, name, arguments so far]
+    tool_deltas: list[ToolCallDelta] = field(default_factory=list)  # not yet handed out
+    reasoning: list[str] = field(default_factory=list)
+    forced: str | None = None  # the tool whose input is the reply's text (structured output by tool forcing)
+    raw_usage: dict[str, Any] | None = None  # a dialect's own usage, merged over a stream's events
 
     def __post_init__(self) -> None:
         self.model = self.model or self.requested
+
+    def tool_piece(self, index: int, call_id: str | None, name: str | None, arguments: str) -> None:
+        """Fold a piece of tool call ``index`` in (its id and name come with its first piece)."""
+        known = self.tools.setdefault(index, ["", "", ""])
+        first = not known[1]
+        known[0] = known[0] or (call_id or "")
+        known[1] = known[1] or (name or "")
+        known[2] += arguments
+        if first or arguments:
+            self.tool_deltas.append(ToolCallDelta(index, known[0] or None if first else None,
+                                                  known[1] or None if first else None, arguments))
+
+    def calls(self) -> tuple[ToolCall, ...]:
+        return tuple(ToolCall(i, n, a) for _, (i, n, a) in sorted(self.tools.items()))
 
     def usage_so_far(self) -> Usage:
         """The call's usage up to now: the server's last counts plus one token per text event since (servers send
@@ -696,6 +794,26 @@ def _cached_tokens(usage: Mapping[str, Any] | None) -> int:
     details = usage.get("prompt_tokens_details") if usage else None
     cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
     return cached if isinstance(cached, int) and not isinstance(cached, bool) else 0
+
+
+def _count(usage: Mapping[str, Any] | None, name: str, within: str | None = None) -> int | None:
+    """An integer count of ``usage`` (in its ``within`` block), else None."""
+    block: Any = usage.get(within) if usage and within else usage
+    value = block.get(name) if isinstance(block, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _reasoning_tokens(usage: Mapping[str, Any] | None) -> int | None:
+    """The output tokens spent reasoning (``completion_tokens_details.reasoning_tokens``), None if not said."""
+    return _count(usage, "reasoning_tokens", "completion_tokens_details")
+
+
+def _function(tool: ToolSpec) -> dict[str, Any]:
+    """A tool as OpenAI's function definition (name, description, parameters)."""
+    spec: dict[str, Any] = {"name": tool.name, "parameters": dict(tool.parameters)}
+    if tool.description:
+        spec["description"] = tool.description
+    return spec
 
 
 def _server_tokens(usage: Mapping[str, Any] | None) -> int | None:

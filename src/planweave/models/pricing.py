@@ -24,6 +24,7 @@ import orjson
 import yaml
 
 from planweave.core.errors import PlanweaveError
+from planweave.models.dialects import PROVIDERS, split_model, wire_name
 
 if TYPE_CHECKING:
     from planweave.models.base import CompletionRequest
@@ -53,18 +54,25 @@ def approx_prompt_tokens(contents: Iterable[str]) -> int:
 @dataclass(frozen=True, slots=True)
 class Price:
     """USD per one million input (prompt) tokens and per one million output (completion) tokens; ``cached_input``
-    per one million prompt tokens read from the provider's cache (None: billed as other input)."""
+    per one million prompt tokens read from the provider's cache (None: billed as other input); ``cache_write_input``
+    per one million prompt tokens written to it (Anthropic's prompt caching; None: such a call's cost is unknown)."""
 
     input: float
     output: float
     cached_input: float | None = None
+    cache_write_input: float | None = None
 
-    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float:
-        """The cost in USD of a call with these token counts (``cached_tokens``: of the prompt's, read from cache)."""
+    def cost(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0,
+             cache_write_tokens: int = 0) -> float | None:
+        """The cost in USD of a call with these token counts (``cached_tokens``: of the prompt's, read from cache;
+        ``cache_write_tokens``: written to it), None when it wrote to the cache at no known rate."""
         cached = max(0, min(cached_tokens, prompt_tokens))
+        written = max(0, min(cache_write_tokens, prompt_tokens - cached))
+        if written and self.cache_write_input is None:
+            return None
         cached_rate = self.input if self.cached_input is None else self.cached_input
-        return ((prompt_tokens - cached) * self.input + cached * cached_rate
-                + completion_tokens * self.output) / 1_000_000
+        return ((prompt_tokens - cached - written) * self.input + cached * cached_rate
+                + written * (self.cache_write_input or 0.0) + completion_tokens * self.output) / 1_000_000
 
 
 FREE = Price(0.0, 0.0)
@@ -117,12 +125,13 @@ class PriceTable:
         return PriceTable({**self._prices, **prices}, builtin=self._builtin)
 
     def _entry(self, model: str) -> Price | None:
-        exact = self._prices.get(model)
-        if exact is not None:
-            return exact
-        for key in self._by_length:
-            if model.startswith(key):
-                return self._prices[key]
+        for name in dict.fromkeys((model, wire_name(model))):  # ``anthropic:claude-x``, then ``claude-x``
+            exact = self._prices.get(name)
+            if exact is not None:
+                return exact
+            for key in self._by_length:
+                if name.startswith(key):
+                    return self._prices[key]
         if self._builtin and (model in FREE_MODELS or model.startswith(FREE_PREFIXES)):
             return FREE
         return None
@@ -136,16 +145,17 @@ class PriceTable:
         found = _database_model(model)
         return None if found is None else found[0]
 
-    def cost(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
-        """The cost in USD of a call to ``model`` (``cached_tokens`` of its prompt read from the provider's cache),
-        or None if the table has no price for it. The database's prices are computed by genai-prices (prompt-length
-        tiers included)."""
+    def cost(self, model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, *,
+             cache_write_tokens: int = 0) -> float | None:
+        """The cost in USD of a call to ``model`` (``cached_tokens`` of its prompt read from the provider's cache,
+        ``cache_write_tokens`` written to it), or None if the table has no price for it (or for its cache writes).
+        The database's prices are computed by genai-prices (prompt-length tiers and cache rates included)."""
         entry = self._entry(model)
         if entry is not None:
-            return entry.cost(prompt_tokens, completion_tokens, cached_tokens)
+            return entry.cost(prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens)
         if not self._builtin:
             return None
-        return _database_cost(model, prompt_tokens, completion_tokens, cached_tokens)
+        return _database_cost(model, prompt_tokens, completion_tokens, cached_tokens, cache_write_tokens)
 
     def source(self, model: str) -> str | None:
         """Where the price of ``model`` comes from: ``"table"`` (a price file or the entries given), ``"free"``,
@@ -172,15 +182,16 @@ def parse_prices(data: Mapping[str, Any], where: str = "price") -> dict[str, Pri
     prices: dict[str, Price] = {}
     for name, entry in data.items():
         shape = (f"{where} of model '{name}' must be {{input: USD per 1M tokens, output: USD per 1M tokens, "
-                 f"cached_input?: USD per 1M tokens}}, got {entry!r}")
-        if not isinstance(entry, Mapping) or set(entry) - {"input", "output", "cached_input"}:
+                 f"cached_input?: USD per 1M tokens, cache_write_input?: USD per 1M tokens}}, got {entry!r}")
+        if not isinstance(entry, Mapping) or set(entry) - {"input", "output", "cached_input", "cache_write_input"}:
             raise ValueError(shape)
         try:
-            cached = entry.get("cached_input")
-            price = Price(_usd(entry["input"]), _usd(entry["output"]), None if cached is None else _usd(cached))
+            cached, written = entry.get("cached_input"), entry.get("cache_write_input")
+            price = Price(_usd(entry["input"]), _usd(entry["output"]), None if cached is None else _usd(cached),
+                          None if written is None else _usd(written))
         except (TypeError, KeyError, ValueError):
             raise ValueError(shape) from None
-        if min(price.input, price.output, price.cached_input or 0.0) < 0:
+        if min(price.input, price.output, price.cached_input or 0.0, price.cache_write_input or 0.0) < 0:
             raise ValueError(f"{where} of model '{name}' must not be negative, got {entry!r}")
         prices[str(name)] = price
     return prices
@@ -243,7 +254,11 @@ def _find(model: str) -> Any:
     from genai_prices import data_snapshot
 
     snapshot = data_snapshot.get_snapshot()
-    tries: list[tuple[str, str | None]] = [(model, None)]
+    dialect, bare = split_model(model)  # ``anthropic:claude-x``: claude-x at Anthropic
+    tries: list[tuple[str, str | None]] = [(bare, None)]
+    if bare != model:
+        tries.insert(0, (bare, PROVIDERS[dialect]))
+    model = bare
     if "/" in model:
         provider, _, name = model.partition("/")
         tries.append((name, provider))
@@ -274,17 +289,23 @@ def _database_model(model: str) -> tuple[Price, str] | None:
     input_rate, output_rate = rate("input_mtok"), rate("output_mtok")
     if input_rate is None or output_rate is None:  # priced per request, image, second...: not a token price
         return None
-    return Price(input_rate, output_rate, rate("cache_read_mtok")), str(provider.id)
+    return Price(input_rate, output_rate, rate("cache_read_mtok"), rate("cache_write_mtok")), str(provider.id)
 
 
-def _database_cost(model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> float | None:
-    if _database_model(model) is None:
+def _database_cost(model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int,
+                   cache_write_tokens: int = 0) -> float | None:
+    found = _database_model(model)
+    if found is None:
         return None
+    cached = max(0, min(cached_tokens, prompt_tokens))
+    written = max(0, min(cache_write_tokens, prompt_tokens - cached))
+    if written and found[0].cache_write_input is None:
+        return None  # a cache write at no known rate: unknown, not the input rate
     from genai_prices import Usage
 
     provider, info = _find(model)
     usage = Usage(input_tokens=prompt_tokens, output_tokens=completion_tokens,
-                  cache_read_tokens=max(0, min(cached_tokens, prompt_tokens)) or None)
+                  cache_read_tokens=cached or None, cache_write_tokens=written or None)
     return float(info.calc_price(usage, provider).total_price)
 
 
