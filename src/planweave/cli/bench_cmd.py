@@ -261,3 +261,16 @@ def bench_forecast(ctx: typer.Context) -> None:
     from planweave.bench.forecast_calibration import main as forecast_main
 
     raise typer.Exit(forecast_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "durability",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_durability(ctx: typer.Context) -> None:
+    """SIGKILL a fan-out of side-effecting steps at seeded points on planweave, LangGraph and DBOS, resume, and count
+    duplicated and lost effects; options go to planweave.bench.durability (--help)."""
+    from planweave.bench.durability import main as durability_main
+
+    raise typer.Exit(durability_main(list(ctx.args)))
