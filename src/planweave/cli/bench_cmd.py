@@ -274,3 +274,31 @@ def bench_durability(ctx: typer.Context) -> None:
     from planweave.bench.durability import main as durability_main
 
     raise typer.Exit(durability_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "storm",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_storm(ctx: typer.Context) -> None:
+    """Parallel model calls against a provider with tokens-per-minute and concurrency limits (429 + Retry-After,
+    calls cut mid-stream): planweave vs the openai SDK, LangGraph and Pydantic AI; options go to
+    planweave.bench.storm (--help)."""
+    from planweave.bench.storm import main as storm_main
+
+    raise typer.Exit(storm_main(list(ctx.args)))
+
+
+@bench_app.command(
+    "caps",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def bench_caps(ctx: typer.Context) -> None:
+    """Runs that would spend past a dollar cap (priced and unpriced models, cut calls, parallel calls): what each
+    system spends against its cap, planweave vs Pydantic AI, LangGraph and the OpenAI Agents SDK; options go to
+    planweave.bench.caps (--help)."""
+    from planweave.bench.caps import main as caps_main
+
+    raise typer.Exit(caps_main(list(ctx.args)))
