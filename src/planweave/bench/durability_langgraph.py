@@ -47,11 +47,11 @@ def build(spec: ChildSpec, saver: BaseCheckpointSaver[Any]) -> Any:
         return [Send("effect", EffectInput(run_dir=spec.run_dir, step=sid, ms=ms))
                 for sid, ms in zip(step_ids(len(spec.durations_ms)), spec.durations_ms, strict=True)]
 
-    def effect(item: EffectInput) -> dict[str, list[str]]:
-        begin(item["run_dir"], item["step"])
-        time.sleep(item["ms"] / 1000)
-        append_effect(item["run_dir"], item["step"])
-        return {"done": [item["step"]]}
+    def effect(state: EffectInput) -> dict[str, list[str]]:
+        begin(state["run_dir"], state["step"])
+        time.sleep(state["ms"] / 1000)
+        append_effect(state["run_dir"], state["step"])
+        return {"done": [state["step"]]}
 
     def join(state: Progress) -> dict[str, list[str]]:
         begin(spec.run_dir, JOIN)
@@ -59,7 +59,7 @@ def build(spec: ChildSpec, saver: BaseCheckpointSaver[Any]) -> Any:
         return {"done": [JOIN]}
 
     builder = StateGraph(Progress)
-    builder.add_node("effect", effect)
+    builder.add_node("effect", effect, input_schema=EffectInput)  # a Send delivers an EffectInput
     builder.add_node("join", join)
     builder.add_conditional_edges(START, fan_out, ["effect"])
     builder.add_edge("effect", "join")
