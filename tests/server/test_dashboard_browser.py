@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .browser import browser_page, log_in, require_browser
+from .browser import browser_page, click_node, drawn, log_in, require_browser, until_drawn
 from .conftest import Live
 
 SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
@@ -53,14 +53,13 @@ async def test_the_dashboard_shows_a_run_progress_to_completion(live: Live, tmp_
         run_id = (await page.locator("#run-title").inner_text()).strip()
         await expect(page.locator(f'tr[data-run="{run_id}"]')).to_be_visible()
 
-        nodes = page.locator("#dag .node")
-        await expect(nodes).to_have_count(4, timeout=10_000)
+        await until_drawn(page, "node", 4)
         # It is seen running before it ends (live updates, not a reload).
-        await expect(page.locator('#dag .node[data-status="running"]').first).to_be_visible(timeout=10_000)
+        await until_drawn(page, 'node[status = "running"]')
         await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=20_000)
-        await expect(page.locator('#dag .node[data-status="succeeded"]')).to_have_count(4)
-        await expect(page.locator("#dag .node.critical")).to_have_count(3)  # fetch, parse, report
-        await expect(page.locator("#dag path.edge.critical")).to_have_count(2)
+        await until_drawn(page, 'node[status = "succeeded"]', 4)
+        await until_drawn(page, "node.critical", 3)  # fetch, parse or index (both sleep 0.3 s), report
+        await until_drawn(page, "edge.critical", 2)
         await expect(page.locator("#gantt rect.bar")).to_have_count(4)
         await expect(page.locator("#gantt rect.bar.outcome-succeeded")).to_have_count(4)
         await expect(page.locator(f'tr[data-run="{run_id}"] .badge')).to_have_text("succeeded")
@@ -112,24 +111,23 @@ async def test_clicking_a_step_shows_its_inputs_output_and_attempts(live: Live, 
         async with browser_page(tmp_path / "profile", errors) as page:
             await page.goto(f"{live.url}#token={live.token}")
             await page.goto(f"{live.url}#/runs/panel")
-            await expect(page.locator('#dag .node[data-step="later"][data-status="running"]')).to_be_visible(
-                timeout=10_000)
+            await until_drawn(page, 'node#later[status = "running"]', 1)
 
-            await page.click('#dag .node[data-step="count"]')
+            await click_node(page, "count")
             await expect(page.locator("#step-panel")).to_be_visible()
             await expect(page.locator("#step-title")).to_have_text("count")
             await expect(page.locator("#step-status")).to_have_text("succeeded")
             await expect(page.locator("#step-output")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
             await expect(page.locator("#step-args")).to_have_text('{\n  "n": 3,\n  "where": "oslo"\n}')
             await expect(page.locator("#step-attempts tbody tr")).to_have_count(1)
-            await expect(page.locator('#dag .node.selected[data-step="count"]')).to_have_count(1)
+            assert await drawn(page, "node:selected") == {"count"}
 
             # The output is collapsible.
             await page.click("#step-output-box summary")
             await expect(page.locator("#step-output")).to_be_hidden()
 
             # A running step has no output yet; it shows once the step is cancelled with the run.
-            await page.click('#dag .node[data-step="later"]')
+            await click_node(page, "later")
             await expect(page.locator("#step-title")).to_have_text("later")
             await expect(page.locator("#step-output")).to_have_text("(none: the step is running)")
             await page.click("#cancel-run")
@@ -165,8 +163,7 @@ async def test_a_person_approves_a_step_and_gives_a_value_in_the_dashboard(live:
                                                                    timeout=10_000)
             await expect(value.locator(".prompt")).to_have_text("How many replicas?")
             await expect(value.locator(".schema")).to_contain_text('"minimum":1')
-            await expect(page.locator('#dag .node[data-step="deploy"]')).to_have_attribute(
-                "data-status", "waiting_approval")
+            await until_drawn(page, 'node#deploy[status = "waiting_approval"]', 1)
             await expect(page.locator('tr[data-run="human"] .waiting-badge')).to_have_text("2 waiting")
 
             # A value the schema refuses is explained, and the step keeps waiting.

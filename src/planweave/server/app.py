@@ -433,6 +433,13 @@ async def _queue_run(state: AppState, submission: RunSubmission, request: Reques
     return RunAccepted(run_id=rid, status="queued")
 
 
+@api.get("/capabilities", response_model=dict[str, bool])
+async def get_capabilities(state: State) -> dict[str, bool]:
+    """What this server can do, for the dashboard: ``goals`` (it has a model to plan goals with: ``serve --model``)
+    and ``queue`` (it queues plans for workers: ``serve --queue``; then ``GET /workers`` lists them)."""
+    return {"goals": state.model is not None and state.queue is None, "queue": state.queue is not None}
+
+
 @api.get("/workers", responses={404: _ERRORS[404]})
 async def list_workers(state: State) -> dict[str, Any]:
     """The workers of the run queue (``serve --queue``), the runs each holds and their leases' ages."""
@@ -899,6 +906,10 @@ def create_app(
     @app.get("/", include_in_schema=False)
     async def dashboard() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> FileResponse:
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
 
     if installed("a2a"):  # /a2a and the agent card: these runs over A2A (docs/protocols.md, "A2A")
         from planweave.server.a2a import mount_a2a

@@ -228,7 +228,7 @@
       return;
     }
     ticker = setInterval(tick, 1000); // only redraws what depends on the clock (running durations, open bars)
-    loadWorkers();
+    loadCapabilities();
     route();
   }
 
@@ -236,6 +236,25 @@
   // GET /workers: which worker runs what, and the age of each lease. Leases age with time, not with events, so the
   // panel is re-read every few seconds; a server without a queue answers 404 and the panel stays hidden.
   let workersTimer = null;
+
+  // GET /capabilities: whether this server plans goals (the goal form shows) and has a queue (the workers panel).
+  async function loadCapabilities() {
+    let body;
+    try {
+      ({ body } = await api("/capabilities"));
+    } catch (err) {
+      return;
+    }
+    $("submit-kind").hidden = !body.goals;
+    if (!body.goals) setSubmitKind("plan");
+    if (body.queue) loadWorkers();
+  }
+
+  function setSubmitKind(kind) {
+    for (const radio of document.querySelectorAll('#submit-kind input[name="kind"]')) radio.checked = radio.value === kind;
+    $("plan-box").hidden = kind !== "plan";
+    $("goal-box").hidden = kind !== "goal";
+  }
 
   async function loadWorkers() {
     let body;
@@ -305,11 +324,41 @@
     renderRuns();
   }
 
+  // A child run (a sub-plan: planning/subplans.py names it PARENT.STEP) is listed under its parent when the parent
+  // is listed, folded until the parent's row is opened.
+  const openParents = new Set();
+
+  function parentOf(runId) {
+    for (let i = runId.lastIndexOf("."); i > 0; i = runId.lastIndexOf(".", i - 1)) {
+      const parent = runId.slice(0, i);
+      if (runs.has(parent)) return parent;
+    }
+    return null;
+  }
+
   function renderRuns() {
     const tbody = $("runs").querySelector("tbody");
-    const rows = [...runs.values()].map((run) => {
-      const row = el("tr", { class: "run-row", "data-run": run.run_id, onclick: () => navigate(run.run_id) },
-        el("td", { class: "id", title: run.plan ? `${run.run_id} (${run.plan})` : run.run_id, text: run.run_id }),
+    const children = new Map();
+    const roots = [];
+    for (const run of runs.values()) {
+      const parent = parentOf(run.run_id);
+      if (parent === null) roots.push(run);
+      else { if (!children.has(parent)) children.set(parent, []); children.get(parent).push(run); }
+    }
+    const rows = [];
+    const add = (run, depth) => {
+      const kids = children.get(run.run_id) || [];
+      const open = openParents.has(run.run_id) || (view && view.id.startsWith(`${run.run_id}.`));
+      const fold = kids.length ? el("button", { type: "button", class: "link fold", title: `${kids.length} sub-plan run(s)`,
+        text: `${open ? "▾" : "▸"}${kids.length}`, onclick: (event) => {
+          event.stopPropagation();
+          if (openParents.has(run.run_id)) openParents.delete(run.run_id); else openParents.add(run.run_id);
+          renderRuns();
+        } }) : null;
+      const row = el("tr", { class: depth ? "run-row child-run" : "run-row", "data-run": run.run_id,
+        "data-parent": depth ? parentOf(run.run_id) : null, onclick: () => navigate(run.run_id) },
+        el("td", { class: "id", title: run.plan ? `${run.run_id} (${run.plan})` : run.run_id,
+          style: depth ? `padding-left:${4 + depth * 14}px` : null }, fold, run.run_id),
         el("td", {}, el("span", { class: `badge status-${run.status}`, text: run.status }),
           Object.keys(run.waiting || {}).length
             ? el("span", { class: "badge status-waiting_approval waiting-badge", title: Object.keys(run.waiting).join(", "),
@@ -318,8 +367,10 @@
         el("td", { class: "duration", text: formatDuration(runDuration(run)) }),
         el("td", { text: formatCost(run.cost_usd) }));
       if (view && view.id === run.run_id) row.classList.add("selected");
-      return row;
-    });
+      rows.push(row);
+      if (open) for (const kid of kids) add(kid, depth + 1);
+    };
+    for (const run of roots) add(run, 0);
     tbody.replaceChildren(...rows);
     $("runs-empty").hidden = runs.size > 0;
     $("runs-more").hidden = runsCursor === null;
@@ -395,43 +446,61 @@
   // -- one run --------------------------------------------------------------------------------------------------
   function selectRun(runId) {
     if (view && view.stream) view.stream.close();
+    if (view && view.cy) view.cy.destroy();
     view = {
       id: runId,
       summary: null,
       plan: null,
+      planStale: true, // the plan's shape must be (re-)read: first load, a new plan version, another version chosen
+      shape: null, // planShape(plan)
+      graph: null, // what is drawn: shownGraph()
+      cy: null, // the Cytoscape instance of this run
+      status: new Map(), // step -> its status, as last drawn
+      collapse: $("collapse-mode").value, // none, layer, version
+      expanded: new Set(), // groups opened while collapsed
+      viewSet: false,
       version: null, // null: follow the current version
       attempts: new Map(), // step -> [{attempt, start, end, outcome}]
       finishedAt: new Map(), // step -> when its last outcome (succeeded, failed, cancelled after it started) came
+      modelCalls: new Map(), // purpose -> [{purpose, model, step, tokens, cost, start, end}]
+      latestEnd: null,
       errors: [],
       startedAt: null,
       lastAt: null,
       finished: false,
       stream: null,
       step: null, // the step whose panel is open
+      group: null, // the collapsed group whose panel is open
     };
     const current = view;
     current.stepRefresh = throttle(() => refreshStep(current), 200);
-    // Each refresh re-reads the run's state and graph: slower for big plans, so that they stay cheap.
+    // Each refresh re-reads the run's state (and its graph when its shape changed): slower for big plans.
     current.refresh = throttle(() => refreshRun(current), 250);
-    current.redraw = throttle(async () => { if (view === current) renderTimeline(); }, 100);
+    current.redraw = throttle(async () => { if (view === current) { renderTimeline(); renderModelTotals(current); } }, 150);
     $("no-run").hidden = true;
     $("run").hidden = false;
     $("run-title").textContent = runId;
     $("run-plan").textContent = "";
     $("errors").replaceChildren(el("p", { class: "muted", text: "None." }));
-    $("dag").replaceChildren();
-    $("gantt").replaceChildren();
+    $("gantt-body").replaceChildren();
+    $("gantt-axis").replaceChildren();
     $("step-panel").hidden = true;
     $("waiting").hidden = true;
     $("forecast").hidden = true;
+    $("attention").hidden = true;
+    delete $("attention").dataset.key;
     $("waiting-list").replaceChildren();
     delete $("waiting-list").dataset.key;
+    $("step-list").querySelector(".vspace").replaceChildren();
+    $("run-models").textContent = "—";
+    $("model-totals").textContent = "";
     renderRuns();
     refreshRun(current);
     current.stream = openStream(`/runs/${encodeURIComponent(runId)}/events`, 0, (kind, event) => {
       if (view !== current) return;
       if (kind === "run_finished") current.finished = true;
       else if (kind === "run_created" || kind === "run_resumed") current.finished = false;
+      if (kind === "plan_version") current.planStale = true;
       applyEvent(current, kind, event);
       current.refresh();
       current.redraw();
@@ -443,7 +512,11 @@
     for (const [step, attempts] of current.attempts) {
       if (only && !only.includes(step)) continue;
       const last = attempts[attempts.length - 1];
-      if (last && last.end === null) { last.end = at; last.outcome = outcome; }
+      if (last && last.end === null) {
+        last.end = at;
+        last.outcome = outcome;
+        current.latestEnd = Math.max(current.latestEnd ?? at, at);
+      }
     }
   }
 
@@ -518,6 +591,19 @@
         current.errors.push({ at, step, kind: `escalation: ${data.rung}${monitor}`, text: moved + (data.reason || ""),
                               escalation: true });
         renderErrors(current);
+        break;
+      }
+      case "model_call": {
+        // A planner's, joiner's or llm step's call: on the timeline with its tokens and cost (none: unknown).
+        const purpose = data.purpose || "call";
+        const tokens = data.prompt_tokens === undefined && data.completion_tokens === undefined ? null
+          : (data.prompt_tokens || 0) + (data.completion_tokens || 0);
+        const start = typeof data.started_at === "number" ? data.started_at : at;
+        const end = typeof data.finished_at === "number" ? data.finished_at : at;
+        if (!current.modelCalls.has(purpose)) current.modelCalls.set(purpose, []);
+        current.modelCalls.get(purpose).push({ purpose, model: data.model || null, step: data.step || step || null,
+          tokens, cost: typeof data.cost_usd === "number" ? data.cost_usd : null, start, end });
+        current.latestEnd = Math.max(current.latestEnd || end, end);
         break;
       }
       case "forecast":
@@ -664,14 +750,18 @@
     chart.replaceChildren(...parts);
   }
 
+  // Re-reads the run's summary, and its plan only when its shape may have changed; what is drawn is updated in place.
   async function refreshRun(current) {
     const base = `/runs/${encodeURIComponent(current.id)}`;
     const planPath = current.version ? `${base}/plan?version=${current.version}` : `${base}/plan`;
+    const wantPlan = current.planStale;
+    current.planStale = false;
     let summary;
-    let plan;
+    let plan = null;
     try {
-      [summary, plan] = await Promise.all([api(`${base}?outputs=false`), api(planPath)]);
+      [summary, plan] = await Promise.all([api(`${base}?outputs=false`), wantPlan ? api(planPath) : null]);
     } catch (err) {
+      if (wantPlan) current.planStale = true;
       if (err instanceof Unauthorized || view !== current) return;
       if (err.status === 404 && !current.summary) {
         $("run-error").hidden = false;
@@ -680,18 +770,35 @@
       return;
     }
     if (view !== current) return;
-    if (plan.body.steps.length > 300 && !current.slowed) {
+    current.summary = summary.body;
+    const steps = Object.keys(summary.body.steps || {}).length;
+    if (steps > 300 && !current.slowed) {
       current.slowed = true;
       current.refresh = throttle(() => refreshRun(current), 1000);
     }
-    current.summary = summary.body;
-    current.plan = plan.body;
-    $("run-plan").textContent = plan.body.name || plan.body.goal || "";
     renderHeader(current);
-    renderVersions(current);
-    renderDag(current);
+    if (plan) {
+      current.plan = plan.body;
+      current.shape = planShape(plan.body);
+      // An earlier version shows the statuses its steps had when it was replaced.
+      current.status = new Map(plan.body.steps.map((step) => [step.id, step.status]));
+      $("run-plan").textContent = plan.body.name || plan.body.goal || "";
+      renderVersions(current);
+      buildDag(current);
+      api(`${base}/subplans`).then(({ body }) => renderSubplans(current, body)).catch(() => {});
+    }
+    if (!current.plan) return;
+    const changed = current.version ? [] : applyStatuses(current);
+    markCritical(current);
+    renderAttention(current);
+    if (current.group) renderGroup(current);
+    if (changed.length || plan) {
+      if ($("dag-search").value.trim()) markMatches(current); else renderStepList(current);
+      redrawMinimapDots();
+    }
+    followFrontier(current);
     renderTimeline();
-    api(`${base}/subplans`).then(({ body }) => renderSubplans(current, body)).catch(() => {});
+    renderModelTotals(current);
   }
 
   // -- sub-plans: the parent of a child run, and the tree of a run's child runs (docs/subplans.md) ---------------
@@ -802,97 +909,486 @@
     return { steps: plan.critical_path || [], actual: false };
   }
 
-  // -- the DAG: layered by topological depth, critical path highlighted -------------------------------------------
-  function layout(steps) {
-    const depth = new Map();
-    for (const step of steps) { // plan order is topological: dependencies come first
-      const d = step.deps.length ? Math.max(...step.deps.map((dep) => (depth.get(dep) ?? -1) + 1)) : 0;
-      depth.set(step.id, d);
+  // -- the DAG: Cytoscape.js (canvas), laid out in layers ------------------------------------------------------------
+  // Layout: dagre for small graphs; above DAGRE_MAX shown nodes the positions come from the plan's depths (a step's
+  // layer is its longest chain of dependencies, its row the mean row of its dependencies): linear time, where dagre
+  // took 2.2 s at 1,000 steps and overflowed its stack at 3,000 (docs/benchmarks.md).
+  // Live updates change node data and classes only (statuses, the critical path); the elements are rebuilt when the
+  // plan's shape changes (a new version, a collapse or an expand), never per event.
+  const DAGRE_MAX = 60;
+  const LARGE = 400; // above this many shown nodes: straight edges, no edges while moving, labels only when readable
+  const X_GAP = 210, Y_GAP = 56, NODE_W = 170, NODE_H = 36;
+  const COLORS = {
+    pending: "#c9ced6", ready: "#8ab4f8", running: "#f5a524", succeeded: "#2f9e44", failed: "#e03131",
+    cancelled: "#868e96", skipped: "#e9ecef", unknown: "#9c36b5", waiting_approval: "#fab005", waiting_input: "#fab005",
+  };
+  const WAITING = ["waiting_approval", "waiting_input"];
+
+  function dagStyle(large) {
+    const style = [
+      { selector: "node", style: {
+        shape: "round-rectangle", width: NODE_W, height: NODE_H, "background-color": COLORS.pending,
+        "border-width": 1, "border-color": "#495057", label: "data(label)", "font-size": 11, color: "#1f2329",
+        "text-valign": "center", "text-halign": "center", "text-wrap": "wrap", "text-max-width": NODE_W - 10,
+        "min-zoomed-font-size": large ? 6 : 0 } },
+      { selector: "node.group", style: { shape: "round-rectangle", width: NODE_W + 20, height: NODE_H + 22,
+        "border-width": 2, "border-style": "double", "border-color": "#3b5bdb", "background-color": "#eef2ff" } },
+      { selector: "node.group.has-failed", style: { "background-color": "#ffe3e3" } },
+      { selector: "node.group.has-waiting", style: { "background-color": "#fff3bf" } },
+      { selector: "node.group.has-running", style: { "border-color": COLORS.running } },
+      { selector: "node.subplan", style: { "border-style": "double", "border-width": 4 } },
+      { selector: "edge", style: { width: 1.4, "line-color": "#adb5bd", "curve-style": large ? "haystack" : "bezier",
+        "target-arrow-shape": large ? "none" : "triangle", "target-arrow-color": "#adb5bd", "arrow-scale": 0.8 } },
+      { selector: "edge.critical", style: { width: 3, "line-color": "#d9480f", "target-arrow-color": "#d9480f", "z-index": 2 } },
+      { selector: "node.critical", style: { "border-width": 4, "border-color": "#d9480f" } },
+      { selector: "node.match", style: { "underlay-color": "#3b5bdb", "underlay-opacity": 0.35, "underlay-padding": 8 } },
+      { selector: "node:selected", style: { "border-width": 5, "border-color": "#111", "overlay-opacity": 0 } },
+    ];
+    for (const [status, color] of Object.entries(COLORS)) {
+      const light = ["pending", "ready", "skipped", "running", "waiting_approval", "waiting_input"].includes(status);
+      style.push({ selector: `node[status = "${status}"]`, style: { "background-color": color, color: light ? "#1f2329" : "#fff" } });
     }
-    const layers = [];
-    for (const step of steps) {
-      const d = depth.get(step.id);
-      (layers[d] = layers[d] || []).push(step.id);
-    }
-    // One barycentre pass: order each layer by the mean row of its dependencies, to untangle edges.
-    const row = new Map();
-    layers.forEach((layer, i) => {
-      if (i > 0) {
-        const byId = new Map(steps.map((s) => [s.id, s]));
-        const weight = (id) => {
-          const deps = byId.get(id).deps.filter((d) => row.has(d));
-          return deps.length ? deps.reduce((sum, d) => sum + row.get(d), 0) / deps.length : 0;
-        };
-        layer.sort((a, b) => weight(a) - weight(b));
-      }
-      layer.forEach((id, j) => row.set(id, j));
-    });
-    return { depth, row, layers };
+    style.push({ selector: 'node[status = "skipped"]', style: { "border-style": "dashed" } });
+    return style;
   }
 
-  function renderDag(current) {
+  // The plan's shape, computed once per plan: depth (longest chain of dependencies), plan order, the version that
+  // added each step, and the dependents of each step.
+  function planShape(plan) {
+    const depth = new Map();
+    const index = new Map();
+    plan.steps.forEach((step, i) => index.set(step.id, i));
+    for (const step of plan.steps) { // plan order is topological: dependencies come first
+      let d = 0;
+      for (const dep of step.deps) d = Math.max(d, (depth.get(dep) ?? -1) + 1);
+      depth.set(step.id, d);
+    }
+    const addedIn = new Map();
+    for (const v of plan.versions || []) for (const id of v.added || []) addedIn.set(id, v.version);
+    return { depth, index, addedIn, byId: new Map(plan.steps.map((s) => [s.id, s])) };
+  }
+
+  function groupOf(current, id) {
+    const mode = current.collapse;
+    if (mode === "none") return null;
+    const key = mode === "layer" ? `layer ${current.shape.depth.get(id) + 1}` : `v${current.shape.addedIn.get(id) || 1}`;
+    return current.expanded.has(key) ? null : key;
+  }
+
+  // What is drawn: steps, and collapsed groups standing for their steps; edges between what is drawn, deduplicated.
+  function shownGraph(current) {
     const plan = current.plan;
-    const container = $("dag");
-    if (!plan.steps.length) { container.replaceChildren(el("p", { class: "muted", text: "No steps yet." })); return; }
-    const W = 168, H = 40, GX = 64, GY = 18, PAD = 16;
-    const { depth, row, layers } = layout(plan.steps);
-    const tallest = Math.max(...layers.map((l) => l.length));
-    const width = PAD * 2 + layers.length * W + (layers.length - 1) * GX;
-    const height = PAD * 2 + tallest * H + (tallest - 1) * GY;
-    const pos = (id) => {
-      const layer = layers[depth.get(id)];
-      const offset = ((tallest - layer.length) * (H + GY)) / 2;
-      return { x: PAD + depth.get(id) * (W + GX), y: PAD + offset + row.get(id) * (H + GY) };
+    const shape = current.shape;
+    const rep = new Map(); // step -> the id of the node it is drawn as
+    const nodes = new Map(); // id -> {id, depth, group, members}
+    for (const step of plan.steps) {
+      const g = groupOf(current, step.id);
+      const id = g === null ? step.id : `group:${g}`;
+      rep.set(step.id, id);
+      const d = shape.depth.get(step.id);
+      let node = nodes.get(id);
+      if (!node) { node = { id, depth: d, group: g, members: [] }; nodes.set(id, node); }
+      node.depth = Math.min(node.depth, d);
+      node.members.push(step.id);
+    }
+    const edges = new Map();
+    const preds = new Map();
+    for (const step of plan.steps) {
+      const to = rep.get(step.id);
+      for (const dep of step.deps) {
+        const from = rep.get(dep);
+        if (from === undefined || from === to) continue;
+        const key = `${from}>${to}`;
+        if (edges.has(key)) continue;
+        edges.set(key, { id: `e:${key}`, source: from, target: to, from: dep, to: step.id });
+        if (!preds.has(to)) preds.set(to, []);
+        preds.get(to).push(from);
+      }
+    }
+    return { rep, nodes, edges, preds };
+  }
+
+  // Layered positions: x by depth, rows ordered by the mean row of their predecessors (one barycentre pass).
+  function layeredPositions(graph) {
+    const layers = [];
+    for (const node of graph.nodes.values()) (layers[node.depth] = layers[node.depth] || []).push(node.id);
+    const row = new Map();
+    const pos = new Map();
+    layers.forEach((layer, d) => {
+      if (!layer) return;
+      const weight = new Map(layer.map((id) => {
+        const ps = (graph.preds.get(id) || []).filter((p) => row.has(p));
+        return [id, ps.length ? ps.reduce((s, p) => s + row.get(p), 0) / ps.length : 0];
+      }));
+      if (d > 0) layer.sort((a, b) => weight.get(a) - weight.get(b));
+      layer.forEach((id, j) => {
+        row.set(id, j - (layer.length - 1) / 2);
+        pos.set(id, { x: d * X_GAP, y: (j - (layer.length - 1) / 2) * Y_GAP });
+      });
+    });
+    return pos;
+  }
+
+  function groupLabel(current, node) {
+    const counts = {};
+    for (const id of node.members) {
+      const s = current.status.get(id) || "pending";
+      counts[s] = (counts[s] || 0) + 1;
+    }
+    const parts = [];
+    for (const s of ["failed", "waiting_approval", "waiting_input", "running", "succeeded"]) {
+      if (counts[s]) parts.push(`${counts[s]} ${s.replace("waiting_", "waiting ")}`);
+    }
+    return { text: `${node.group} · ${node.members.length} steps\n${parts.join(" · ") || "pending"}`, counts };
+  }
+
+  function stepLabel(step) {
+    const id = step.id.length > 24 ? `${step.id.slice(0, 23)}…` : step.id;
+    return `${id}\n${step.tool}`;
+  }
+
+  function buildDag(current) {
+    const plan = current.plan;
+    const container = $("dag-canvas");
+    $("dag-empty").hidden = plan.steps.length > 0;
+    const graph = shownGraph(current);
+    current.graph = graph;
+    const large = graph.nodes.size > LARGE;
+    if (!current.cy || current.cyLarge !== large) {
+      if (current.cy) current.cy.destroy();
+      current.cyLarge = large;
+      current.cy = cytoscape({
+        container, style: dagStyle(large), elements: [], minZoom: 0.01, maxZoom: 2.5,
+        boxSelectionEnabled: false, pixelRatio: 1, hideEdgesOnViewport: large, textureOnViewport: false,
+        wheelSensitivity: 0.4, autoungrabify: true,
+      });
+      const cy = current.cy;
+      cy.on("tap", "node", (event) => {
+        const id = event.target.id();
+        if (id.startsWith("group:")) openGroup(current, id); else openStep(current, id, { center: false });
+      });
+      cy.on("viewport", () => current.minimapView && current.minimapView());
+      current.minimapView = throttleFrame(() => drawMinimap(current, false));
+    }
+    const cy = current.cy;
+    const elements = [];
+    for (const node of graph.nodes.values()) {
+      if (node.group !== null) {
+        const { text, counts } = groupLabel(current, node);
+        const classes = ["group"];
+        if (counts.failed) classes.push("has-failed");
+        if (counts.waiting_approval || counts.waiting_input) classes.push("has-waiting");
+        if (counts.running) classes.push("has-running");
+        elements.push({ group: "nodes", data: { id: node.id, label: text, status: "group" }, classes: classes.join(" ") });
+      } else {
+        const step = current.shape.byId.get(node.id);
+        elements.push({ group: "nodes", data: { id: node.id, label: stepLabel(step), status: current.status.get(node.id) || step.status, tool: step.tool },
+          classes: step.tool === "plan" ? "subplan" : "" });
+      }
+    }
+    for (const edge of graph.edges.values()) {
+      elements.push({ group: "edges", data: { id: edge.id, source: edge.source, target: edge.target } });
+    }
+    const useDagre = graph.nodes.size <= DAGRE_MAX && typeof cytoscapeDagre !== "undefined";
+    const positions = useDagre ? null : layeredPositions(graph);
+    if (positions) for (const e of elements) if (e.group === "nodes") e.position = positions.get(e.data.id);
+    cy.batch(() => {
+      cy.elements().remove();
+      cy.add(elements);
+    });
+    if (useDagre) cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 18, rankSep: 60, fit: false }).run();
+    current.dagEdgesCritical = new Set();
+    markCritical(current);
+    markMatches(current);
+    if (current.step && cy.getElementById(current.step).nonempty()) cy.getElementById(current.step).select();
+    if (!current.viewSet) { fitView(current); current.viewSet = true; }
+    drawMinimap(current, true);
+  }
+
+  // Requests at most one call per animation frame.
+  function throttleFrame(fn) {
+    let queued = false;
+    return () => {
+      if (queued) return;
+      queued = true;
+      requestAnimationFrame(() => { queued = false; fn(); });
     };
+  }
+
+  function fitView(current) {
+    const cy = current.cy;
+    if (!cy) return;
+    cy.fit(undefined, 24);
+    // A long plan fitted whole is unreadable: start at its beginning, at a zoom where labels can be read.
+    if (cy.zoom() < 0.35 && cy.nodes().length > 200) {
+      cy.zoom(0.5);
+      const first = cy.nodes().min((n) => n.position("x")).ele;
+      cy.pan({ x: 40 - first.position("x") * 0.5, y: cy.height() / 2 });
+    }
+  }
+
+  // The critical path as classes of its nodes and edges (and the key's words), updated in place.
+  function markCritical(current) {
+    const cy = current.cy;
+    if (!cy) return;
     const path = criticalPath(current);
-    const critical = new Set(path.steps);
-    const criticalEdges = new Set();
-    for (let i = 1; i < path.steps.length; i++) criticalEdges.add(`${path.steps[i - 1]}>${path.steps[i]}`);
     const key = $("critical-key");
     key.textContent = path.actual ? "critical path (as run)" : "critical path (by estimates)";
     key.title = path.actual
       ? "The steps that determined when the run ended: from the last to finish, each one's latest-finishing dependency."
-      : "The longest chain of steps by their estimated durations.";
-    container.dataset.critical = path.actual ? "actual" : "estimated";
-    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "plan graph" });
-    root.append(svg("defs", {},
-      svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 8, markerHeight: 8, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
-        svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow" })),
-      svg("marker", { id: "arrow-critical", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 9, markerHeight: 9, markerUnits: "userSpaceOnUse", orient: "auto-start-reverse" },
-        svg("path", { d: "M 0 0 L 10 5 L 0 10 z", class: "arrow-critical" }))));
-    const edges = svg("g", { class: "edges" });
-    const nodes = svg("g", { class: "nodes" });
-    for (const step of plan.steps) {
-      const to = pos(step.id);
-      for (const dep of step.deps) {
-        const from = pos(dep);
-        const x1 = from.x + W, y1 = from.y + H / 2, x2 = to.x, y2 = to.y + H / 2, mx = (x1 + x2) / 2;
-        const isCritical = criticalEdges.has(`${dep}>${step.id}`);
-        edges.append(svg("path", {
-          d: `M ${x1} ${y1} C ${mx} ${y1}, ${mx} ${y2}, ${x2} ${y2}`,
-          class: isCritical ? "edge critical" : "edge",
-          "marker-end": isCritical ? "url(#arrow-critical)" : "url(#arrow)",
-          "data-from": dep, "data-to": step.id,
-        }));
+      : "The longest chain of steps by their estimated durations (a live run's path: estimates, not what happened).";
+    $("dag").dataset.critical = path.actual ? "actual" : "estimated";
+    const signature = `${path.actual}:${path.steps.join(",")}`;
+    current.critical = new Set(path.steps);
+    if (current.criticalSignature === signature && current.criticalDrawn === cy.elements().length) return;
+    current.criticalSignature = signature;
+    current.criticalDrawn = cy.elements().length;
+    cy.batch(() => {
+      cy.elements(".critical").removeClass("critical");
+      const rep = current.graph.rep;
+      for (let i = 0; i < path.steps.length; i++) {
+        const node = cy.getElementById(rep.get(path.steps[i]) || path.steps[i]);
+        node.addClass("critical");
+        if (i > 0) {
+          const a = rep.get(path.steps[i - 1]), b = rep.get(path.steps[i]);
+          if (a !== b) cy.getElementById(`e:${a}>${b}`).addClass("critical");
+        }
       }
-      const label = step.id.length > 22 ? `${step.id.slice(0, 21)}…` : step.id;
-      const tip = `${step.id} (${step.tool}): ${step.status}${step.description ? `\n${step.description}` : ""}`;
-      nodes.append(svg("g", {
-        class: `node status-${step.status}${critical.has(step.id) ? " critical" : ""}${step.id === current.step ? " selected" : ""}`,
-        transform: `translate(${to.x},${to.y})`, "data-step": step.id, "data-status": step.status,
-      },
-      svg("title", { text: tip }),
-      svg("rect", { width: W, height: H, rx: 6, ry: 6 }),
-      svg("text", { x: 10, y: 17, text: label }),
-      svg("text", { x: 10, y: 31, class: "tool", text: `${step.tool} · ${step.status}` })));
+    });
+  }
+
+  // Applies the run summary's step statuses to what is drawn: only the nodes whose status changed are touched.
+  function applyStatuses(current) {
+    const steps = (current.summary && current.summary.steps) || {};
+    const changed = [];
+    for (const [id, step] of Object.entries(steps)) {
+      if (current.status.get(id) !== step.status) { current.status.set(id, step.status); changed.push(id); }
     }
-    root.append(edges, nodes);
-    container.replaceChildren(root);
+    if (!changed.length || !current.cy || !current.graph) return changed;
+    const cy = current.cy;
+    const groups = new Set();
+    cy.batch(() => {
+      for (const id of changed) {
+        const shown = current.graph.rep.get(id);
+        if (shown === undefined) continue;
+        if (shown === id) cy.getElementById(id).data("status", current.status.get(id));
+        else groups.add(shown);
+      }
+      for (const gid of groups) {
+        const node = current.graph.nodes.get(gid);
+        const { text, counts } = groupLabel(current, node);
+        const ele = cy.getElementById(gid);
+        ele.data("label", text);
+        ele.toggleClass("has-failed", !!counts.failed);
+        ele.toggleClass("has-waiting", !!(counts.waiting_approval || counts.waiting_input));
+        ele.toggleClass("has-running", !!counts.running);
+      }
+    });
+    return changed;
+  }
+
+  // Keeps the running steps (else the ready or waiting ones) in view.
+  function followFrontier(current) {
+    if (!$("follow").checked || !current.cy) return;
+    const cy = current.cy;
+    const want = ["running", "ready", "waiting_approval", "waiting_input"];
+    let frontier = null;
+    for (const status of want) {
+      const ids = [...current.status].filter(([, s]) => s === status).map(([id]) => current.graph.rep.get(id));
+      if (ids.length) { frontier = cy.collection(ids.map((id) => cy.getElementById(id))); break; }
+    }
+    if (!frontier || frontier.empty()) return;
+    const box = frontier.boundingBox();
+    const ext = cy.extent();
+    const inside = box.x1 >= ext.x1 && box.x2 <= ext.x2 && box.y1 >= ext.y1 && box.y2 <= ext.y2;
+    if (inside) return;
+    const zoom = Math.min(1, Math.max(cy.zoom(), 0.3), (cy.width() - 40) / Math.max(box.w, 1), (cy.height() - 40) / Math.max(box.h, 1));
+    cy.viewport({ zoom, pan: { x: cy.width() / 2 - ((box.x1 + box.x2) / 2) * zoom, y: cy.height() / 2 - ((box.y1 + box.y2) / 2) * zoom } });
+  }
+
+  // -- the minimap: every node as a dot in its status colour, and the part of the plan in view ---------------------
+  function drawMinimap(current, dotsChanged) {
+    const cy = current.cy;
+    const canvas = $("minimap");
+    if (!cy || view !== current) return;
+    const ctx = canvas.getContext("2d");
+    const W = canvas.width, H = canvas.height;
+    const bb = cy.elements().boundingBox();
+    if (!isFinite(bb.w) || bb.w <= 0) { ctx.clearRect(0, 0, W, H); return; }
+    const scale = Math.min((W - 8) / bb.w, (H - 8) / bb.h);
+    current.minimap = { bb, scale };
+    if (dotsChanged || !current.minimapDots) {
+      const dots = current.minimapDots || document.createElement("canvas");
+      dots.width = W; dots.height = H;
+      const dctx = dots.getContext("2d");
+      dctx.fillStyle = "#fff";
+      dctx.fillRect(0, 0, W, H);
+      cy.nodes().forEach((node) => {
+        const p = node.position();
+        const s = node.data("status");
+        dctx.fillStyle = s === "group" ? "#3b5bdb" : COLORS[s] || COLORS.pending;
+        dctx.fillRect(4 + (p.x - bb.x1) * scale - 1, 4 + (p.y - bb.y1) * scale - 1, 3, 3);
+      });
+      current.minimapDots = dots;
+    }
+    ctx.drawImage(current.minimapDots, 0, 0);
+    const ext = cy.extent();
+    ctx.strokeStyle = "#3b5bdb";
+    ctx.lineWidth = 1.5;
+    ctx.strokeRect(4 + (ext.x1 - bb.x1) * scale, 4 + (ext.y1 - bb.y1) * scale, ext.w * scale, ext.h * scale);
+  }
+  const redrawMinimapDots = throttle(async () => { if (view) drawMinimap(view, true); }, 500);
+
+  function minimapGo(event) {
+    const current = view;
+    if (!current || !current.cy || !current.minimap) return;
+    const rect = $("minimap").getBoundingClientRect();
+    const { bb, scale } = current.minimap;
+    const x = bb.x1 + (event.clientX - rect.left - 4) / scale;
+    const y = bb.y1 + (event.clientY - rect.top - 4) / scale;
+    const cy = current.cy;
+    cy.pan({ x: cy.width() / 2 - x * cy.zoom(), y: cy.height() / 2 - y * cy.zoom() });
+  }
+
+  // -- search: by step id, tool:NAME or status:NAME; the matches are outlined and listed -----------------------------
+  function searchMatches(current, text) {
+    const query = text.trim().toLowerCase();
+    if (!query || !current.plan) return null;
+    const m = query.match(/^(tool|status|state):(.*)$/);
+    const out = [];
+    for (const step of current.plan.steps) {
+      const status = current.status.get(step.id) || step.status;
+      let hit;
+      if (m && m[1] === "tool") hit = step.tool.toLowerCase().includes(m[2].trim());
+      else if (m) hit = status.startsWith(m[2].trim());
+      else hit = step.id.toLowerCase().includes(query) || step.tool.toLowerCase() === query || status === query;
+      if (hit) out.push(step.id);
+    }
+    // An exact id first: Enter opens it.
+    out.sort((a, b) => (b.toLowerCase() === query) - (a.toLowerCase() === query));
+    return out;
+  }
+
+  function markMatches(current) {
+    const cy = current.cy;
+    const found = searchMatches(current, $("dag-search").value);
+    current.matches = found;
+    $("search-count").textContent = found === null ? "" : `${found.length} match${found.length === 1 ? "" : "es"}`;
+    renderStepList(current);
+    if (!cy) return;
+    cy.batch(() => {
+      cy.nodes(".match").removeClass("match");
+      if (found) for (const id of found.slice(0, 2000)) cy.getElementById(current.graph.rep.get(id)).addClass("match");
+    });
+  }
+
+  // Shows a step: expands its collapsed group if it is in one, selects it, centres it, opens its panel.
+  function focusStep(current, stepId) {
+    if (!current.plan || !current.shape.byId.has(stepId)) return;
+    const g = groupOf(current, stepId);
+    if (g !== null) { current.expanded.add(g); buildDag(current); }
+    openStep(current, stepId, { center: true });
+  }
+
+  function openGroup(current, groupId) {
+    const node = current.graph.nodes.get(groupId);
+    if (!node) return;
+    current.step = null;
+    current.group = groupId;
+    current.cy.nodes(":selected").unselect();
+    current.cy.getElementById(groupId).select();
+    $("step-panel").hidden = false;
+    $("step-title").textContent = node.group;
+    $("step-tool").textContent = `${node.members.length} steps`;
+    $("step-status").textContent = "group";
+    $("step-status").className = "badge";
+    for (const id of ["step-args-box", "step-output-box", "step-error"]) $(id).hidden = true;
+    $("step-attempts").hidden = true;
+    $("step-links").textContent = "";
+    $("step-models").textContent = "";
+    const box = $("step-group");
+    box.hidden = false;
+    renderGroup(current);
+  }
+
+  function renderGroup(current) {
+    const node = current.graph && current.graph.nodes.get(current.group);
+    const box = $("step-group");
+    if (!node) { box.replaceChildren(); return; }
+    const waiting = node.members.filter((id) => WAITING.includes(current.status.get(id)));
+    const failed = node.members.filter((id) => current.status.get(id) === "failed");
+    const key = `${current.group}|${waiting.join(",")}|${failed.join(",")}`;
+    if (box.dataset.key === key) return; // unchanged: keep what the person is typing
+    box.dataset.key = key;
+    const expand = el("button", { type: "button", class: "expand-group", text: "Expand this group",
+      onclick: () => { current.expanded.add(node.group); current.group = null; box.hidden = true; buildDag(current); closeStep(); } });
+    const steps = current.summary ? current.summary.steps || {} : {};
+    box.replaceChildren(expand,
+      waiting.length ? el("h4", { text: `Waiting for you (${waiting.length})` }) : null,
+      ...waiting.map((id) => (current.status.get(id) === "waiting_approval"
+        ? approvalItem(current, id, steps[id] || {}) : inputItem(current, id, steps[id] || {}))),
+      failed.length ? el("h4", { text: `Failed (${failed.length})` }) : null,
+      failed.length ? el("div", { class: "chips" }, ...failed.slice(0, 50).map((id) => chip(current, id, "failed"))) : null,
+      el("h4", { text: "Steps" }),
+      el("div", { class: "chips" }, ...node.members.slice(0, 200).map((id) => chip(current, id, current.status.get(id) || "pending"))),
+      node.members.length > 200 ? el("p", { class: "muted", text: `and ${node.members.length - 200} more: search for them` }) : null);
+  }
+
+  function chip(current, id, status) {
+    return el("button", { type: "button", class: `chip status-${status}`, "data-step": id, title: `${id}: ${status}`,
+      text: id, onclick: () => focusStep(current, id) });
+  }
+
+  // Failed and waiting steps, above the graph: one click from their node.
+  function renderAttention(current) {
+    const failed = [], waiting = [];
+    for (const [id, s] of current.status) {
+      if (s === "failed") failed.push(id);
+      else if (WAITING.includes(s)) waiting.push(id);
+    }
+    const box = $("attention");
+    const key = `${failed.join(",")}|${waiting.join(",")}`;
+    if (box.dataset.key === key) return;
+    box.dataset.key = key;
+    box.hidden = !failed.length && !waiting.length;
+    const MAX = 12;
+    const group = (label, ids, status) => (ids.length ? el("div", { class: "attention-group", "data-kind": status },
+      el("span", { class: "attention-label", text: `${label} (${ids.length})` }),
+      ...ids.slice(0, MAX).map((id) => chip(current, id, current.status.get(id))),
+      ids.length > MAX ? el("button", { type: "button", class: "link", text: `all ${ids.length}…`,
+        onclick: () => { $("dag-search").value = `status:${status}`; markMatches(current); } }) : null) : null);
+    box.replaceChildren(...[group("failed", failed, "failed"), group("waiting", waiting, "waiting")].filter(Boolean));
+  }
+
+  // -- the steps, as a virtual list: only the rows in view are in the page ------------------------------------------
+  const LIST_ROW = 24;
+
+  function renderStepList(current) {
+    const box = $("step-list");
+    const ids = current.matches || (current.plan ? current.plan.steps.map((s) => s.id) : []);
+    current.listIds = ids;
+    $("step-list-count").textContent = current.matches ? `(${ids.length} of ${current.plan.steps.length})` : `(${ids.length})`;
+    const space = box.querySelector(".vspace");
+    space.style.height = `${ids.length * LIST_ROW}px`;
+    const first = Math.max(0, Math.floor(box.scrollTop / LIST_ROW) - 5);
+    const last = Math.min(ids.length, first + Math.ceil((box.clientHeight || 240) / LIST_ROW) + 10);
+    const rows = [];
+    for (let i = first; i < last; i++) {
+      const id = ids[i];
+      const step = current.shape.byId.get(id);
+      const status = current.status.get(id) || "pending";
+      const attempts = current.attempts.get(id) || [];
+      const a = attempts[attempts.length - 1];
+      const took = a && a.end !== null ? formatDuration(a.end - a.start) : a ? "running" : "—";
+      rows.push(el("div", { class: `list-row${id === current.step ? " selected" : ""}`, role: "listitem", "data-step": id,
+        style: `top:${i * LIST_ROW}px`, onclick: () => focusStep(current, id) },
+        el("span", { class: "id", text: id }), el("span", { class: "tool muted", text: step ? step.tool : "" }),
+        el("span", { class: `badge status-${status}`, text: status }), el("span", { class: "muted", text: took })));
+    }
+    space.replaceChildren(...rows);
   }
 
   // -- steps waiting for a person: approve / reject, or give a value ------------------------------------------------
-  const WAITING = ["waiting_approval", "waiting_input"];
-
   function renderWaiting(current) {
     const steps = Object.entries(current.summary.steps || {}).filter(([, step]) => WAITING.includes(step.status));
     const list = $("waiting-list");
@@ -954,21 +1450,52 @@
   }
 
   // -- one step's panel: inputs, output, attempts, errors ---------------------------------------------------------
-  function openStep(current, stepId) {
+  // Opens a step's panel beside the graph; center: bring its node into view (a search, a chip, the list).
+  function openStep(current, stepId, { center = false } = {}) {
     current.step = stepId;
+    current.group = null;
     current.fullOutput = false;
-    for (const node of document.querySelectorAll("#dag .node")) {
-      node.classList.toggle("selected", node.dataset.step === stepId);
+    const cy = current.cy;
+    if (cy) {
+      cy.nodes(":selected").unselect();
+      const node = cy.getElementById(stepId);
+      if (node.nonempty()) {
+        node.select();
+        if (center) {
+          const zoom = Math.max(cy.zoom(), 0.8);
+          cy.viewport({ zoom, pan: { x: cy.width() / 2 - node.position("x") * zoom, y: cy.height() / 2 - node.position("y") * zoom } });
+        }
+      }
     }
+    $("step-group").hidden = true;
+    delete $("step-group").dataset.key;
+    for (const id of ["step-args-box", "step-output-box"]) $(id).hidden = false;
+    $("step-attempts").hidden = false;
     $("step-panel").hidden = false;
     $("step-title").textContent = stepId;
+    renderStepModels(current, stepId);
+    renderStepList(current);
+    const row = $("graph-row").getBoundingClientRect();
+    if (row.top < 0 || row.bottom > window.innerHeight) $("graph-row").scrollIntoView({ block: "nearest" });
     refreshStep(current);
   }
 
+  function renderStepModels(current, stepId) {
+    const calls = [];
+    for (const list of current.modelCalls.values()) for (const c of list) if (c.step === stepId) calls.push(c);
+    $("step-models").textContent = calls.length ? calls.map(modelCallText).join("\n") : "None.";
+    const step = current.shape && current.shape.byId.get(stepId);
+    const links = $("step-links");
+    links.replaceChildren();
+    if (step && step.tool === "plan") { // a sub-plan: its child run (planning/subplans.py names it run.step)
+      links.append("sub-plan: ", el("a", { href: `#/runs/${encodeURIComponent(`${current.id}.${stepId}`)}`, text: `${current.id}.${stepId}` }));
+    }
+  }
+
   function closeStep() {
-    if (view) view.step = null;
+    if (view) { view.step = null; view.group = null; }
     $("step-panel").hidden = true;
-    for (const node of document.querySelectorAll("#dag .node.selected")) node.classList.remove("selected");
+    if (view && view.cy) view.cy.nodes(":selected").unselect();
   }
 
   async function refreshStep(current) {
@@ -1025,17 +1552,31 @@
       ...(rows.length ? rows : [el("tr", {}, el("td", { colspan: "5", class: "muted", text: "Not started." }))]));
   }
 
-  // -- the timeline of step attempts ----------------------------------------------------------------------------
+  // -- the timeline of step attempts and model calls: a virtual list of rows (only those in view are drawn) ---------
+  const ROW = 22, LABEL = 170, PAD = 8, AXIS = 22;
+
+  function timelineRows(current) {
+    const rows = [];
+    // Model calls first: one row per purpose (planner, joiner, llm steps, ...), then the steps in plan order.
+    for (const purpose of [...current.modelCalls.keys()].sort()) rows.push({ kind: "model", id: purpose });
+    const seen = new Set();
+    if (current.plan) for (const s of current.plan.steps) if (current.attempts.has(s.id)) { rows.push({ kind: "step", id: s.id }); seen.add(s.id); }
+    for (const id of current.attempts.keys()) if (!seen.has(id)) rows.push({ kind: "step", id });
+    return rows;
+  }
+
   function renderTimeline() {
     const current = view;
     if (!current) return;
-    const container = $("gantt");
-    const order = current.plan ? current.plan.steps.map((s) => s.id) : [];
-    for (const step of current.attempts.keys()) if (!order.includes(step)) order.push(step);
-    const rows = order.filter((id) => current.attempts.has(id));
-    const critical = new Set(criticalPath(current).steps);
+    const box = $("gantt");
+    const body = $("gantt-body");
+    const axis = $("gantt-axis");
+    const rows = timelineRows(current);
     if (!rows.length || current.startedAt === null) {
-      container.replaceChildren(el("p", { class: "muted", text: "No step has started yet." }));
+      axis.replaceChildren();
+      axis.setAttribute("height", "0");
+      body.style.height = "auto";
+      body.replaceChildren(el("p", { class: "muted", text: "No step has started yet." }));
       return;
     }
     const running = current.summary && current.summary.status === "running";
@@ -1044,26 +1585,48 @@
       ? current.summary.finished_at : current.lastAt;
     const now = nowFor(t0);
     if (running && now !== null) t1 = Math.max(t1, now);
-    for (const attempts of current.attempts.values()) for (const a of attempts) if (a.end !== null) t1 = Math.max(t1, a.end);
+    t1 = Math.max(t1, current.latestEnd || t0);
     const span = Math.max(t1 - t0, 1e-3);
-    const LABEL = 150, ROW = 22, PAD = 8, AXIS = 20;
-    const width = Math.max(container.clientWidth - 2, 600);
+    const width = Math.max(box.clientWidth - 2, 600);
     const plotW = width - LABEL - PAD * 2;
-    const height = AXIS + rows.length * ROW + PAD;
     const x = (t) => LABEL + PAD + ((t - t0) / span) * plotW;
-    const root = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": "timeline of step attempts" });
-    // Ticks at nice times from the run's start (as the forecast's histogram), at most six.
+    // The axis stays on top while the rows scroll under it.
+    axis.setAttribute("width", String(width));
+    axis.setAttribute("height", String(AXIS));
+    const ticks = [];
     const every = TIME_STEPS.find((s) => span / s <= 6) || Math.ceil(span / 6 / 86400) * 86400;
     for (let d = 0; d <= span + 1e-9; d += every) {
       const at = x(t0 + d);
       const anchor = d === 0 ? "start" : at > LABEL + PAD + plotW - 30 ? "end" : "middle";
-      root.append(svg("line", { x1: at, x2: at, y1: AXIS - 4, y2: height, class: "grid" }));
-      root.append(svg("text", { x: at, y: 12, class: "tick", "text-anchor": anchor, text: formatTick(d) }));
+      ticks.push(svg("line", { x1: at, x2: at, y1: AXIS - 5, y2: AXIS, class: "grid" }));
+      ticks.push(svg("text", { x: at, y: 13, class: "tick", "text-anchor": anchor, text: formatTick(d) }));
     }
-    rows.forEach((id, i) => {
-      const y = AXIS + i * ROW;
+    axis.replaceChildren(...ticks);
+    const critical = current.critical || new Set(criticalPath(current).steps);
+    const height = rows.length * ROW + PAD;
+    body.style.height = `${height}px`;
+    const scroll = box.scrollTop;
+    const first = Math.max(0, Math.floor(scroll / ROW) - 5);
+    const last = Math.min(rows.length, first + Math.ceil((box.clientHeight || 300) / ROW) + 10);
+    const root = svg("svg", { width, height: (last - first) * ROW, role: "img", "aria-label": "timeline of step attempts and model calls",
+      style: `position:absolute;left:0;top:${first * ROW}px` });
+    for (let i = first; i < last; i++) {
+      const row = rows[i];
+      const y = (i - first) * ROW;
+      if (row.kind === "model") {
+        const calls = current.modelCalls.get(row.id);
+        root.append(svg("text", { x: 4, y: y + 15, class: "row-label model-label", text: `model · ${row.id} (${calls.length})` }));
+        for (const c of calls) {
+          const bar = svg("rect", { x: x(c.start), y: y + 5, width: Math.max(x(c.end) - x(c.start), 2), height: ROW - 10, rx: 2,
+            class: "bar model-call", "data-purpose": row.id, "data-step": c.step || null });
+          bar.append(svg("title", { text: modelCallText(c) }));
+          root.append(bar);
+        }
+        continue;
+      }
+      const id = row.id;
       root.append(svg("text", { x: 4, y: y + 15, class: `row-label${critical.has(id) ? " critical" : ""}`,
-        text: id.length > 20 ? `${id.slice(0, 19)}…` : id }));
+        text: id.length > 22 ? `${id.slice(0, 21)}…` : id }));
       for (const a of current.attempts.get(id)) {
         const end = a.end !== null ? a.end : running && now !== null ? now : t1;
         const bar = svg("rect", {
@@ -1076,8 +1639,30 @@
         bar.append(svg("title", { text: `${id} attempt ${a.attempt}: ${a.outcome}${how}, ${formatDuration(end - a.start)}` }));
         root.append(bar);
       }
-    });
-    container.replaceChildren(root);
+    }
+    body.replaceChildren(root);
+  }
+
+  function modelCallText(c) {
+    const tokens = c.tokens === null ? "tokens unknown" : `${c.tokens.toLocaleString()} tokens`;
+    const cost = c.cost === null ? "cost unknown (no price)" : formatCost(c.cost);
+    return `${c.purpose}${c.model ? ` · ${c.model}` : ""}${c.step ? ` · step ${c.step}` : ""}: ${tokens}, ${cost}, ${formatDuration(c.end - c.start)}`;
+  }
+
+  // The run's model calls in the header: how many, their tokens, their cost (unknown when some call had no price).
+  function renderModelTotals(current) {
+    let n = 0, tokens = 0, cost = 0, unpriced = 0;
+    for (const calls of current.modelCalls.values()) {
+      for (const c of calls) {
+        n += 1;
+        tokens += c.tokens || 0;
+        if (c.cost === null) unpriced += 1; else cost += c.cost;
+      }
+    }
+    const text = !n ? "none" : `${n} · ${tokens.toLocaleString()} tokens · ${unpriced === n ? "cost unknown"
+      : `${formatCost(cost)}${unpriced ? ` + unknown (${unpriced} unpriced)` : ""}`}`;
+    $("run-models").textContent = text;
+    $("model-totals").textContent = n ? `(model calls: ${text})` : "";
   }
 
   function renderErrors(current) {
@@ -1101,17 +1686,32 @@
   }
 
   // -- actions --------------------------------------------------------------------------------------------------
+  // Starts a plan (YAML or JSON) or a goal (when the server has a model), with an optional budget and deadline.
   async function submitRun(event) {
     event.preventDefault();
-    const text = $("plan-input").value.trim();
     const out = $("submit-error");
     out.replaceChildren();
-    if (!text) { out.textContent = "Write a plan first."; return; }
+    const goal = !$("goal-box").hidden;
     let body;
-    if (text.startsWith("{")) {
-      try { body = { plan: JSON.parse(text) }; } catch (err) { out.textContent = `not valid JSON: ${err.message}`; return; }
+    if (goal) {
+      const text = $("goal-input").value.trim();
+      if (!text) { out.textContent = "Write a goal first."; return; }
+      body = { goal: text };
     } else {
-      body = { plan_yaml: text };
+      const text = $("plan-input").value.trim();
+      if (!text) { out.textContent = "Write a plan first."; return; }
+      if (text.startsWith("{")) {
+        try { body = { plan: JSON.parse(text) }; } catch (err) { out.textContent = `not valid JSON: ${err.message}`; return; }
+      } else {
+        body = { plan_yaml: text };
+      }
+    }
+    for (const [field, input] of [["budget_usd", "budget-input"], ["deadline", "deadline-input"]]) {
+      const raw = $(input).value.trim();
+      if (!raw) continue;
+      const value = Number(raw);
+      if (!isFinite(value) || value < 0) { out.textContent = `${field}: ${raw} is not a non-negative number`; return; }
+      body[field] = value;
     }
     try {
       const { body: created } = await api("/runs", { method: "POST", body: JSON.stringify(body) });
@@ -1139,10 +1739,31 @@
     else current.refresh();
   }
 
-  $("dag").addEventListener("click", (event) => {
-    const node = event.target.closest ? event.target.closest(".node") : null;
-    if (node && view) openStep(view, node.dataset.step);
+  $("dag-search").addEventListener("input", throttle(async () => { if (view && view.plan) markMatches(view); }, 150));
+  $("dag-search").addEventListener("keydown", (event) => {
+    if (event.key !== "Enter" || !view || !view.plan) return;
+    markMatches(view);
+    if (view.matches && view.matches.length) focusStep(view, view.matches[0]);
   });
+  $("collapse-mode").addEventListener("change", (event) => {
+    if (!view || !view.plan) return;
+    view.collapse = event.target.value;
+    view.expanded = new Set();
+    closeStep();
+    buildDag(view);
+    fitView(view);
+  });
+  $("expand-all").addEventListener("click", () => {
+    if (!view || !view.plan) return;
+    $("collapse-mode").value = "none";
+    view.collapse = "none";
+    buildDag(view);
+  });
+  $("fit-view").addEventListener("click", () => { if (view && view.cy) view.cy.fit(undefined, 24); });
+  $("follow").addEventListener("change", () => { if (view) followFrontier(view); });
+  $("minimap").addEventListener("click", minimapGo);
+  $("step-list").addEventListener("scroll", throttleFrame(() => { if (view && view.plan) renderStepList(view); }));
+  $("gantt").addEventListener("scroll", throttleFrame(() => { if (view) renderTimeline(); }));
   $("step-close").addEventListener("click", closeStep);
   $("step-output-full").addEventListener("click", () => {
     if (!view || !view.step) return;
@@ -1154,6 +1775,7 @@
     if (!view || !view.plan) return;
     const chosen = Number(event.target.value);
     view.version = chosen === view.plan.current_version ? null : chosen;
+    view.planStale = true;
     refreshRun(view);
   });
 
@@ -1171,9 +1793,15 @@
   $("memory-status").addEventListener("change", () => loadMemory());
   $("memory-refresh").addEventListener("click", () => loadMemory());
   $("submit-form").addEventListener("submit", submitRun);
+  for (const radio of document.querySelectorAll('#submit-kind input[name="kind"]')) {
+    radio.addEventListener("change", () => setSubmitKind(radio.value));
+  }
   $("cancel-run").addEventListener("click", () => runAction("cancel"));
   $("resume-run").addEventListener("click", () => runAction("resume"));
   window.addEventListener("hashchange", route);
+
+  // For the browser tests and the benchmark (tests/server/browser.py): the selected run, its graph (view.cy).
+  window.planweave = { get view() { return view; } };
 
   // A token in the fragment (#token=...) never reaches the server or its logs: take it and remove it.
   const fromFragment = location.hash.match(/^#token=([^&]+)$/);
