@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from planweave import Engine, builtin_tools
+from planweave.engine.limits import LimitsRecord
 from planweave.journal import open_journal
 from planweave.runtree import child_ids, parent_link, run_tree
 
@@ -19,7 +20,7 @@ PLAN = {"steps": [{"id": "x", "tool": "noop", "args": {}}]}
 
 
 async def _run(engine: Engine, run_id: str, parent: dict[str, Any] | None = None) -> None:
-    run = await engine.start(PLAN, run_id=run_id, limits={"parent": parent} if parent else None)
+    run = await engine.start(PLAN, run_id=run_id, limits=LimitsRecord(parent=parent) if parent else None)
     await run.wait()
 
 

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterat
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import FrameType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from planweave.core.clock import Clock, RealClock
 from planweave.core.context import StepContext
@@ -53,6 +53,9 @@ from planweave.engine.loopwatch import LoopWatch
 from planweave.engine.protocols import Closable, PlanSeal
 from planweave.engine.speculative import Speculator, resolve_policy
 from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_reply, scrub
+
+if TYPE_CHECKING:
+    from planweave.engine.limits import LimitsRecord
 
 EventListener = Callable[[Event], None]
 _PLAN_KINDS = frozenset({"run_created", "plan_version", "steps_added"})
@@ -1257,7 +1260,7 @@ class Engine:
         hold: bool = False,
         on_event: EventListener | None = None,
         on_failure: OnFailure | None = None,
-        limits: Mapping[str, Any] | None = None,
+        limits: LimitsRecord | None = None,
         priority: float = 0.0,
         speculation: SpeculationSpec | SpeculationMode | None = None,
         predictor: Predictor | None = None,
@@ -1276,8 +1279,9 @@ class Engine:
         (:meth:`Run.subscribe` after ``start`` returns misses those emitted while it started).
         ``on_failure`` (``stop`` or ``continue``) says what a step failing for good does; it defaults to the plan's
         ``on_failure``, else ``continue`` for a held run (a planner may repair the failure) and ``stop`` otherwise.
-        ``limits`` (JSON data: budget, deadline, model) is journaled in ``run_created`` as ``options.limits``, for the
-        edges that enforce them to apply them again on resume (:class:`planweave.engine.limits.JournaledLimits`).
+        ``limits`` (:meth:`RunLimits.journaled <planweave.engine.limits.RunLimits.journaled>`: budget, deadline,
+        model...) is journaled in ``run_created`` as ``options.limits``, for the edges that enforce them to apply them
+        again on resume (:class:`planweave.engine.limits.JournaledLimits`).
         ``speculation`` (a policy, or a mode ``off``/``safe``/``eager`` keeping the plan's limits) overrides the
         plan's ``speculation:``; journaled as ``options.speculation``, which a resume keeps (docs/speculation.md).
         ``predictor`` (e.g. :class:`planweave.models.predictor.ModelPredictor`) is asked for the outputs of running
@@ -1326,7 +1330,7 @@ class Engine:
                 "source": source,
                 "on_failure": on_failure,
                 "options": {"concurrency": self.concurrency, "capacities": dict(self.capacities),
-                            **({"limits": dict(limits)} if limits is not None else {}),
+                            **({"limits": limits.to_json()} if limits is not None else {}),
                             **({"priority": priority} if priority else {}),
                             **({"speculation": policy.model_dump(mode="json")}
                                if policy.mode != "off" or speculation is not None else {})},

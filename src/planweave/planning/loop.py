@@ -30,7 +30,7 @@ from planweave.core.plan.model import PlanSpec
 from planweave.core.plan.refs import rename_refs
 from planweave.core.splice import StaleProposal
 from planweave.core.state import RunState
-from planweave.engine.limits import RunLimits
+from planweave.engine.limits import LimitsRecord, RunLimits
 from planweave.engine.runtime import Engine, Run, RunResult
 from planweave.models import (
     Budget,
@@ -200,12 +200,7 @@ class PlanningLoop:
         capacities = {self._model_resource: self.options.model_capacity} if self.options.model_capacity else {}
         run = await self.engine.start(PlanSpec(steps=(), goal=goal, capacities=capacities), tools=self.tools,
                                       run_id=run_id, hold=True, source="goal", priority=priority,
-                                      limits=None if self.limits is None else self.limits.journaled(
-                                          self.engine.clock.now(), self.client.model, pressure=self.pressure,
-                                          parent=self.parent, origin=self.origin,
-                                          **(self.endpoint.journaled() if self.endpoint is not None else {}),
-                                          **self._cascade_limits(),
-                                          **self._modes()))
+                                      limits=self._journaled_limits())
         run.subscribe(self._on_event(run))
         self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
         return run
@@ -240,17 +235,19 @@ class PlanningLoop:
         self.engine.spawn(self._drive(run, goal, plan=not written), name=f"planweave-planner-{run.id}")
         return run
 
-    def _modes(self) -> dict[str, Any]:
-        """What the planner sees of the run and whether its steps may say ``tool: plan``, journaled in run_created
-        (options.limits.context, .subplans) so a resume plans the same way, not with a later default."""
-        return {"context": self.options.context, "subplans": SUBPLAN_TOOL in self.tools}
-
-    def _cascade_limits(self) -> dict[str, Any]:
-        """The planner's tier table and ``cascade: true``, journaled in run_created so a resume cascades again."""
-        if self.cascade is None:
-            return {}
-        mode = {} if self.cascade.mode == "cascade" else {"planner": self.cascade.mode}  # auto: allocated
-        return {"tiers": self.cascade.table.to_mapping(), "cascade": True, **mode}
+    def _journaled_limits(self) -> LimitsRecord | None:
+        """The run's limits as ``run_created`` journals them, with all a resume needs to plan the same way: the
+        planner's tier table and whether it cascades or is allocated, what the planner sees of the run and whether
+        its steps may say ``tool: plan`` (not a later default), the deadline pressure, the parent and the origin."""
+        if self.limits is None:
+            return None
+        cascade = self.cascade
+        return self.limits.journaled(
+            self.engine.clock.now(), self.client.model, pressure=self.pressure, parent=self.parent,
+            origin=self.origin, tiers=None if cascade is None else cascade.table.to_mapping(),
+            cascade=cascade is not None, planner=None if cascade is None or cascade.mode == "cascade" else cascade.mode,
+            context=self.options.context, subplans=SUBPLAN_TOOL in self.tools,
+            **(self.endpoint.journaled() if self.endpoint is not None else {}))
 
     def replan_for_deadline(self, remaining_s: float | None, reason: str) -> bool:
         """Re-plan the run under deadline pressure (``allocate/pressure_watch.py``): ``reason``, which states the
