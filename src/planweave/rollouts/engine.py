@@ -22,6 +22,7 @@ from planweave.core.clock import Clock, RealClock
 from planweave.core.errors import PlanweaveError
 from planweave.models.base import Completion, CompletionRequest, Message, ModelClient
 from planweave.rollouts.journal import InFlight, RolloutJournal, open_rollout_journal
+from planweave.rollouts.samples import Sample
 from planweave.rollouts.staleness import Backpressure, StalenessBound, StalePolicy, take_batch
 from planweave.rollouts.trajectory import Interruption, Trajectory, Turn
 
@@ -108,11 +109,17 @@ class _Episode:
     call: asyncio.Task[Completion] | None = None
     call_version: int | None = None
     interrupting: bool = False
+    samples: list[Sample] = field(default_factory=list)  # a goal-run episode's model calls (rollouts/goals.py)
+    in_flight: Callable[[], int | None] | None = None  # the oldest version among its calls in flight at the gateway
 
     def oldest(self) -> int | None:
         versions = [t.version for t in self.turns if t.trainable]
+        versions += [s.policy_version for s in self.samples if s.trainable]
         if self.call is not None and self.call_version is not None:
             versions.append(self.call_version)
+        waiting = self.in_flight() if self.in_flight is not None else None
+        if waiting is not None:
+            versions.append(waiting)
         return min(versions) if versions else None
 
 
@@ -130,8 +137,8 @@ class RolloutEngine:
 
     def __init__(
         self,
-        policy: ModelClient,
-        env: EnvFactory,
+        policy: ModelClient | None,
+        env: EnvFactory | None,
         *,
         max_staleness: int = 1,
         on_stale: StalePolicy = "partial",
@@ -332,7 +339,8 @@ class RolloutEngine:
         in-flight call served by a too old policy on the new one."""
         floor = new - self.bound.max_staleness
         ep.turns = [t if t.version >= floor else replace(t, trainable=False) for t in ep.turns]
-        ep.interruptions.append(Interruption(len(ep.turns), ep.oldest() or new, new))
+        ep.samples = [s if s.policy_version >= floor else replace(s, trainable=False) for s in ep.samples]
+        ep.interruptions.append(Interruption(len(ep.turns) + len(ep.samples), ep.oldest() or new, new))
         self.stats.interrupted += 1
         if ep.call is not None and ep.call_version is not None and ep.call_version < floor:
             ep.interrupting = True
@@ -387,6 +395,8 @@ class RolloutEngine:
         return value if self.redact is None else self.redact(value)
 
     async def _play(self, ep: _Episode) -> Trajectory:
+        if self.env is None or self.policy is None:
+            raise RolloutError("a RolloutEngine of reset/step environments needs policy= and env=")
         env = self.env(ep.seed)
         first = await env.reset()
         if ep.observation is not None and self._hidden(first) != ep.observation:
@@ -451,6 +461,7 @@ class RolloutEngine:
         issued again on the new policy."""
         request = CompletionRequest(messages=tuple(prompt), max_tokens=self.max_tokens, temperature=self.temperature,
                                     logprobs=self.logprobs)
+        assert self.policy is not None
         while True:
             ep.call_version = self._version
             ep.call = asyncio.ensure_future(self.policy.complete(request))

@@ -7,11 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from planweave.core.errors import PlanweaveError
+from planweave.rollouts.samples import Sample, TrajectoryError
 
-
-class TrajectoryError(PlanweaveError):
-    """A stored trajectory (journal, sink) that cannot be read back; the message names the field."""
+__all__ = ["Interruption", "Sample", "Trajectory", "TrajectoryError", "Turn"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +67,10 @@ class Interruption:
 
 @dataclass(frozen=True, slots=True)
 class Trajectory:
-    """A finished episode: its id and seed, the first observation, every turn, the score and its interruptions."""
+    """A finished episode: its id and seed, the first observation, every turn, the score and its interruptions.
+
+    A goal-run episode (:mod:`planweave.rollouts.goals`) has no turns but ``samples``: one per model call (planner,
+    joiner, ``llm`` steps), each with its exact tokens and policy version; ``observation`` is then its goal."""
 
     episode: int
     seed: int
@@ -79,16 +80,18 @@ class Trajectory:
     interruptions: tuple[Interruption, ...] = ()
     resumed: bool = False  # journaled turns were replayed after the rollout process restarted
     meta: Mapping[str, Any] = field(default_factory=dict)
+    samples: tuple[Sample, ...] = ()
 
     @property
     def versions(self) -> tuple[int, ...]:
-        """The policy version of each turn."""
-        return tuple(t.version for t in self.turns)
+        """The policy version of each turn (of each sample, for a goal-run episode)."""
+        return tuple(t.version for t in self.turns) + tuple(s.policy_version for s in self.samples)
 
     @property
     def oldest_trainable(self) -> int | None:
-        """The oldest policy version among the trainable turns (None: no turn)."""
+        """The oldest policy version among the trainable turns and samples (None: none)."""
         versions = [t.version for t in self.turns if t.trainable]
+        versions += [s.policy_version for s in self.samples if s.trainable]
         return min(versions) if versions else None
 
     def staleness(self, current: int) -> int:
@@ -97,10 +100,13 @@ class Trajectory:
         return 0 if oldest is None else current - oldest
 
     def to_json(self) -> dict[str, Any]:
-        return {"episode": self.episode, "seed": self.seed, "observation": self.observation,
-                "turns": [t.to_json() for t in self.turns], "reward": self.reward,
-                "interruptions": [[i.at, i.from_version, i.to_version] for i in self.interruptions],
-                "resumed": self.resumed, "meta": dict(self.meta)}
+        out = {"episode": self.episode, "seed": self.seed, "observation": self.observation,
+               "turns": [t.to_json() for t in self.turns], "reward": self.reward,
+               "interruptions": [[i.at, i.from_version, i.to_version] for i in self.interruptions],
+               "resumed": self.resumed, "meta": dict(self.meta)}
+        if self.samples:
+            out["samples"] = [s.to_json() for s in self.samples]
+        return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], where: str = "trajectory") -> Trajectory:
@@ -112,6 +118,8 @@ class Trajectory:
                        turns=turns, reward=float(obj["reward"]),
                        interruptions=tuple(Interruption(int(a), int(f), int(t)) for a, f, t in
                                            obj.get("interruptions", ())),
-                       resumed=bool(obj.get("resumed", False)), meta=dict(obj.get("meta") or {}))
+                       resumed=bool(obj.get("resumed", False)), meta=dict(obj.get("meta") or {}),
+                       samples=tuple(Sample.from_json(x, f"{where}.samples[{i}]")
+                                     for i, x in enumerate(obj.get("samples") or ())))
         except (KeyError, TypeError, ValueError) as exc:
             raise TrajectoryError(f"{where}: missing or bad field ({type(exc).__name__}: {exc})") from None
