@@ -48,10 +48,10 @@ async def watch(journal_url: str, run_id: str, tmp_path: Path) -> tuple[list[str
         await page.goto(f"{live.url}#/runs/{run_id}")
         await expect(page.locator("#run-status")).to_have_text("succeeded", timeout=20_000)
         await expect(page.locator("#gantt rect.bar.speculative")).to_have_count(3, timeout=10_000)
-        bars = page.locator("#gantt rect.bar")
+        bars = page.locator("#gantt rect.bar:not(.model-call)")  # the attempts (model calls have rows of their own)
         seen = [(await bars.nth(i).get_attribute("data-step") or "", await bars.nth(i).get_attribute("class") or "")
                 for i in range(await bars.count())]
-        labels = await page.locator("#gantt text.row-label").all_text_contents()
+        labels = await page.locator("#gantt text.row-label:not(.model-label)").all_text_contents()
     assert errors == []
     return labels, seen
 
