@@ -91,6 +91,8 @@ class ToyPolicyServer:
         self.calls = 0
         self.completion_tokens = 0
         self.bodies: list[dict[str, Any]] = []  # every request body received
+        self.in_flight = 0
+        self.max_in_flight = 0  # the most calls it was answering at once
 
     @asynccontextmanager
     async def serve(self) -> AsyncIterator[str]:
@@ -129,7 +131,12 @@ class ToyPolicyServer:
             ids, finish = ids[:limit], "length"
             text = decode(ids)
         version = self.version
-        await asyncio.sleep(self.delay + self.seconds_per_token * len(ids))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.delay + self.seconds_per_token * len(ids))
+        finally:
+            self.in_flight -= 1
         self.calls += 1
         self.completion_tokens += len(ids)
         prompt_ids = encode(render(messages))
