@@ -121,3 +121,22 @@ def test_a_bad_line_is_named_with_its_file_and_number(tmp_path: Path) -> None:
 def test_an_unknown_sink_is_refused_naming_it(where: str) -> None:
     with pytest.raises(ValueError, match="sink"):
         open_sink(where)
+
+
+async def test_a_sink_carries_a_goal_episodes_samples(
+        target: tuple[str, Callable[[], Awaitable[list[Trajectory]]]]) -> None:
+    """The new fields (one sample per model call: ids, logprobs, role, step, policy version) come back whole."""
+    from planweave.rollouts.samples import Sample
+
+    where, read = target
+    samples = tuple(Sample(episode=1, index=i, session="sess", run="run-1", plan_version=1,
+                           step=None if i == 0 else f"s{i}", role="planner" if i == 0 else "step",
+                           messages=({"role": "user", "content": f"q{i}"},), text=f"a{i}", finish_reason="stop",
+                           policy_version=3, prompt_token_ids=(1, 2, i), completion_token_ids=(97, 48 + i),
+                           logprobs=(-0.25, -1.5), ids_from="server", reward=0.5, trainable=i != 2, resampled=i % 2)
+                    for i in range(3))
+    trajectory = Trajectory(1, 1, "a goal", (), 0.5, meta={"rollout": "r1"}, samples=samples)
+    sink = open_sink(where)
+    await sink.write([trajectory])
+    await sink.close()
+    assert await read() == [trajectory]
