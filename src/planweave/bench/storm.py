@@ -13,6 +13,10 @@ its call and a reply of ``--reply-tokens`` tokens (``max_tokens`` set to it), th
   documented ``RetryPolicy()`` (3 attempts), on an ``InMemorySaver`` checkpointer;
 * **pydantic-ai**: ``Agent.run`` per call under ``asyncio.gather`` (its OpenAI model, the SDK's default retries).
 
+The ``-limited`` variants of LangGraph and Pydantic AI also set their documented concurrency knob (LangGraph's
+``max_concurrency`` config, ``Agent(max_concurrency=...)``) to the provider's limit: neither has a tokens-per-minute
+limit.
+
 Counted per system, from the provider's own records: calls completed (at the provider), results kept (in the
 caller's hands when its run ended or was stopped at ``--stop`` times the floor), 429s received, tokens wasted (billed
 but not in a kept result: cut calls, and completed calls whose results were lost), and the time to finish against
@@ -43,8 +47,10 @@ from planweave.bench.storm_provider import Answer, ChatCall, Cut, MeteredProvide
 __all__ = ["SYSTEMS", "StormSettings", "SystemResult", "main", "run_storm"]
 
 MODEL = "storm-model"
-SYSTEMS = ("planweave", "openai-gather", "openai-gather-exc", "langgraph", "pydantic-ai")
-_WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau"]
+SYSTEMS = ("planweave", "openai-gather", "openai-gather-exc", "langgraph", "langgraph-limited", "pydantic-ai",
+           "pydantic-ai-limited")
+_WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu",
+          "nu", "xi", "omicron", "pi", "rho", "sigma", "tau")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,13 +213,21 @@ class _Item(TypedDict):
     i: int
 
 
-async def _langgraph(settings: StormSettings, base_url: str, stop_at: float) -> Outcome:
+def _langgraph(limited: bool) -> Runner:
+    async def run(settings: StormSettings, base_url: str, stop_at: float) -> Outcome:
+        return await _langgraph_storm(settings, base_url, stop_at, settings.max_concurrency if limited else None)
+
+    return run
+
+
+async def _langgraph_storm(settings: StormSettings, base_url: str, stop_at: float,
+                           max_concurrency: int | None) -> Outcome:
     from langchain_openai import ChatOpenAI
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import RetryPolicy, Send
 
-    model = ChatOpenAI(model=MODEL, base_url=base_url, api_key="storm",  # type: ignore[arg-type]
+    model = ChatOpenAI(model=MODEL, base_url=base_url, api_key="storm",
                        max_completion_tokens=settings.reply_tokens)
 
     async def call(item: _Item) -> dict[str, list[str]]:
@@ -224,12 +238,15 @@ async def _langgraph(settings: StormSettings, base_url: str, stop_at: float) -> 
         return [Send("call", {"i": i}) for i in range(settings.calls)]
 
     builder = StateGraph(_StormState)
-    builder.add_node("call", call, retry_policy=RetryPolicy())  # type: ignore[call-overload]
+    node: Any = call  # a Send's payload (_Item), not the graph's state
+    builder.add_node("call", node, retry_policy=RetryPolicy())
     builder.add_conditional_edges(START, fan_out, ["call"])
     builder.add_edge("call", END)
     saver = InMemorySaver()
     graph = builder.compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "storm"}}
+    if max_concurrency is not None:
+        config["max_concurrency"] = max_concurrency  # LangGraph's documented cap on tasks run at once
     try:
         async with asyncio.timeout(stop_at):
             final = await graph.ainvoke({"results": []}, config)
@@ -245,14 +262,24 @@ async def _langgraph(settings: StormSettings, base_url: str, stop_at: float) -> 
     return status, kept
 
 
-async def _pydantic_ai(settings: StormSettings, base_url: str, stop_at: float) -> Outcome:
+def _pydantic_ai(limited: bool) -> Runner:
+    async def run(settings: StormSettings, base_url: str, stop_at: float) -> Outcome:
+        return await _pydantic_ai_storm(settings, base_url, stop_at, settings.max_concurrency if limited else None)
+
+    return run
+
+
+async def _pydantic_ai_storm(settings: StormSettings, base_url: str, stop_at: float,
+                             max_concurrency: int | None) -> Outcome:
     from openai import AsyncOpenAI
     from pydantic_ai import Agent
     from pydantic_ai.models.openai import OpenAIChatModel
     from pydantic_ai.providers.openai import OpenAIProvider
 
     client = AsyncOpenAI(base_url=base_url, api_key="storm")
-    agent = Agent(OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client)))
+    # max_concurrency: Pydantic AI's documented limit on agent runs at once.
+    agent = Agent(OpenAIChatModel(MODEL, provider=OpenAIProvider(openai_client=client)),
+                  max_concurrency=max_concurrency)
 
     def call(i: int) -> Callable[[], Awaitable[Any]]:
         return lambda: agent.run(settings.prompt(i), model_settings={"max_tokens": settings.reply_tokens})
@@ -269,8 +296,11 @@ RUNNERS: dict[str, tuple[Runner, tuple[str, ...], tuple[str, ...]]] = {
     "planweave": (_planweave, (), ("planweave",)),
     "openai-gather": (_openai(False), ("openai",), ("openai",)),
     "openai-gather-exc": (_openai(True), ("openai",), ("openai",)),
-    "langgraph": (_langgraph, ("langgraph", "langchain_openai"), ("langgraph", "langchain-openai", "openai")),
-    "pydantic-ai": (_pydantic_ai, ("pydantic_ai", "openai"), ("pydantic-ai-slim", "openai")),
+    "langgraph": (_langgraph(False), ("langgraph", "langchain_openai"), ("langgraph", "langchain-openai", "openai")),
+    "langgraph-limited": (_langgraph(True), ("langgraph", "langchain_openai"),
+                          ("langgraph", "langchain-openai", "openai")),
+    "pydantic-ai": (_pydantic_ai(False), ("pydantic_ai", "openai"), ("pydantic-ai-slim", "openai")),
+    "pydantic-ai-limited": (_pydantic_ai(True), ("pydantic_ai", "openai"), ("pydantic-ai-slim", "openai")),
 }
 
 
@@ -339,14 +369,14 @@ def _quiet() -> Any:
 
 
 def table(results: Sequence[SystemResult]) -> str:
-    head = (f"{'system':<18} {'status':<9} {'completed':>9} {'kept':>9} {'429s':>6} {'requests':>8} "
+    head = (f"{'system':<20} {'status':<9} {'completed':>9} {'kept':>9} {'429s':>6} {'requests':>8} "
             f"{'wasted tok':>10} {'finish s':>8} {'/ floor':>7}")
     lines = [head, "-" * len(head)]
     for r in results:
         if r.status == "skipped":
-            lines.append(f"{r.system:<18} skipped: {r.reason}")
+            lines.append(f"{r.system:<20} skipped: {r.reason}")
             continue
-        lines.append(f"{r.system:<18} {r.status:<9} {r.completed:>4}/{r.calls:<4} {r.kept:>4}/{r.calls:<4} "
+        lines.append(f"{r.system:<20} {r.status:<9} {r.completed:>4}/{r.calls:<4} {r.kept:>4}/{r.calls:<4} "
                      f"{r.rate_limited:>6} {r.requests:>8} {r.wasted_tokens:>10} {r.seconds:>8.1f} "
                      f"{r.seconds / r.floor_seconds:>7.2f}")
     return "\n".join(lines)
