@@ -1,5 +1,7 @@
-"""Test infrastructure shipped with planweave: a scripted OpenAI-compatible server for client tests and benchmarks."""
+"""Test infrastructure shipped with planweave: a scripted model server (Chat Completions, the Responses API and
+Anthropic Messages) for client tests and benchmarks."""
 
+from planweave.testing.scripted_dialects import Call, Tokens
 from planweave.testing.scripted_llm import (
     Congestion,
     Drop,
@@ -15,6 +17,7 @@ from planweave.testing.scripted_llm import (
 )
 
 __all__ = [
+    "Call",
     "Congestion",
     "Drop",
     "HttpError",
@@ -24,6 +27,7 @@ __all__ = [
     "ServedCall",
     "Stall",
     "Text",
+    "Tokens",
     "plan_lines",
     "reply_from_json",
 ]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import inspect
 import itertools
 import json
@@ -46,6 +47,21 @@ from typing import Annotated, Any
 import h11
 import orjson
 import typer
+
+from planweave.testing.scripted_dialects import (
+    PATHS,
+    AnthropicEncoder,
+    Call,
+    Dialect,
+    ResponsesEncoder,
+    StreamEncoder,
+    Tokens,
+    anthropic_body,
+    error_body,
+    forced_tool,
+    messages_of,
+    responses_body,
+)
 
 _TOKEN = re.compile(r"\s*\S{1,4}|\s+")
 
@@ -64,7 +80,11 @@ def plan_lines(steps: Iterable[Mapping[str, Any]]) -> str:
 class Text:
     """Answer with ``text``. Unset timings take the server's defaults; ``usage=False`` sends no token counts;
     ``prompt_tokens``/``completion_tokens`` replace the counted ones. ``logprobs``, sent only to a request that asks
-    for logprobs, are each token's top logprobs (best first; the last entry serves every token past the list)."""
+    for logprobs, are each token's top logprobs (best first; the last entry serves every token past the list).
+    ``tool_calls`` follow the text (their arguments streamed in pieces; ``finish_reason`` "stop" becomes
+    "tool_calls"); ``reasoning`` comes before it (Chat ``reasoning_content``, a Responses ``reasoning`` item's
+    summary, an Anthropic ``thinking`` block), counted as output and reasoning tokens; ``cached_tokens`` and
+    ``cache_write_tokens`` of the prompt are reported as read from and written to the provider's cache."""
 
     text: str
     ttft: float | None = None
@@ -74,6 +94,10 @@ class Text:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     logprobs: tuple[tuple[float, ...], ...] | None = None
+    tool_calls: tuple[Call, ...] = ()
+    reasoning: str = ""
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 def _logprobs_block(reply: Text, pieces: Sequence[str], first: int) -> dict[str, Any]:
@@ -189,9 +213,21 @@ class RecordedRequest:
         return self.body.get("response_format") if isinstance(self.body, dict) else None
 
     @property
+    def dialect(self) -> Dialect:
+        """The API the request was sent to: ``chat`` (``/v1/chat/completions``), ``responses`` or ``anthropic``
+        (``/v1/messages``)."""
+        path = self.path.rstrip("/")
+        path = path[3:] if path.startswith("/v1/") else path
+        return PATHS.get(path, "chat")
+
+    @property
     def messages(self) -> list[dict[str, Any]]:
-        messages = self.body.get("messages") if isinstance(self.body, dict) else None
-        return messages if isinstance(messages, list) else []
+        """The request's messages as ``[{"role", "content", ...}]`` in every dialect (a Responses request's
+        ``instructions`` and an Anthropic request's ``system`` first, as a system message)."""
+        if self.dialect == "chat":
+            messages = self.body.get("messages") if isinstance(self.body, dict) else None
+            return messages if isinstance(messages, list) else []
+        return messages_of(self.dialect, self.body)
 
 
 ScriptFunction = Callable[[RecordedRequest], Reply | Awaitable[Reply]]
@@ -278,6 +314,11 @@ class ScriptedLLM:
     def chat_requests(self) -> list[RecordedRequest]:
         """The chat completion requests received, in order."""
         return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    @property
+    def model_requests(self) -> list[RecordedRequest]:
+        """The model calls received in any dialect (chat completions, responses, messages), in order."""
+        return [r for r in self.requests if r.method == "POST" and _route(r.path) is not None]
 
     def push(self, *replies: Reply) -> None:
         """Append replies to the script (a sequence script only)."""
@@ -369,11 +410,13 @@ class ScriptedLLM:
             data = [{"id": m, "object": "model", "created": 0, "owned_by": "planweave"} for m in self.models]
             await self._send_json(conn, writer, 200, {"object": "list", "data": data})
             return True
-        if req.method != "POST" or path not in ("/v1/chat/completions", "/chat/completions"):
+        if req.method != "POST" or _route(path) is None:
             await self._send_json(conn, writer, 404, _error_body(f"no route {req.method} {req.path}", "not_found"))
             return True
-        if not isinstance(req.body, dict) or not isinstance(req.body.get("messages"), list):
-            await self._send_json(conn, writer, 400, _error_body("body must be JSON with 'messages'", "invalid"))
+        needed = "input" if req.dialect == "responses" else "messages"
+        if not isinstance(req.body, dict) or not isinstance(req.body.get(needed), list | str) or (
+                needed == "messages" and not isinstance(req.body.get(needed), list)):
+            await self._send_json(conn, writer, 400, error_body(req.dialect, 400, f"body must be JSON with '{needed}'"))
             return True
         fmt = req.response_format
         if not self.json_schema and isinstance(fmt, dict) and fmt.get("type") == "json_schema":
@@ -402,13 +445,13 @@ class ScriptedLLM:
                 call.status = 429
                 await self._send_error(conn, writer, HttpError(
                     429, f"overloaded: {call.concurrency} calls in flight, limit {congestion.hard_limit}",
-                    retry_after=congestion.retry_after))
+                    retry_after=congestion.retry_after), req.dialect)
                 return True
             slowdown = congestion.slowdown(call.concurrency)
         reply = self._within_max_tokens(req, await self._next_reply(req))
         call.status = reply.status if isinstance(reply, HttpError) else 200
         if isinstance(reply, HttpError):
-            await self._send_error(conn, writer, reply)
+            await self._send_error(conn, writer, reply, req.dialect)
             return True
         if isinstance(reply, Drop) and not req.stream:
             writer.transport.abort()
@@ -425,8 +468,8 @@ class ScriptedLLM:
 
     def _within_max_tokens(self, req: RecordedRequest, reply: Reply) -> Reply:
         """``reply`` cut at the request's max_tokens (finish_reason "length") when the server honours it."""
-        limit = req.body.get("max_tokens", req.body.get("max_completion_tokens")) if isinstance(req.body, dict) \
-            else None
+        body = req.body if isinstance(req.body, dict) else {}
+        limit = body.get("max_tokens", body.get("max_completion_tokens", body.get("max_output_tokens")))
         if not self.honour_max_tokens or not isinstance(limit, int) or not isinstance(reply, Text):
             return reply
         pieces = split_tokens(reply.text)
@@ -454,7 +497,8 @@ class ScriptedLLM:
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
 
-    async def _send_error(self, conn: h11.Connection, writer: asyncio.StreamWriter, reply: HttpError) -> None:
+    async def _send_error(self, conn: h11.Connection, writer: asyncio.StreamWriter, reply: HttpError,
+                          dialect: Dialect = "chat") -> None:
         headers = [] if reply.retry_after is None else [("retry-after", _retry_after_text(reply.retry_after))]
         if reply.body is not None:
             data = reply.body.encode()
@@ -464,8 +508,7 @@ class ScriptedLLM:
             writer.write(conn.send(h11.EndOfMessage()))
             await writer.drain()
             return
-        kind = "rate_limit_exceeded" if reply.status == 429 else "server_error"
-        await self._send_json(conn, writer, reply.status, _error_body(reply.message, kind), headers)
+        await self._send_json(conn, writer, reply.status, error_body(dialect, reply.status, reply.message), headers)
 
     async def _stall(self, reader: asyncio.StreamReader, seconds: float | None) -> bool:
         """Send nothing for ``seconds`` (None: until the client closes); False if the client went away."""
@@ -476,77 +519,108 @@ class ScriptedLLM:
             pass  # a client waiting for this response sends nothing more; EOF means it gave up
         return False
 
-    # -- chat completions ----------------------------------------------------------------------------------------
+    # -- replies, in the request's dialect ------------------------------------------------------------------------
     def _usage(self, req: RecordedRequest, reply: Text, completion_tokens: int,
-               call: ServedCall | None = None) -> dict[str, int]:
+               call: ServedCall | None = None, reasoning_tokens: int = 0) -> Tokens:
         prompt = reply.prompt_tokens
         if prompt is None:
             prompt = sum(math.ceil(len(str(m.get("content") or "")) / 4) + 4 for m in req.messages) + 2
         completion = reply.completion_tokens if reply.completion_tokens is not None else completion_tokens
         if call is not None:
             call.prompt_tokens, call.completion_tokens = prompt, completion
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        return Tokens(prompt, completion, min(reply.cached_tokens, prompt),
+                      min(reply.cache_write_tokens, max(0, prompt - reply.cached_tokens)), reasoning_tokens)
 
     def _model(self, req: RecordedRequest) -> str:
         model = req.body.get("model") if isinstance(req.body, dict) else None
         return model if isinstance(model, str) and model else self.models[0]
 
+    @staticmethod
+    def _shape(req: RecordedRequest, reply: Text) -> tuple[str, tuple[Call, ...], str]:
+        """The text, tool calls and finish reason to send: a request forcing a tool (Anthropic's structured output)
+        gets the scripted text as that tool's input."""
+        forced = forced_tool(req.body) if req.dialect == "anthropic" else None
+        text, calls = reply.text, tuple(reply.tool_calls)
+        if forced is not None and not calls:
+            text, calls = "", (Call(f"toolu_scripted_{forced}", forced, reply.text),)
+        finish = "tool_calls" if calls and reply.finish_reason == "stop" else reply.finish_reason
+        return text, calls, finish
+
     async def _complete(self, conn: h11.Connection, writer: asyncio.StreamWriter, req: RecordedRequest,
                         reply: Text, call: ServedCall, slowdown: float = 1.0) -> None:
-        pieces = split_tokens(reply.text)
+        text, calls, finish = self._shape(req, reply)
+        pieces = split_tokens(text)
+        thought = len(split_tokens(reply.reasoning))
+        produced = len(pieces) + thought + sum(len(split_tokens(c.arguments)) for c in calls)
         ttft = (self.ttft if reply.ttft is None else reply.ttft) * slowdown
         tps = self.tokens_per_second if reply.tokens_per_second is None else reply.tokens_per_second
         tps = tps / slowdown if tps else tps
-        delay = ttft + (len(pieces) / tps if tps else 0.0)
+        delay = ttft + (produced / tps if tps else 0.0)
         if delay > 0:
             await asyncio.sleep(delay)
+        usage = self._usage(req, reply, produced, call, thought)
+        given = usage if reply.usage else None
+        rid = f"scripted-{next(self._ids)}"
+        if req.dialect == "responses":
+            await self._send_json(conn, writer, 200, responses_body(
+                f"resp_{rid}", self._model(req), text, reply.reasoning, calls, finish, given))
+            return
+        if req.dialect == "anthropic":
+            await self._send_json(conn, writer, 200, anthropic_body(
+                f"msg_{rid}", self._model(req), text, reply.reasoning, calls, finish, given))
+            return
+        message: dict[str, Any] = {"role": "assistant", "content": text if text or not calls else None}
+        if calls:
+            message["tool_calls"] = [{"id": c.id, "type": "function",
+                                      "function": {"name": c.name, "arguments": c.arguments}} for c in calls]
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
         body: dict[str, Any] = {
-            "id": f"chatcmpl-scripted-{next(self._ids)}",
+            "id": f"chatcmpl-{rid}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self._model(req),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": reply.text},
-                         "finish_reason": reply.finish_reason}],
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         }
         if _asks_logprobs(req, reply):
             body["choices"][0]["logprobs"] = _logprobs_block(reply, pieces, 0)
-        usage = self._usage(req, reply, len(pieces), call)
         if reply.usage:
-            body["usage"] = usage
+            body["usage"] = usage.chat()
         await self._send_json(conn, writer, 200, body)
+
+    def _encoder(self, req: RecordedRequest, model: str, timing: Text, every: bool) -> StreamEncoder:
+        rid = f"scripted-{next(self._ids)}"
+        if req.dialect == "responses":
+            return ResponsesEncoder(f"resp_{rid}", model)
+        if req.dialect == "anthropic":
+            return AnthropicEncoder(f"msg_{rid}", model)
+        return ChatEncoder(f"chatcmpl-{rid}", model, timing if _asks_logprobs(req, timing) else None, every)
 
     async def _stream(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       req: RecordedRequest, reply: Reply, call: ServedCall, slowdown: float = 1.0) -> bool:
         assert not isinstance(reply, HttpError)
-        text = reply.text if isinstance(reply, Text) else reply.after
         timing = reply if isinstance(reply, Text) else Text("")
+        text, calls, _ = self._shape(req, reply) if isinstance(reply, Text) else (reply.after, (), "stop")
         ttft = (self.ttft if timing.ttft is None else timing.ttft) * slowdown
         tps = self.tokens_per_second if timing.tokens_per_second is None else timing.tokens_per_second
         tps = tps / slowdown if tps else tps
-        cid = f"chatcmpl-scripted-{next(self._ids)}"
-        created = int(time.time())
         model = self._model(req)
         loop = asyncio.get_running_loop()
 
         options = req.body.get("stream_options") if isinstance(req.body, dict) else None
         options = options if isinstance(options, dict) else {}
-        every = timing.usage and (self.usage_in_every_chunk or bool(options.get("continuous_usage_stats")))
-        billed = Text("", usage=timing.usage, prompt_tokens=timing.prompt_tokens)
-        self._usage(req, billed, 0, call)  # the prompt is billed once generation starts
+        every = req.dialect == "chat" and timing.usage and (
+            self.usage_in_every_chunk or bool(options.get("continuous_usage_stats")))
+        # Chat Completions sends usage only when asked (include_usage); the other dialects always do
+        final_usage = timing.usage and (req.dialect != "chat" or bool(options.get("include_usage")))
+        billed = dataclasses.replace(timing, completion_tokens=None)
+        encoder = self._encoder(req, model, timing, every)
+        thought = 0
 
-        with_logprobs = timing if _asks_logprobs(req, timing) else None
+        def sent_so_far() -> Tokens:
+            return self._usage(req, billed, call.completion_tokens, None, thought)
 
-        def event(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
-            chunk: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created,
-                                     "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
-            _add_logprobs(chunk, with_logprobs, delta, call.completion_tokens)
-            if delta.get("content"):
-                call.completion_tokens += 1  # billed as it is sent: a cut stream still costs what it sent
-                if every:
-                    chunk["usage"] = self._usage(req, billed, call.completion_tokens)
-            return b"data: " + orjson.dumps(chunk) + b"\n\n"
-
-        async def send_pieces(pieces: list[str]) -> None:
+        async def send_pieces(pieces: list[str], frame: Callable[[str], bytes]) -> None:
             start = loop.time()
             due: list[bytes] = []  # events whose time has come go out in one write
             for i, piece in enumerate(pieces):
@@ -558,19 +632,27 @@ class ScriptedLLM:
                             due.clear()
                             await writer.drain()
                         await asyncio.sleep(wait)
-                due.append(event({"content": piece}))
+                call.completion_tokens += 1  # billed as it is sent: a cut stream still costs what it sent
+                due.append(frame(piece))
             if due:
                 writer.write(conn.send(h11.Data(data=b"".join(due))))
             await writer.drain()
 
+        def text_frame(piece: str) -> bytes:
+            return encoder.text(piece, sent_so_far() if every else None)
+
         headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache")]
         writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
-        writer.write(conn.send(h11.Data(data=event({"role": "assistant", "content": ""}))))
-        await writer.drain()
+        writer.write(conn.send(h11.Data(data=encoder.start(self._usage(req, billed, 0, call)))))
+        await writer.drain()  # the prompt is billed once generation starts
         if ttft > 0:
             await asyncio.sleep(ttft)
+        reasoning = split_tokens(timing.reasoning)
+        if reasoning:
+            await send_pieces(reasoning, encoder.reasoning)
+            thought = len(reasoning)
         pieces = split_tokens(text)
-        await send_pieces(pieces)
+        await send_pieces(pieces, text_frame)
         if isinstance(reply, Drop):
             writer.transport.abort()
             return False
@@ -578,20 +660,74 @@ class ScriptedLLM:
             if not await self._stall(reader, reply.seconds):
                 return False
             more = split_tokens(reply.then)
-            await send_pieces(more)
+            await send_pieces(more, text_frame)
             pieces += more
             reply = Text(reply.after + reply.then)
-        finish = reply.finish_reason
-        writer.write(conn.send(h11.Data(data=event({}, finish))))
-        self._usage(req, reply, len(pieces), call)
-        if reply.usage and options.get("include_usage"):
-            usage = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
-                     "choices": [], "usage": self._usage(req, reply, len(pieces))}
-            writer.write(conn.send(h11.Data(data=b"data: " + orjson.dumps(usage) + b"\n\n")))
-        writer.write(conn.send(h11.Data(data=b"data: [DONE]\n\n")))
+        arguments = 0
+        for index, tool in enumerate(calls):
+            writer.write(conn.send(h11.Data(data=encoder.tool_start(index, tool))))
+            parts = split_tokens(tool.arguments)
+            await send_pieces(parts, functools.partial(encoder.tool_arguments, index, tool))
+            arguments += len(parts)
+        finish = "tool_calls" if calls and reply.finish_reason == "stop" else reply.finish_reason
+        usage = self._usage(req, reply, len(pieces) + thought + arguments, call, thought)
+        writer.write(conn.send(h11.Data(data=encoder.end(finish, usage if final_usage else None))))
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
         return True
+
+
+class ChatEncoder:
+    """A streamed Chat Completions reply: ``chat.completion.chunk`` events, a usage chunk when asked, ``[DONE]``."""
+
+    def __init__(self, cid: str, model: str, logprobs: Text | None, every: bool) -> None:
+        self.cid, self.model, self.created = cid, model, int(time.time())
+        self.logprobs = logprobs  # the reply whose logprobs to send (None: the request asked for none)
+        self.every = every
+        self.index = 0
+
+    def _chunk(self, delta: Mapping[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": self.cid, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    @staticmethod
+    def _data(chunk: Mapping[str, Any]) -> bytes:
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def start(self, usage: Tokens) -> bytes:
+        return self._data(self._chunk({"role": "assistant", "content": ""}))
+
+    def reasoning(self, piece: str) -> bytes:
+        return self._data(self._chunk({"reasoning_content": piece}))
+
+    def text(self, piece: str, usage: Tokens | None) -> bytes:
+        delta = {"content": piece}
+        chunk = self._chunk(delta)
+        _add_logprobs(chunk, self.logprobs, delta, self.index)
+        self.index += 1
+        if usage is not None:
+            chunk["usage"] = usage.chat()
+        return self._data(chunk)
+
+    def tool_start(self, index: int, call: Call) -> bytes:
+        return self._data(self._chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                                        "function": {"name": call.name, "arguments": ""}}]}))
+
+    def tool_arguments(self, index: int, call: Call, piece: str) -> bytes:
+        return self._data(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+
+    def end(self, finish: str, usage: Tokens | None) -> bytes:
+        out = self._data(self._chunk({}, finish))
+        if usage is not None:
+            out += self._data({"id": self.cid, "object": "chat.completion.chunk", "created": self.created,
+                               "model": self.model, "choices": [], "usage": usage.chat()})
+        return out + b"data: [DONE]\n\n"
+
+
+def _route(path: str) -> Dialect | None:
+    """The dialect served at ``path`` (with or without ``/v1``), None for no model route."""
+    path = path.rstrip("/")
+    return PATHS.get(path[3:] if path.startswith("/v1/") else path)
 
 
 def _error_body(message: str, kind: str) -> dict[str, Any]:
