@@ -214,3 +214,21 @@ async def test_a_dialect_without_ids_says_so_in_the_sample_instead_of_retokenisi
     assert sample.logprobs is not None and len(sample.logprobs) == len("plain")  # logprobs still recorded
     assert sample.policy_version == 4  # the request's version
     assert not toy.bodies[0].get("return_token_ids")
+
+
+@pytest.mark.parametrize(("max_staleness", "on_stale"), [(0, "partial"), (1, "drop"), (2, "partial")])
+async def test_no_delivered_trainable_call_is_older_than_the_bound_across_updates(max_staleness: int,
+                                                                                  on_stale: Any) -> None:
+    """Goal-run episodes under a policy that moves after every batch (and, via the server's header, mid-call):
+    every trainable sample of every batch is within ``max_staleness`` of the version at delivery."""
+    toy = ToyPolicyServer(goal_replies(3), delay=0.01, seconds_per_token=0.0002, version_header=True)
+    seen: list[tuple[int, int, int]] = []
+    async with stack(toy) as (gateway, engine), GoalRollouts(
+            gateway, engine, episodes_from=goal, episodes=8, concurrency=4, max_staleness=max_staleness,
+            on_stale=on_stale) as rollouts:
+        async for batch in rollouts.batches(size=2):
+            seen += [(batch.version, s.policy_version, int(s.trainable)) for t in batch for s in t.samples]
+            toy.version = await rollouts.update_policy()
+    assert len({v for v, _, _ in seen}) >= 3  # the policy moved while episodes ran
+    assert all(delivered - served <= max_staleness for delivered, served, trainable in seen if trainable)
+    assert sum(trainable for _, _, trainable in seen) > 0
