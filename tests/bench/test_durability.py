@@ -28,15 +28,17 @@ def _quick(system: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict
     [result] = out["systems"]
     assert result["skipped"] is None, result["skipped"]
     summary: dict[str, Any] = result["summary"]
-    summary["outcomes"] = [run["outcome"] for run in result["runs"]]
+    summary["outcomes"] = [(run["kill"], run["outcome"], run["detail"]) for run in result["runs"]]
     summary["versions"] = result["versions"]
     return summary
 
 
 def _assert_planweave_kept_its_promise(summary: dict[str, Any]) -> None:
-    assert summary["killed"] == summary["runs"] == 4  # the quick schedule's kills all land before the run ends
+    assert summary["runs"] == 4
+    assert summary["killed"] >= 2  # the kills by count land before the join (a kill by time may come after the end)
     assert (summary["duplicated_plain"], summary["duplicated_keyed"], summary["lost"]) == (0, 0, 0)
-    assert set(summary["outcomes"]) <= {"completed", "needs_person", "not_recorded"}, summary["outcomes"]
+    outcomes = {outcome for _, outcome, _ in summary["outcomes"]}
+    assert outcomes <= {"completed", "needs_person", "not_recorded", "not_killed"}, summary["outcomes"]
     assert "planweave" in summary["versions"]
 
 

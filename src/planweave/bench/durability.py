@@ -345,6 +345,10 @@ def _one_run(system: System, store: str, kill: Kill, root: Path, tag: str) -> Ru
     try:
         done = _await_line(second, "DONE", RESUME_TIMEOUT_S)
         if done is None:
+            try:
+                second.wait(timeout=5)  # an EOF comes just before the exit status can be reaped
+            except subprocess.TimeoutExpired:
+                pass
             record.outcome = "timeout" if second.poll() is None else "failed"
             record.detail = f"the resuming process gave no result (see {log})"
         else:
@@ -479,6 +483,8 @@ def _options(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print its table (or JSON); a bad option exits 2 naming it (SystemExit)."""
     args = parse_command_line(_options, argv, "planweave bench durability")
+    # A SIGTERM unwinds like Ctrl-C, so the children are killed and the databases created here dropped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     result = measure(args.seed, args.runs, args.fan_out, args.systems, args.pg,
                      progress=lambda message: print(message, file=sys.stderr, flush=True), keep=args.keep)
     if args.json:

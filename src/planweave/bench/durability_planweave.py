@@ -27,8 +27,9 @@ from planweave.bench.durability_effects import (
     report,
     step_ids,
 )
-from planweave.core.errors import RunNotFound
-from planweave.engine.runtime import Engine, RunResult
+from planweave.core.errors import RunError, RunNotFound
+from planweave.core.state import RunState
+from planweave.engine import Engine, RunResult
 from planweave.journal import open_journal
 from planweave.tools.registry import Toolbox
 
@@ -75,6 +76,11 @@ async def _resume(engine: Engine, spec: ChildSpec, toolbox: Toolbox) -> dict[str
         result = await (await engine.resume(spec.run_id, tools=toolbox)).wait()
     except RunNotFound:
         return {"outcome": "not_found", "detail": "no run in the journal (killed before run_created was stored)"}
+    except RunError:
+        # Killed after the run ended (on its way out): resume refuses, and the journal says how it ended.
+        status = RunState.from_events(spec.run_id, await engine.journal.read(spec.run_id)).status
+        return {"outcome": "completed" if status == "succeeded" else "failed",
+                "detail": f"the run had already ended ({status}) when it was killed"}
     unknown = _unknown(result)
     if result.ok or not unknown:
         return {"outcome": "completed" if result.ok else "failed", "detail": result.error or ""}
