@@ -19,7 +19,7 @@ from planweave.bench import storm
 from planweave.bench.storm import StormSettings, SystemResult, run_storm
 from planweave.bench.storm_provider import ChatCall, MeteredProvider, ProviderLimits, Say, call_tag
 
-QUICK = StormSettings(calls=50, tokens_per_minute=5_000)
+QUICK = StormSettings(calls=50, tokens_per_minute=1_500)
 
 
 @pytest.fixture(scope="module")
