@@ -42,6 +42,7 @@ from planweave.models.base import (
     check_schema,
 )
 from planweave.models.budget import Budget, Reservation, StreamMeter, acquire_call
+from planweave.models.dialects import Dialect, dialect_of, split_model
 from planweave.models.endpoint import Endpoint, EndpointError, RoutedClient, parse_headers
 from planweave.models.errors import (
     BudgetExceeded,
@@ -54,7 +55,6 @@ from planweave.models.errors import (
     ProviderError,
     RateLimited,
 )
-from planweave.models.dialects import Dialect, dialect_of, split_model
 from planweave.models.pricing import (
     CHARS_PER_TOKEN,
     DEFAULT_MAX_TOKENS,
@@ -72,12 +72,13 @@ if TYPE_CHECKING:
 @asynccontextmanager
 async def resolve_model(name: str, *, endpoint: Endpoint | None = None, **options: Any) -> AsyncIterator[ModelClient]:
     """Open a client for a ``--model`` name: ``local`` starts the bundled local model server, ``scripted:FILE``
-    serves a script's answers on 127.0.0.1 (offline planning, no model: docs/offline.md), anything else is an
+    serves a script's answers on 127.0.0.1 (offline planning, no model: docs/offline.md), anything else is a
     model at ``endpoint`` (its base URL, key and headers) in the dialect its name says
     (:mod:`planweave.models.dialects`): ``anthropic:claude-...`` Anthropic Messages (unset parts:
     ``ANTHROPIC_BASE_URL``, ``ANTHROPIC_API_KEY``), ``openai-responses:gpt-...`` the OpenAI Responses API, else
-    Chat Completions (``openai:`` or no prefix; unset parts: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``). Keyword ``options`` go to the client; ``admission`` defaults to the
-    process's, see :func:`planweave.models.admission.default_admission`. Closes it all on exit. Raises
+    Chat Completions (``openai:`` or no prefix; unset parts: ``OPENAI_BASE_URL``, ``OPENAI_API_KEY``).
+    Keyword ``options`` go to the client; ``admission`` defaults to the process's, see
+    :func:`planweave.models.admission.default_admission`. Closes it all on exit. Raises
     :class:`~planweave.models.endpoint.EndpointError` when the endpoint's ``api_key_env`` is unset."""
     from planweave.models.admission import default_admission
     from planweave.models.openai import OpenAIChatClient

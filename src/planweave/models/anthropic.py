@@ -125,28 +125,10 @@ class AnthropicClient(OpenAIChatClient):
             raise self._bad_reply(state.requested, "stream event is not an object", body=_text(data))
         kind = event.get("type")
         if kind == "content_block_delta":
-            delta = event.get("delta") or {}
-            index = int(event.get("index") or 0)
-            if delta.get("type") == "text_delta":
-                return self._text_piece(state, str(delta.get("text") or ""))
-            if delta.get("type") == "input_json_delta":
-                piece = str(delta.get("partial_json") or "")
-                if state.forced is not None and state.tools.get(index, ["", ""])[1] == state.forced:
-                    return self._text_piece(state, piece)  # structured output by tool forcing: the reply's text
-                state.tool_piece(index, None, None, piece)
-            elif delta.get("type") == "thinking_delta":
-                state.reasoning.append(str(delta.get("thinking") or ""))
-        elif kind == "content_block_start":
-            block = event.get("content_block") or {}
-            if block.get("type") == "tool_use":
-                index = int(event.get("index") or 0)
-                if block.get("name") == state.forced:
-                    state.tools[index] = [str(block.get("id") or ""), str(block["name"]), ""]
-                else:
-                    state.tool_piece(index, str(block.get("id") or ""), str(block.get("name") or ""), "")
-            elif block.get("type") == "text" and block.get("text"):
-                return self._text_piece(state, str(block["text"]))
-        elif kind in ("message_start", "message_delta"):
+            return self._block_delta(event, state)
+        if kind == "content_block_start":
+            return self._block_start(event, state)
+        if kind in ("message_start", "message_delta"):
             if kind == "message_start":
                 message = event.get("message") or {}
                 state.model = message.get("model") or state.model
@@ -166,6 +148,32 @@ class AnthropicClient(OpenAIChatClient):
                     state.finish = "stop"
         elif kind == "error":
             raise self._bad_reply(state.requested, "error in stream", body=_text(data))
+        return ""
+
+    def _block_delta(self, event: Mapping[str, Any], state: _StreamState) -> str:
+        delta = event.get("delta") or {}
+        index = int(event.get("index") or 0)
+        if delta.get("type") == "text_delta":
+            return self._text_piece(state, str(delta.get("text") or ""))
+        if delta.get("type") == "input_json_delta":
+            piece = str(delta.get("partial_json") or "")
+            if state.forced is not None and state.tools.get(index, ["", ""])[1] == state.forced:
+                return self._text_piece(state, piece)  # structured output by tool forcing: the reply's text
+            state.tool_piece(index, None, None, piece)
+        elif delta.get("type") == "thinking_delta":
+            state.reasoning.append(str(delta.get("thinking") or ""))
+        return ""
+
+    def _block_start(self, event: Mapping[str, Any], state: _StreamState) -> str:
+        block = event.get("content_block") or {}
+        if block.get("type") == "tool_use":
+            index = int(event.get("index") or 0)
+            if block.get("name") == state.forced:
+                state.tools[index] = [str(block.get("id") or ""), str(block["name"]), ""]
+            else:
+                state.tool_piece(index, str(block.get("id") or ""), str(block.get("name") or ""), "")
+        elif block.get("type") == "text" and block.get("text"):
+            return self._text_piece(state, str(block["text"]))
         return ""
 
     @staticmethod

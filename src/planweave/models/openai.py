@@ -657,16 +657,12 @@ class OpenAIChatClient:
                             *lines, buffer = buffer.split(b"\n")
                             # One Delta per network read, not per event: fewer hand-offs when tokens arrive fast.
                             text = "".join([self._event_text(line, state) for line in lines])
-                            if text:
-                                if first_token is None:
-                                    first_token = loop.time()
+                            pieces = state.deltas(text)
+                            if pieces:
+                                first_token = loop.time() if first_token is None else first_token
                                 yielded = True
-                                yield Delta(text, state.usage_so_far())
-                            while state.tool_deltas:
-                                if first_token is None:
-                                    first_token = loop.time()
-                                yielded = True
-                                yield Delta("", state.usage_so_far(), tool_call=state.tool_deltas.pop(0))
+                                for piece in pieces:
+                                    yield piece
                         if not ended:
                             await _drain(chunks)
                     finally:
@@ -725,6 +721,13 @@ class _StreamState:
         if first or arguments:
             self.tool_deltas.append(ToolCallDelta(index, known[0] or None if first else None,
                                                   known[1] or None if first else None, arguments))
+
+    def deltas(self, text: str) -> list[Delta]:
+        """What to hand out after a read: its text, then the tool call pieces it brought."""
+        out = [Delta(text, self.usage_so_far())] if text else []
+        out += [Delta("", self.usage_so_far(), tool_call=d) for d in self.tool_deltas]
+        self.tool_deltas.clear()
+        return out
 
     def calls(self) -> tuple[ToolCall, ...]:
         return tuple(ToolCall(i, n, a) for _, (i, n, a) in sorted(self.tools.items()))

@@ -37,7 +37,7 @@ DEFAULT_MAX_TOKENS = 1024
 #: The environment variable naming a price file for every price table of the process (``--prices FILE`` wins).
 PRICES_ENV = "PLANWEAVE_PRICES"
 #: What a refusal tells people to do about a model without a price.
-HOW_TO_PRICE = (f"give its price in a file (--prices FILE or ${PRICES_ENV}; YAML or JSON: "
+HOW_TO_PRICE = (f"give its price in a file (prices = FILE in a --config, or ${PRICES_ENV}; YAML or JSON: "
                 "{MODEL: {input: USD per 1M tokens, output: USD per 1M tokens}})")
 
 
