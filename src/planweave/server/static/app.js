@@ -143,16 +143,20 @@
             const { value, done } = await reader.read();
             if (done) break;
             buffer += decoder.decode(value, { stream: true }).replace(/\r/g, "");
+            // Frames are cut at an index and the rest kept once per chunk: a replay of thousands of events arrives
+            // in big chunks, and re-slicing the buffer per frame was quadratic (seconds at 2,000 events).
+            let from = 0;
             let end;
-            while ((end = buffer.indexOf("\n\n")) >= 0) {
-              const frame = buffer.slice(0, end);
-              buffer = buffer.slice(end + 2);
+            while ((end = buffer.indexOf("\n\n", from)) >= 0) {
+              const frame = buffer.slice(from, end);
+              from = end + 2;
               const parsed = parseFrame(frame);
               if (parsed) {
                 if (parsed.id) last = Number(parsed.id);
                 onEvent(parsed.event, parsed.data, last);
               }
             }
+            buffer = buffer.slice(from);
           }
           if (done()) return; // ended by the server because there is nothing more to say
           setConnected(false);
@@ -502,15 +506,21 @@
       else if (kind === "run_created" || kind === "run_resumed") current.finished = false;
       if (kind === "plan_version") current.planStale = true;
       applyEvent(current, kind, event);
-      current.refresh();
+      // The replayed events of an ended run change nothing its summary does not already say: re-read it only while
+      // the run goes, and once its end is replayed (the critical path as run needs every step's finish).
+      const ended = current.summary && current.summary.status !== "running";
+      if (!ended || ["run_finished", "run_resumed", "run_created", "plan_version"].includes(kind)) current.refresh();
       current.redraw();
       if (current.step && (event.step === current.step || kind === "run_finished")) current.stepRefresh();
     }, () => current.finished || view !== current);
   }
 
+  // Ends the open attempts of the steps in `only` (all steps when it is not given): an event of one step touches that
+  // step only, so that replaying a 10,000-step run's events stays linear.
   function closeOpenAttempts(current, at, outcome, only) {
-    for (const [step, attempts] of current.attempts) {
-      if (only && !only.includes(step)) continue;
+    const steps = only ? only.filter((step) => current.attempts.has(step)) : [...current.attempts.keys()];
+    for (const step of steps) {
+      const attempts = current.attempts.get(step);
       const last = attempts[attempts.length - 1];
       if (last && last.end === null) {
         last.end = at;
@@ -780,6 +790,10 @@
     if (plan) {
       current.plan = plan.body;
       current.shape = planShape(plan.body);
+      if (!current.viewSet && plan.body.steps.length > AUTO_COLLAPSE && current.collapse === "none") {
+        current.collapse = "layer";
+        $("collapse-mode").value = "layer";
+      }
       // An earlier version shows the statuses its steps had when it was replaced.
       current.status = new Map(plan.body.steps.map((step) => [step.id, step.status]));
       $("run-plan").textContent = plan.body.name || plan.body.goal || "";
@@ -965,13 +979,27 @@
     }
     const addedIn = new Map();
     for (const v of plan.versions || []) for (const id of v.added || []) addedIn.set(id, v.version);
-    return { depth, index, addedIn, byId: new Map(plan.steps.map((s) => [s.id, s])) };
+    let layers = 0;
+    for (const d of depth.values()) layers = Math.max(layers, d + 1);
+    const band = Math.max(1, Math.ceil(layers / LAYER_GROUPS));
+    return { depth, index, addedIn, layers, band, byId: new Map(plan.steps.map((s) => [s.id, s])) };
   }
+
+  // Collapsed by layer, a long plan's layers go in bands, so that at most LAYER_GROUPS groups are drawn.
+  const LAYER_GROUPS = 120;
+  const AUTO_COLLAPSE = 500; // plans above this many steps open collapsed by layer (1,000 nodes drawn took 1-2 s)
 
   function groupOf(current, id) {
     const mode = current.collapse;
     if (mode === "none") return null;
-    const key = mode === "layer" ? `layer ${current.shape.depth.get(id) + 1}` : `v${current.shape.addedIn.get(id) || 1}`;
+    let key;
+    if (mode === "layer") {
+      const band = current.shape.band;
+      const first = Math.floor(current.shape.depth.get(id) / band) * band + 1;
+      key = band === 1 ? `layer ${first}` : `layers ${first}–${Math.min(first + band - 1, current.shape.layers)}`;
+    } else {
+      key = `v${current.shape.addedIn.get(id) || 1}`;
+    }
     return current.expanded.has(key) ? null : key;
   }
 
@@ -1115,16 +1143,33 @@
     };
   }
 
+  // The box of the nodes' centres, widened by a node: from positions only (Cytoscape's own bounding box measures
+  // every label, which took half a second at 1,000 steps).
+  function nodesBox(cy) {
+    let x1 = Infinity, y1 = Infinity, x2 = -Infinity, y2 = -Infinity;
+    cy.nodes().forEach((node) => {
+      const p = node.position();
+      if (p.x < x1) x1 = p.x; if (p.x > x2) x2 = p.x;
+      if (p.y < y1) y1 = p.y; if (p.y > y2) y2 = p.y;
+    });
+    if (x1 === Infinity) return null;
+    x1 -= NODE_W; x2 += NODE_W; y1 -= NODE_H; y2 += NODE_H;
+    return { x1, y1, x2, y2, w: x2 - x1, h: y2 - y1 };
+  }
+
   function fitView(current) {
     const cy = current.cy;
     if (!cy) return;
-    cy.fit(undefined, 24);
+    const box = nodesBox(cy);
+    if (!box) return;
+    let zoom = Math.min(cy.width() / box.w, cy.height() / box.h, 1.2);
+    let cx = (box.x1 + box.x2) / 2;
     // A long plan fitted whole is unreadable: start at its beginning, at a zoom where labels can be read.
-    if (cy.zoom() < 0.35 && cy.nodes().length > 200) {
-      cy.zoom(0.5);
-      const first = cy.nodes().min((n) => n.position("x")).ele;
-      cy.pan({ x: 40 - first.position("x") * 0.5, y: cy.height() / 2 });
+    if (zoom < 0.35 && cy.nodes().length > 200) {
+      zoom = 0.5;
+      cx = box.x1 + cy.width() / 2 / zoom;
     }
+    cy.viewport({ zoom, pan: { x: cy.width() / 2 - cx * zoom, y: cy.height() / 2 - ((box.y1 + box.y2) / 2) * zoom } });
   }
 
   // The critical path as classes of its nodes and edges (and the key's words), updated in place.
@@ -1213,10 +1258,12 @@
     if (!cy || view !== current) return;
     const ctx = canvas.getContext("2d");
     const W = canvas.width, H = canvas.height;
-    const bb = cy.elements().boundingBox();
-    if (!isFinite(bb.w) || bb.w <= 0) { ctx.clearRect(0, 0, W, H); return; }
-    const scale = Math.min((W - 8) / bb.w, (H - 8) / bb.h);
-    current.minimap = { bb, scale };
+    if (dotsChanged || !current.minimap) {
+      const bb = nodesBox(cy);
+      if (!bb) { ctx.clearRect(0, 0, W, H); current.minimap = null; return; }
+      current.minimap = { bb, scale: Math.min((W - 8) / bb.w, (H - 8) / bb.h) };
+    }
+    const { bb, scale } = current.minimap;
     if (dotsChanged || !current.minimapDots) {
       const dots = current.minimapDots || document.createElement("canvas");
       dots.width = W; dots.height = H;
@@ -1759,7 +1806,14 @@
     view.collapse = "none";
     buildDag(view);
   });
-  $("fit-view").addEventListener("click", () => { if (view && view.cy) view.cy.fit(undefined, 24); });
+  $("fit-view").addEventListener("click", () => {
+    if (!view || !view.cy) return;
+    const cy = view.cy;
+    const box = nodesBox(cy);
+    if (!box) return;
+    const zoom = Math.max(cy.minZoom(), Math.min(cy.width() / box.w, cy.height() / box.h, 1.2));
+    cy.viewport({ zoom, pan: { x: cy.width() / 2 - ((box.x1 + box.x2) / 2) * zoom, y: cy.height() / 2 - ((box.y1 + box.y2) / 2) * zoom } });
+  });
   $("follow").addEventListener("change", () => { if (view) followFrontier(view); });
   $("minimap").addEventListener("click", minimapGo);
   $("step-list").addEventListener("scroll", throttleFrame(() => { if (view && view.plan) renderStepList(view); }));
