@@ -32,6 +32,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from planweave.rollouts.engine import RolloutEngine, RolloutError, _Episode
 from planweave.rollouts.gateway import Gateway, tagging_http
 from planweave.rollouts.samples import Sample
@@ -122,6 +124,7 @@ class GoalRollouts(RolloutEngine):
         self.resampled = 0  # gateway calls issued again on a newer policy
         self._attempts = 0  # episodes started by this process: each gets a fresh session and run id
         self._process = uuid.uuid4().hex[:8]
+        self._http: httpx.AsyncClient | None = None
 
     async def update_policy(self, version: int | None = None) -> int:
         """:meth:`RolloutEngine.update_policy`, and the gateway serves the new version: calls in flight older than
@@ -136,7 +139,18 @@ class GoalRollouts(RolloutEngine):
     async def __aenter__(self) -> GoalRollouts:
         await super().__aenter__()
         self.gateway.set_version(self._version)  # a resumed rollout serves the journal's version
+        # one connection pool for every episode's client (building an HTTP client costs an SSL context, ~0.1 s);
+        # the tags are per call, from the calling task's context
+        self._http = tagging_http(self.engine)
         return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        try:
+            await super().__aexit__(*exc_info)
+        finally:
+            if self._http is not None:
+                await self._http.aclose()
+                self._http = None
 
     async def _play(self, ep: _Episode) -> Trajectory:
         restarted = ep.observation is not None  # in flight when a previous process died: runs again from its start
@@ -183,8 +197,9 @@ class GoalRollouts(RolloutEngine):
         """Run the episode's goal or plan on its own endpoint; its status and result (None: cut by the deadline)."""
         from planweave.models.openai import OpenAIChatClient
 
-        http = tagging_http(self.engine)
-        client = OpenAIChatClient(spec.model, **endpoint.client_options(), http=http, concurrency=None)
+        if self._http is None:
+            raise RolloutError("GoalRollouts runs episodes only inside 'async with'")
+        client = OpenAIChatClient(spec.model, **endpoint.client_options(), http=self._http, concurrency=None)
         run = None
         try:
             if spec.goal is not None:
@@ -208,8 +223,6 @@ class GoalRollouts(RolloutEngine):
             if run is not None and not run.finished:
                 run.cancel("rollout episode dropped")
             raise
-        finally:
-            await http.aclose()
 
     async def _start_plan(self, spec: EpisodeSpec, client: Any, run_id: str) -> Any:
         from planweave.engine.limits import RunLimits
