@@ -79,3 +79,11 @@ def test_the_provider_answers_429_with_retry_after_past_its_limits() -> None:
     status, retry_after = by_tokens[1]
     # 80 + ~10 tokens taken from a bucket of 100 that refills 100 a minute: the second waits for ~80 more to come.
     assert status == 429 and retry_after is not None and 40 < float(retry_after) < 60, by_tokens
+
+
+def test_a_stopped_run_keeps_every_call_it_completed() -> None:
+    # Stopped halfway to the floor: the results of the calls that finished stay (in the journal), none is lost.
+    settings = StormSettings(calls=QUICK.calls, tokens_per_minute=QUICK.tokens_per_minute, stop=0.5)
+    [result] = run_storm(settings, ["planweave"])
+    assert result.status == "stopped", result
+    assert 0 < result.kept == result.completed < settings.calls, result

@@ -404,7 +404,7 @@ def _options(
     reply_tokens: Annotated[int, typer.Option(min=1, help="tokens of each reply (its max_tokens)")] = 100,
     cut_share: Annotated[float, typer.Option(min=0.0, max=1.0, help="share of calls cut halfway on their first try")
                          ] = 0.04,
-    stop: Annotated[float, typer.Option(min=1.0, help="stop a system still running at this many floors")] = 3.0,
+    stop: Annotated[float, typer.Option(min=0.05, help="stop a system still running at this many floors")] = 3.0,
     seed: Annotated[int, typer.Option(help="seeds the cut calls and the retry jitter")] = 7,
     systems: Annotated[str, typer.Option(help=f"comma-separated, of {','.join(SYSTEMS)}")] = ",".join(SYSTEMS),
     quick: Annotated[bool, typer.Option("--quick", help="50 calls at 1,500 tokens/min (what CI runs)")] = False,
