@@ -439,6 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(tokens / tokens per minute) {s.floor_seconds():.1f}s, least possible {s.least_seconds():.1f}s (the "
           f"bucket starts full); virtual clock, stopped at {s.stop:g}x the floor")
     print(table(results))
+    print("versions: " + "; ".join(f"{r.system}: {r.version}" for r in results if r.version))
     print(f"({time.perf_counter() - started:.1f}s wall)")
     return 0
 
