@@ -1530,7 +1530,7 @@
   function renderStepModels(current, stepId) {
     const calls = [];
     for (const list of current.modelCalls.values()) for (const c of list) if (c.step === stepId) calls.push(c);
-    $("step-models").textContent = calls.length ? calls.map(modelCallText).join("\n") : "None.";
+    $("step-models").textContent = calls.length ? calls.map((c) => modelCallText(c, current)).join("\n") : "None.";
     const step = current.shape && current.shape.byId.get(stepId);
     const links = $("step-links");
     links.replaceChildren();
@@ -1690,9 +1690,18 @@
     body.replaceChildren(root);
   }
 
-  function modelCallText(c) {
+  // A call's cost, or null when unknown: the journal bills a model without a price 0 (planning/loop.py), and the
+  // server then says the run's cost is unknown (null): such a call's 0 is unknown too, never $0.
+  function callCost(current, c) {
+    if (c.cost === null) return null;
+    const unpriced = c.cost === 0 && (c.tokens || 0) > 0 && current.summary && current.summary.cost_usd === null;
+    return unpriced ? null : c.cost;
+  }
+
+  function modelCallText(c, current = view) {
     const tokens = c.tokens === null ? "tokens unknown" : `${c.tokens.toLocaleString()} tokens`;
-    const cost = c.cost === null ? "cost unknown (no price)" : formatCost(c.cost);
+    const known = current ? callCost(current, c) : c.cost;
+    const cost = known === null ? "cost unknown (no price)" : formatCost(known);
     return `${c.purpose}${c.model ? ` · ${c.model}` : ""}${c.step ? ` · step ${c.step}` : ""}: ${tokens}, ${cost}, ${formatDuration(c.end - c.start)}`;
   }
 
@@ -1703,7 +1712,8 @@
       for (const c of calls) {
         n += 1;
         tokens += c.tokens || 0;
-        if (c.cost === null) unpriced += 1; else cost += c.cost;
+        const known = callCost(current, c);
+        if (known === null) unpriced += 1; else cost += known;
       }
     }
     const text = !n ? "none" : `${n} · ${tokens.toLocaleString()} tokens · ${unpriced === n ? "cost unknown"
