@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -65,10 +66,13 @@ async def test_a_goal_run_with_three_parallel_steps_gives_one_sample_per_model_c
     assert all(body.get("return_token_ids") and body.get("logprobs") for body in toy.bodies)
 
 
-async def test_two_concurrent_episodes_on_two_endpoints_never_cross() -> None:
+async def test_concurrent_episodes_on_their_own_endpoints_never_cross() -> None:
+    """Four episodes at once on one engine, each on its own session: every sample is its own episode's (messages,
+    reply, run and role: a step's task may inherit another run's planner context, the tags must not follow it)."""
     def replies(messages: Sequence[Mapping[str, Any]], rng: random.Random) -> str:
         text = " ".join(str(m.get("content")) for m in messages)
-        marker = "episode 0" if "episode 0" in text else "episode 1" if "episode 1" in text else "?"
+        found = re.search(r"episode (\d+)", text)
+        marker = f"episode {found.group(1)}" if found else "?"
         if purpose_of(messages) == "plan":  # each step's prompt names the episode its goal named
             return "".join(json.dumps({"id": f"s{i}", "tool": "llm", "args": {"prompt": f"Repeat: {marker}"}}) + "\n"
                            for i in range(3))
@@ -78,31 +82,37 @@ async def test_two_concurrent_episodes_on_two_endpoints_never_cross() -> None:
     keys: list[str] = []
     async with stack(toy) as (gateway, engine):
         opened = gateway.open_session
+
         def spy(name: str, **kw: Any) -> Any:
             session = opened(name, **kw)
             keys.append(session.key)
             return session
+
         gateway.open_session = spy  # type: ignore[method-assign]
-        async with GoalRollouts(gateway, engine, episodes_from=goal, episodes=2, concurrency=2) as rollouts:
-            episodes = await collect(rollouts, 2)
+        async with GoalRollouts(gateway, engine, episodes_from=goal, episodes=4, concurrency=4) as rollouts:
+            episodes = await collect(rollouts, 4)
         # a session's key opens no other session
         async with httpx.AsyncClient() as http:
             other = await http.post(f"{gateway.base_url}/sessions/nobody/v1/chat/completions", json={"messages": []},
                                     headers={"Authorization": f"Bearer {keys[0]}"})
     assert other.status_code == 404
-    assert toy.max_in_flight >= 4  # both episodes' steps were in flight at once
-    assert len(set(keys)) == 2
+    assert toy.max_in_flight >= 6  # several episodes' steps were in flight at once
+    assert len(set(keys)) == 4
     by_episode = {t.episode: t for t in episodes}
+    assert sorted(by_episode) == [0, 1, 2, 3]
     for number, trajectory in by_episode.items():
-        assert len(trajectory.samples) == 5
-        assert {s.episode for s in trajectory.samples} == {number}
-        assert len({s.session for s in trajectory.samples}) == 1 and len({s.run for s in trajectory.samples}) == 1
-        for sample in trajectory.samples:
+        samples = trajectory.samples
+        assert len(samples) == 5
+        assert {s.episode for s in samples} == {number}
+        assert {s.run for s in samples} == {trajectory.meta["run"]} and len({s.session for s in samples}) == 1
+        assert sorted((s.role, s.step) for s in samples if s.role == "step") == [
+            ("step", "s0"), ("step", "s1"), ("step", "s2")]
+        for sample in samples:
             said = " ".join(str(m.get("content")) for m in sample.messages)
-            assert f"episode {1 - number}" not in said
+            assert set(re.findall(r"episode \d+", said)) <= {f"episode {number}"}
             if sample.role == "step":
                 assert sample.text == f"episode {number}"
-    assert by_episode[0].samples[0].session != by_episode[1].samples[0].session
+    assert len({t.samples[0].session for t in episodes}) == 4
 
 
 async def test_the_reward_hook_shares_a_reward_or_gives_one_per_call_sync_or_async() -> None:

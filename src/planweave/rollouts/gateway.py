@@ -386,12 +386,14 @@ def _int_list(value: Any) -> tuple[int, ...] | None:
     return tuple(value)
 
 
-def caller() -> tuple[str | None, str | None, str]:
+def caller(roots: Callable[[str], bool] | None = None) -> tuple[str | None, str | None, str]:
     """Who makes the model call about to go out in this task: (run, step, purpose).
 
-    A step's tasks are started while the planner streams its plan, so they inherit the planner's call context
-    (``models.admission.call_context``): a step of the same run wins over it. A planner's context set inside a step
-    of another run (a sub-goal's child run) is the child planner's call."""
+    The planning loop marks its calls with a call context (``models.admission.call_context``) and a step's tool call
+    runs in the step's context. But a step's task is created wherever the engine dispatched it, so it may inherit a
+    planner's call context, of its own run or of another one sharing the engine: a step wins over a call context of
+    its own run, and over one of another episode's root run (``roots`` tells them: a sub-goal's child run is never
+    one). A call context of another run that is not a root is a child run's planner inside the step: it wins."""
     from planweave.core.context import current_step
     from planweave.models.admission import call_class
 
@@ -400,18 +402,21 @@ def caller() -> tuple[str | None, str | None, str]:
         step = current_step()
     except LookupError:
         return call.run_id, call.step_id, call.purpose
-    if call.run_id == step.run_id:
+    inherited = call.run_id is None or call.run_id == step.run_id or (roots is not None and roots(call.run_id))
+    if inherited:
         return step.run_id, step.step_id, "llm_step"
     return call.run_id, call.step_id, call.purpose
 
 
-def tagging_http(engine: Engine | None = None, *, timeout: float = 600.0) -> httpx.AsyncClient:
+def tagging_http(engine: Engine | None = None, *, roots: Callable[[str], bool] | None = None,
+                 timeout: float = 600.0) -> httpx.AsyncClient:
     """An HTTP client for planweave's model client that tags every call with who makes it: the run, the step, the
     purpose (``plan``, ``join``, ``llm_step``, ...) and, given the ``engine`` running it, the plan version current
     when the call is made (``X-Planweave-*`` headers, read by the gateway). The tags come from the calling task's
-    context (:func:`planweave.models.admission.call_class`), so calls of parallel steps are told apart."""
+    context (:func:`caller`, ``roots`` telling the runs that are episodes' roots), so calls of parallel steps and of
+    concurrent runs are told apart."""
     async def tag(request: httpx.Request) -> None:
-        run_id, step_id, purpose = caller()
+        run_id, step_id, purpose = caller(roots)
         if run_id:
             request.headers[RUN_HEADER] = run_id
             if engine is not None:

@@ -125,6 +125,7 @@ class GoalRollouts(RolloutEngine):
         self._attempts = 0  # episodes started by this process: each gets a fresh session and run id
         self._process = uuid.uuid4().hex[:8]
         self._http: httpx.AsyncClient | None = None
+        self._roots: set[str] = set()  # the run ids of the episodes' goal or plan runs (their root runs)
 
     async def update_policy(self, version: int | None = None) -> int:
         """:meth:`RolloutEngine.update_policy`, and the gateway serves the new version: calls in flight older than
@@ -141,7 +142,7 @@ class GoalRollouts(RolloutEngine):
         self.gateway.set_version(self._version)  # a resumed rollout serves the journal's version
         # one connection pool for every episode's client (building an HTTP client costs an SSL context, ~0.1 s);
         # the tags are per call, from the calling task's context
-        self._http = tagging_http(self.engine)
+        self._http = tagging_http(self.engine, roots=self._roots.__contains__)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -173,12 +174,14 @@ class GoalRollouts(RolloutEngine):
         session = self.gateway.open_session(session_name, episode=ep.episode, on_sample=record)
         ep.in_flight = session.oldest_in_flight
         run_id = f"rollout-{session_name}"
+        self._roots.add(run_id)
         try:
             status, result = await self._run(spec, session.endpoint(spec.headers), run_id)
         finally:
             with contextlib.suppress(Exception):
                 self.gateway.close_session(session_name)
             ep.in_flight = None
+            self._roots.discard(run_id)
         samples = tuple(replace(s, index=i) for i, s in enumerate(sorted(ep.samples, key=lambda s: s.index)))
         outcome = EpisodeOutcome(ep.episode, ep.seed, spec, run_id, status,
                                  result.answer if result is not None else None, result, samples, self.engine)
