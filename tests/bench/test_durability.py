@@ -34,8 +34,8 @@ def _quick(system: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict
 
 
 def _assert_planweave_kept_its_promise(summary: dict[str, Any]) -> None:
-    assert summary["runs"] == 4
-    assert summary["killed"] >= 2  # the kills by count land before the join (a kill by time may come after the end)
+    # Every other run is killed by count, which lands before the join (a kill by time may come after the end).
+    assert summary["killed"] >= (summary["runs"] + 1) // 2 >= 1
     assert (summary["duplicated_plain"], summary["duplicated_keyed"], summary["lost"]) == (0, 0, 0)
     outcomes = {outcome for _, outcome, _ in summary["outcomes"]}
     assert outcomes <= {"completed", "needs_person", "not_recorded", "not_killed"}, summary["outcomes"]
@@ -55,7 +55,7 @@ def test_planweave_on_postgres_repeats_and_loses_no_effect(capsys: pytest.Captur
         if os.environ.get("PLANWEAVE_SKIP_PG") == "1":
             pytest.skip(f"PostgreSQL at {base} unreachable and PLANWEAVE_SKIP_PG=1: {exc}")
         pytest.fail(f"PostgreSQL at {base} is unreachable ({exc}); set PLANWEAVE_SKIP_PG=1 to skip this test")
-    _assert_planweave_kept_its_promise(_quick("planweave-postgres", capsys, "--pg", base))
+    _assert_planweave_kept_its_promise(_quick("planweave-postgres", capsys, "--pg", base, "--runs", "2"))
 
 
 def test_every_system_gets_the_same_seeded_schedule() -> None:
