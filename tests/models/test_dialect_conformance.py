@@ -29,9 +29,19 @@ from planweave.models import (
     resolve_model,
     split_model,
 )
-from planweave.models.errors import ModelUnavailable, RateLimited
+from planweave.models.errors import ModelUnavailable, ProviderError, RateLimited
 from planweave.models.openai import Backoff, OpenAIChatClient
-from planweave.testing import Call, Drop, HttpError, RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+from planweave.testing import (
+    Call,
+    Drop,
+    HttpError,
+    RecordedRequest,
+    Reply,
+    ScriptedLLM,
+    StreamError,
+    Text,
+    plan_lines,
+)
 from planweave.testing.scripted_llm import split_tokens
 
 MODELS = {"chat": "openai:gpt-4o-mini", "responses": "openai-responses:gpt-4o-mini",
@@ -181,6 +191,18 @@ async def test_a_cut_stream_raises_and_its_last_delta_carries_what_it_cost(diale
     # charged at least what the server billed, never nothing (Anthropic's message_start counts one output token
     # before the text, as the real API does: one more at most)
     assert served.completion_tokens <= last.completion_tokens <= served.completion_tokens + 1
+
+
+async def test_an_error_event_mid_stream_is_raised_after_the_text_it_followed(dialect: str) -> None:
+    async with serve(dialect, [StreamError("some text then", 500, "boom")]) as (server, client):
+        deltas: list[Delta] = []
+        with pytest.raises(ProviderError, match="error in stream") as info:
+            async with aclosing(client.stream(CompletionRequest.of("hi"))) as stream:
+                async for item in stream:
+                    assert isinstance(item, Delta)
+                    deltas.append(item)
+    assert "".join(d.text for d in deltas) == "some text then" and len(server.served) == 1  # not retried
+    assert "boom" in str(info.value)
 
 
 # -- through the CLI: a goal planned and run in each dialect, under a dollar budget --------------------------------

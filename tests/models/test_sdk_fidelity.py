@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 
-from planweave.testing import Call, Drop, HttpError, ScriptedLLM, Text
+from planweave.testing import Call, Drop, HttpError, ScriptedLLM, StreamError, Text
 from planweave.testing.scripted_llm import split_tokens
 
 SCHEMA: dict[str, object] = {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
@@ -179,3 +179,31 @@ async def test_each_sdk_sees_a_cut_stream_as_an_error_not_a_short_reply(dialect:
                     got += [c.delta.content or "" for c in chunk.choices]
     assert "".join(got) == "half a sentence and then"  # what was sent arrived, then the cut was an error
     assert server.served[0].completion_tokens > 0  # and the server billed it
+
+
+@pytest.mark.parametrize("dialect", ["chat", "responses", "anthropic"])
+async def test_each_sdk_sees_an_error_event_mid_stream_after_the_text(dialect: str) -> None:
+    async with serve(StreamError("some text then", 500, "boom")) as (_, oa, an):
+        got: list[str] = []
+        seen: list[str] = []
+        with pytest.raises((openai.APIError, anthropic.APIError, RuntimeError)):
+            if dialect == "anthropic":
+                async with an.messages.stream(model="claude-3-5-haiku-latest", max_tokens=50,
+                                              messages=[{"role": "user", "content": "hi"}]) as stream:
+                    async for text in stream.text_stream:
+                        got.append(text)
+            elif dialect == "responses":
+                async with oa.responses.stream(model="gpt-5-mini", input="hi") as rstream:
+                    async for event in rstream:
+                        seen.append(event.type)
+                        if event.type == "response.output_text.delta":
+                            got.append(event.delta)
+                    await rstream.get_final_response()  # no response.completed: RuntimeError
+            else:
+                chat = await oa.chat.completions.create(model="gpt-4o-mini", stream=True,
+                                                        messages=[{"role": "user", "content": "hi"}])
+                async for chunk in chat:
+                    got += [c.delta.content or "" for c in chunk.choices]
+    assert "".join(got) == "some text then"
+    if dialect == "responses":
+        assert seen[-2:] == ["error", "response.failed"]

@@ -71,6 +71,7 @@ class StreamEncoder(Protocol):
     def tool_start(self, index: int, call: Call) -> bytes: ...
     def tool_arguments(self, index: int, call: Call, piece: str) -> bytes: ...
     def end(self, finish: str, usage: Tokens | None) -> bytes: ...
+    def error(self, status: int, message: str) -> bytes: ...
 
 
 def sse(data: Mapping[str, Any], event: str | None = None) -> bytes:
@@ -185,6 +186,12 @@ class ResponsesEncoder:
         return self._event("response.function_call_arguments.delta", item_id=self.open["id"],
                            output_index=len(self.output), delta=piece)
 
+    def error(self, status: int, message: str) -> bytes:
+        code = "rate_limit_exceeded" if status == 429 else "server_error"
+        response = {**self._response("failed"), "error": {"code": code, "message": message}}
+        return (self._event("error", code=code, message=message, param=None)
+                + self._event("response.failed", response=response))
+
     def end(self, finish: str, usage: Tokens | None) -> bytes:
         out = b""
         if not any(item["type"] in ("message", "function_call") for item in [*self.output, self.open or {}]):
@@ -261,6 +268,9 @@ class AnthropicEncoder:
     def tool_arguments(self, index: int, call: Call, piece: str) -> bytes:
         return self._event("content_block_delta", index=self.index,
                            delta={"type": "input_json_delta", "partial_json": piece})
+
+    def error(self, status: int, message: str) -> bytes:
+        return self._event("error", error=error_body("anthropic", 529 if status >= 500 else status, message)["error"])
 
     def end(self, finish: str, usage: Tokens | None) -> bytes:
         out = self._stop_block()

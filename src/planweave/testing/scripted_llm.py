@@ -151,7 +151,18 @@ class Drop:
     after: str = ""
 
 
-Reply = Text | HttpError | Stall | Drop
+@dataclass(frozen=True, slots=True)
+class StreamError:
+    """Stream ``after``, then an error event in the stream (what a provider sends when it fails mid-stream: Chat
+    Completions' ``{"error": ...}`` chunk, the Responses API's ``error`` and ``response.failed``, Anthropic's
+    ``event: error`` such as ``overloaded_error``), then end the body. A non-streaming request gets HTTP ``status``."""
+
+    after: str = ""
+    status: int = 500
+    message: str = "scripted failure mid-stream"
+
+
+Reply = Text | HttpError | Stall | Drop | StreamError
 
 
 @dataclass(frozen=True, slots=True)
@@ -449,6 +460,8 @@ class ScriptedLLM:
                 return True
             slowdown = congestion.slowdown(call.concurrency)
         reply = self._within_max_tokens(req, await self._next_reply(req))
+        if isinstance(reply, StreamError) and not req.stream:
+            reply = HttpError(reply.status, reply.message)
         call.status = reply.status if isinstance(reply, HttpError) else 200
         if isinstance(reply, HttpError):
             await self._send_error(conn, writer, reply, req.dialect)
@@ -596,6 +609,15 @@ class ScriptedLLM:
             return AnthropicEncoder(f"msg_{rid}", model)
         return ChatEncoder(f"chatcmpl-{rid}", model, timing if _asks_logprobs(req, timing) else None, every)
 
+    def _usage_options(self, req: RecordedRequest, timing: Text) -> tuple[bool, bool]:
+        """Whether a stream carries the usage so far in every text event, and the usage at its end."""
+        options = req.body.get("stream_options") if isinstance(req.body, dict) else None
+        options = options if isinstance(options, dict) else {}
+        every = req.dialect == "chat" and timing.usage and (
+            self.usage_in_every_chunk or bool(options.get("continuous_usage_stats")))
+        # Chat Completions sends usage only when asked (include_usage); the other dialects always do
+        return every, timing.usage and (req.dialect != "chat" or bool(options.get("include_usage")))
+
     async def _stream(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       req: RecordedRequest, reply: Reply, call: ServedCall, slowdown: float = 1.0) -> bool:
         assert not isinstance(reply, HttpError)
@@ -607,12 +629,7 @@ class ScriptedLLM:
         model = self._model(req)
         loop = asyncio.get_running_loop()
 
-        options = req.body.get("stream_options") if isinstance(req.body, dict) else None
-        options = options if isinstance(options, dict) else {}
-        every = req.dialect == "chat" and timing.usage and (
-            self.usage_in_every_chunk or bool(options.get("continuous_usage_stats")))
-        # Chat Completions sends usage only when asked (include_usage); the other dialects always do
-        final_usage = timing.usage and (req.dialect != "chat" or bool(options.get("include_usage")))
+        every, final_usage = self._usage_options(req, timing)
         billed = dataclasses.replace(timing, completion_tokens=None)
         encoder = self._encoder(req, model, timing, every)
         thought = 0
@@ -648,14 +665,18 @@ class ScriptedLLM:
         if ttft > 0:
             await asyncio.sleep(ttft)
         reasoning = split_tokens(timing.reasoning)
-        if reasoning:
-            await send_pieces(reasoning, encoder.reasoning)
-            thought = len(reasoning)
+        await send_pieces(reasoning, encoder.reasoning)
+        thought = len(reasoning)
         pieces = split_tokens(text)
         await send_pieces(pieces, text_frame)
         if isinstance(reply, Drop):
             writer.transport.abort()
             return False
+        if isinstance(reply, StreamError):
+            writer.write(conn.send(h11.Data(data=encoder.error(reply.status, reply.message))))
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+            return True
         if isinstance(reply, Stall):
             if not await self._stall(reader, reply.seconds):
                 return False
@@ -715,6 +736,9 @@ class ChatEncoder:
 
     def tool_arguments(self, index: int, call: Call, piece: str) -> bytes:
         return self._data(self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+
+    def error(self, status: int, message: str) -> bytes:
+        return self._data({"error": {"message": message, "type": "server_error", "code": str(status)}})
 
     def end(self, finish: str, usage: Tokens | None) -> bytes:
         out = self._data(self._chunk({}, finish))
