@@ -1261,9 +1261,10 @@
     if (dotsChanged || !current.minimap) {
       const bb = nodesBox(cy);
       if (!bb) { ctx.clearRect(0, 0, W, H); current.minimap = null; return; }
-      current.minimap = { bb, scale: Math.min((W - 8) / bb.w, (H - 8) / bb.h) };
+      // Each axis scaled on its own: a long plan is far wider than tall, and would be a thin line otherwise.
+      current.minimap = { bb, sx: (W - 8) / bb.w, sy: (H - 8) / bb.h };
     }
-    const { bb, scale } = current.minimap;
+    const { bb, sx, sy } = current.minimap;
     if (dotsChanged || !current.minimapDots) {
       const dots = current.minimapDots || document.createElement("canvas");
       dots.width = W; dots.height = H;
@@ -1274,7 +1275,7 @@
         const p = node.position();
         const s = node.data("status");
         dctx.fillStyle = s === "group" ? "#3b5bdb" : COLORS[s] || COLORS.pending;
-        dctx.fillRect(4 + (p.x - bb.x1) * scale - 1, 4 + (p.y - bb.y1) * scale - 1, 3, 3);
+        dctx.fillRect(4 + (p.x - bb.x1) * sx - 1, 4 + (p.y - bb.y1) * sy - 1, 3, 3);
       });
       current.minimapDots = dots;
     }
@@ -1282,7 +1283,7 @@
     const ext = cy.extent();
     ctx.strokeStyle = "#3b5bdb";
     ctx.lineWidth = 1.5;
-    ctx.strokeRect(4 + (ext.x1 - bb.x1) * scale, 4 + (ext.y1 - bb.y1) * scale, ext.w * scale, ext.h * scale);
+    ctx.strokeRect(4 + (ext.x1 - bb.x1) * sx, 4 + (ext.y1 - bb.y1) * sy, Math.max(ext.w * sx, 2), Math.max(ext.h * sy, 2));
   }
   const redrawMinimapDots = throttle(async () => { if (view) drawMinimap(view, true); }, 500);
 
@@ -1290,9 +1291,9 @@
     const current = view;
     if (!current || !current.cy || !current.minimap) return;
     const rect = $("minimap").getBoundingClientRect();
-    const { bb, scale } = current.minimap;
-    const x = bb.x1 + (event.clientX - rect.left - 4) / scale;
-    const y = bb.y1 + (event.clientY - rect.top - 4) / scale;
+    const { bb, sx, sy } = current.minimap;
+    const x = bb.x1 + (event.clientX - rect.left - 4) / sx;
+    const y = bb.y1 + (event.clientY - rect.top - 4) / sy;
     const cy = current.cy;
     cy.pan({ x: cy.width() / 2 - x * cy.zoom(), y: cy.height() / 2 - y * cy.zoom() });
   }
@@ -1342,9 +1343,10 @@
     if (!node) return;
     current.step = null;
     current.group = groupId;
+    $("step-panel").hidden = false;
+    current.cy.resize();
     current.cy.nodes(":selected").unselect();
     current.cy.getElementById(groupId).select();
-    $("step-panel").hidden = false;
     $("step-title").textContent = node.group;
     $("step-tool").textContent = `${node.members.length} steps`;
     $("step-status").textContent = "group";
@@ -1502,8 +1504,10 @@
     current.step = stepId;
     current.group = null;
     current.fullOutput = false;
+    $("step-panel").hidden = false;
     const cy = current.cy;
     if (cy) {
+      cy.resize(); // the panel beside it took some of the graph's width
       cy.nodes(":selected").unselect();
       const node = cy.getElementById(stepId);
       if (node.nonempty()) {
@@ -1542,7 +1546,7 @@
   function closeStep() {
     if (view) { view.step = null; view.group = null; }
     $("step-panel").hidden = true;
-    if (view && view.cy) view.cy.nodes(":selected").unselect();
+    if (view && view.cy) { view.cy.resize(); view.cy.nodes(":selected").unselect(); }
   }
 
   async function refreshStep(current) {
