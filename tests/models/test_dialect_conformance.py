@@ -7,6 +7,7 @@ through the CLI under a dollar budget."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -259,3 +260,34 @@ async def test_resolve_model_opens_the_dialects_client(dialect: str) -> None:
             assert type(client) is client_class(MODELS[dialect]) and client.model == MODELS[dialect]
             done = await client.complete(CompletionRequest.of("hello"))
     assert done.text == "hi"
+
+
+async def test_a_goal_posted_over_http_is_planned_and_run_in_the_dialect_under_a_dollar_budget(
+        dialect: str, tmp_path: Path) -> None:
+    from planweave import open_engine
+    from planweave.models import Endpoint
+    from planweave.server import LiveServer, create_app
+    from planweave.server.limits import open_server_model
+    from planweave.tools.safety import SecretRedactor
+    from tests.server.conftest import TOKEN, Live, RunTracker
+
+    server = ScriptedLLM(goal_script)
+    async with server as base_url, contextlib.AsyncExitStack() as stack:
+        engine = await stack.enter_async_context(open_engine(f"sqlite:///{tmp_path / 'runs.db'}",
+                                                             redact=SecretRedactor()))
+        tracker = RunTracker(engine)
+        model = await open_server_model(stack, engine, MODELS[dialect], base_url,
+                                        endpoint=Endpoint(base_url, api_key="k"))
+        app = await stack.enter_async_context(LiveServer(create_app(engine, TOKEN, model=model), "127.0.0.1", 0,
+                                                         log_config=None))
+        live = Live(app, engine, "", TOKEN, tracker)
+        async with live.client() as client:
+            posted = await client.post("/runs", json={"goal": "What is the weather in Oslo?", "budget_usd": 0.05})
+            assert posted.status_code == 201, posted.text
+            report = await live.finished(client, posted.json()["run_id"])
+    assert report["status"] == "succeeded" and report["answer"] == "Oslo is mild"
+    assert {r.path for r in server.requests} == {PATHS[dialect]}
+    served = [c for c in server.served if c.status == 200]
+    assert len(served) >= 3
+    assert report["cost_usd"] == pytest.approx(
+        sum(database_cost(MODELS[dialect], c.prompt_tokens, c.completion_tokens) for c in served), rel=1e-6)
