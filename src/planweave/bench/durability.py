@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import random
+import selectors
 import signal
 import sqlite3
 import statistics
@@ -35,7 +36,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -141,9 +142,6 @@ class SystemResult:
     versions: dict[str, str]
     skipped: str | None = None
     runs: list[RunRecord] = field(default_factory=list)
-
-    def count(self, outcome: str) -> int:
-        return sum(1 for r in self.runs if r.outcome == outcome)
 
     @property
     def killed(self) -> int:
@@ -252,8 +250,6 @@ def _spawn(system: System, spec: ChildSpec, log: Path) -> subprocess.Popen[str]:
 
 def _await_line(proc: subprocess.Popen[str], prefix: str, timeout: float) -> dict[str, Any] | None:
     """The data of the child's next ``prefix`` line, or None if it exited (or the time ran out) first."""
-    import selectors
-
     assert proc.stdout is not None
     deadline = time.monotonic() + timeout
     with selectors.DefaultSelector() as sel:
@@ -362,7 +358,7 @@ def _one_run(system: System, store: str, kill: Kill, root: Path, tag: str) -> Ru
 
 
 def _measure_system(system: System, kills: Sequence[Kill], pg: str, pg_version: str | None, root: Path,
-                    progress: Any) -> SystemResult:
+                    progress: Callable[[str], None]) -> SystemResult:
     result = SystemResult(system.key, system.label, _versions(system))
     result.skipped = _skip_reason(system, pg_version)
     if result.skipped is not None:
@@ -387,7 +383,7 @@ def _measure_system(system: System, kills: Sequence[Kill], pg: str, pg_version: 
 
 
 def measure(seed: int, runs: int, fan_out: int, systems: Sequence[str], pg: str,
-            progress: Any = lambda message: None, keep: Path | None = None) -> DurabilityResult:
+            progress: Callable[[str], None] = lambda message: None, keep: Path | None = None) -> DurabilityResult:
     """Run the schedule of ``seed`` on each of ``systems`` and count; files under ``keep`` (else a temp dir)."""
     kills = schedule(seed, runs, fan_out)
     pg_version = _postgres_version(pg)
