@@ -229,7 +229,7 @@ async def test_a_goal_is_planned_and_run_through_the_cli_under_a_dollar_budget(d
     server = ScriptedLLM(goal_script)
     async with server as base_url:
         code, out, err = await planweave(
-            "goal", "What is the weather in Oslo?", "--model", MODELS[dialect], "--base-url", base_url,
+            "run", "--goal", "What is the weather in Oslo?", "--model", MODELS[dialect], "--base-url", base_url,
             "--budget-usd", "0.05", "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--json", cwd=tmp_path)
     assert code == 0, err
     result = json.loads(out)
@@ -246,7 +246,7 @@ async def test_a_goal_whose_budget_cannot_cover_the_planner_is_refused_before_an
     server = ScriptedLLM(goal_script)
     async with server as base_url:
         code, out, _ = await planweave(
-            "goal", "What is the weather in Oslo?", "--model", MODELS[dialect], "--base-url", base_url,
+            "run", "--goal", "What is the weather in Oslo?", "--model", MODELS[dialect], "--base-url", base_url,
             "--budget-usd", "0.0000001", "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--json", cwd=tmp_path)
     assert code != 0 and "stopped by its budget" in json.loads(out)["error"]
     assert server.served == []  # refused before the planner's call: its worst case does not fit
