@@ -216,10 +216,14 @@ class Gateway:
         session = self._session_of(request)
         if not isinstance(session, Session):
             return session
+        from starlette.requests import ClientDisconnect
+
         try:
             body = json.loads(await request.body())
             if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
                 raise ValueError("a chat completion request has 'messages'")
+        except ClientDisconnect:  # the caller gave up (cancelled) while sending: nobody to answer
+            return Response(status_code=499)
         except ValueError as exc:
             return JSONResponse({"error": {"message": f"bad request: {exc}", "type": "invalid_request_error"}},
                                 status_code=400)
@@ -238,8 +242,11 @@ class Gateway:
                 upstream = await task
             except asyncio.CancelledError:
                 current = asyncio.current_task()
-                if session.closed or (current is not None and current.cancelling()):
+                if current is not None and current.cancelling():
                     raise
+                if session.closed:  # the episode ended (dropped, cancelled): nobody waits for this answer
+                    return JSONResponse({"error": {"message": f"rollout session {session.name!r} closed",
+                                                   "type": "not_found"}}, status_code=404)
                 resampled += 1
                 asked_version = None  # the update moved the version: the new call is the gateway's
                 continue
@@ -427,5 +434,5 @@ def tagging_http(engine: Engine | None = None, *, roots: Callable[[str], bool] |
         request.headers[PURPOSE_HEADER] = purpose
 
     hooks: dict[str, list[Callable[[httpx.Request], Awaitable[None]]]] = {"request": [tag]}
-    return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0), event_hooks=hooks,  # type: ignore[arg-type]
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=10.0), event_hooks=hooks,
                              limits=httpx.Limits(max_connections=None, max_keepalive_connections=64))

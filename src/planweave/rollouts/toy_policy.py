@@ -118,9 +118,13 @@ class ToyPolicyServer:
         return JSONResponse({"object": "list", "data": [{"id": "toy", "object": "model"}]})
 
     async def _chat(self, request: Request) -> Response:
-        from starlette.responses import JSONResponse
+        from starlette.requests import ClientDisconnect
+        from starlette.responses import JSONResponse, Response
 
-        body = json.loads(await request.body())
+        try:
+            body = json.loads(await request.body())
+        except ClientDisconnect:  # a re-sampled call cancelled by the gateway while it was sent: nobody to answer
+            return Response(status_code=499)
         self.bodies.append(body)
         messages = body.get("messages") or []
         text = self.replies(messages, self.rng)
