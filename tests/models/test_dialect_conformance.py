@@ -291,3 +291,34 @@ async def test_a_goal_posted_over_http_is_planned_and_run_in_the_dialect_under_a
     assert len(served) >= 3
     assert report["cost_usd"] == pytest.approx(
         sum(database_cost(MODELS[dialect], c.prompt_tokens, c.completion_tokens) for c in served), rel=1e-6)
+
+
+async def test_a_request_naming_another_dialects_model_is_sent_in_that_dialect(dialect: str) -> None:
+    others = [d for d in MODELS if d != dialect]
+    async with serve(dialect, [Text("mine"), Text("first other"), Text("second other"), Text("bare")]) as (
+            server, client):
+        mine = await client.complete(CompletionRequest.of("to my dialect"))
+        streamed = [await collect(client, CompletionRequest.of("to another", model=MODELS[d])) for d in others]
+        bare = await client.complete(CompletionRequest.of("a bare name", model=split_model(MODELS[dialect])[1]))
+    assert [r.path for r in server.requests] == [PATHS[dialect], *(PATHS[d] for d in others), PATHS[dialect]]
+    assert [mine.text, *(c.text for _, c in streamed), bare.text] == ["mine", "first other", "second other", "bare"]
+    assert all(c.cost_usd is not None for _, c in streamed)  # priced as their own models
+    assert {r.headers.get("x-api-key") or r.headers.get("authorization") for r in server.requests} <= {"k",
+                                                                                                     "Bearer k"}
+
+
+async def test_a_plan_whose_steps_name_models_of_the_three_dialects_runs_each_in_its_own(dialect: str,
+                                                                                         tmp_path: Path) -> None:
+    server = ScriptedLLM(lambda req: Text(f"answered in {req.dialect}"))
+    steps = [{"id": d, "tool": "llm", "args": {"prompt": f"for {d}", "model": MODELS[d], "max_tokens": 20}}
+             for d in MODELS]
+    (tmp_path / "plan.json").write_text(json.dumps({"steps": steps}))
+    async with server as base_url:
+        code, out, err = await planweave(
+            "run", "plan.json", "--model", MODELS[dialect], "--base-url", base_url, "--budget-usd", "0.05",
+            "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--json", cwd=tmp_path)
+    assert code == 0, err
+    outputs = json.loads(out)["outputs"]
+    assert {d: outputs[d]["text"] for d in MODELS} == {d: f"answered in {d}" for d in MODELS}
+    assert sorted(r.path for r in server.requests) == sorted(PATHS.values())
+    assert all(outputs[d]["cost_usd"] > 0 for d in MODELS)

@@ -60,7 +60,7 @@ from planweave.models.base import (
     UsageSource,
     check_schema,
 )
-from planweave.models.dialects import Dialect, wire_name
+from planweave.models.dialects import Dialect, dialect_of, wire_name
 from planweave.models.errors import (
     CallRefused,
     MalformedOutput,
@@ -230,6 +230,8 @@ class OpenAIChatClient:
         headers: Mapping[str, str] | None = None,
     ) -> None:
         self._model = model
+        self._given = (base_url, api_key, dict(headers or {}))  # what a sibling of another dialect is opened with
+        self._siblings: dict[Dialect, OpenAIChatClient] = {}
         self.base_url = (base_url or self._env_base_url() or self.default_base_url).rstrip("/")
         key = api_key if api_key is not None else os.environ.get(self.key_env)
         self._headers = {**(headers or {}), **self._auth_headers(key)}
@@ -269,8 +271,30 @@ class OpenAIChatClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    def _sibling(self, request: CompletionRequest) -> OpenAIChatClient | None:
+        """The client for a request naming a model of another dialect by its prefix (a tier table or a step mixing
+        ``openai:`` and ``anthropic:`` models behind one run's client): opened once, on this client's base URL, key
+        and headers when they were given (else that dialect's defaults), sharing its pool, admission and prices.
+        None when the request is this client's dialect (a name without a prefix always is)."""
+        name = request.model
+        if name is None or wire_name(name) == name or dialect_of(name) == self.dialect:
+            return None
+        dialect = dialect_of(name)
+        if dialect not in self._siblings:
+            from planweave.models import client_class
+
+            base_url, api_key, headers = self._given
+            self._siblings[dialect] = client_class(name)(
+                name, base_url=base_url, api_key=api_key, headers=headers, timeouts=self.timeouts,
+                backoff=self.backoff, prices=self.prices, fold_system=self.fold_system, http=self._client(),
+                rng=self._rng, admission=self.admission)
+        return self._siblings[dialect]
+
     async def aclose(self) -> None:
         """Close the connection pool (only if this client created it)."""
+        for sibling in self._siblings.values():
+            await sibling.aclose()  # they share this client's pool: nothing of theirs to close but their own
+        self._siblings.clear()
         if self._http is not None and self._own_http:
             await self._http.aclose()
             self._http = None
@@ -582,6 +606,9 @@ class OpenAIChatClient:
     # -- ModelClient -------------------------------------------------------------------------------------------------
     async def complete(self, request: CompletionRequest) -> Completion:
         """Run the request without streaming and return the completion (retrying transient failures)."""
+        sibling = self._sibling(request)
+        if sibling is not None:
+            return await sibling.complete(request)
         model = request.model or self._model
         if request.schema is not None:
             check_schema(request.schema)
@@ -612,12 +639,15 @@ class OpenAIChatClient:
                 attempt += 1
                 await self._pause(exc, attempt)
 
-    async def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
+    def stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
         """Run the request streaming: yield :class:`Delta` items as text arrives, then the :class:`Completion`.
 
         Failures before the first text are retried like :meth:`complete`; after it they are raised. A gap of more
         than ``timeouts.stall`` seconds between chunks (``timeouts.read`` before the first) raises ModelTimeout.
         """
+        return (self._sibling(request) or self)._stream(request)
+
+    async def _stream(self, request: CompletionRequest) -> AsyncGenerator[Chunk, None]:
         model = request.model or self._model
         if request.schema is not None:
             check_schema(request.schema)
