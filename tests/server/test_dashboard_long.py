@@ -129,14 +129,18 @@ async def test_a_long_run_is_found_collapsed_approved_and_followed_in_the_dashbo
             await live.until_step("long", "gate", "succeeded")
 
             # Follow the frontier while a run streams: its running steps stay in view as it moves on.
-            streaming = await client.post("/runs", json={"plan": layered_plan(n, seconds=0.05), "run_id": "stream"})
+            streaming = await client.post("/runs", json={"plan": layered_plan(n, seconds=0.2), "run_id": "stream"})
             assert streaming.status_code == 201, streaming.text
             await page.goto(f"{live.url}#/runs/stream")
+            await until_drawn(page, "node.group", timeout=30_000)
+            # Looking at the end of the plan, far from where the run is, then asking to follow.
+            await page.evaluate("() => { const cy = window.planweave.view.cy; "
+                                "cy.center(cy.nodes().max((n) => n.position('x')).ele); }")
             await page.check("#follow")
             # Some running step drawn in view; later (other steps running) again in view, the view having moved.
-            first = await page.wait_for_function(FRONTIER_IN_VIEW, arg=[], timeout=30_000)
+            first = await page.wait_for_function(FRONTIER_IN_VIEW, arg=[], timeout=10_000)
             before = await first.json_value()
-            moved = await page.wait_for_function(FRONTIER_IN_VIEW, arg=before, timeout=30_000)
+            moved = await page.wait_for_function(FRONTIER_IN_VIEW, arg=before, timeout=10_000)
             assert set(await moved.json_value()).isdisjoint(before)
             await client.post("/runs/stream/cancel", json={})
 
