@@ -83,7 +83,7 @@ async def sampler(kind: str) -> AsyncIterator[tuple[str, Dialect]]:
         return
     from planweave.models.local import local_server
 
-    async with local_server(extra_args=("--logits_all", "true")) as url:
+    async with local_server() as url:  # its server computes logits for all tokens by default: logprobs work
         yield url, "llama-cpp-python"
 
 

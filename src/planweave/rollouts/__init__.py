@@ -1,5 +1,9 @@
 """Agent RL rollouts: episodes streamed to a trainer in batches, each model call tagged with its policy version,
-under a staleness bound, with backpressure, a durable journal and sinks (docs/rollouts.md)."""
+under a staleness bound, with backpressure, a durable journal and sinks; goal-run episodes through the gateway, one
+sample per model call with the server's token ids, and exporters to TRL, verl and slime (docs/rollouts.md).
+
+The gateway, goal episodes and exporters load on first use (``planweave.rollouts.gateway``, ``.goals``, ``.export``:
+they need the ``server`` extra); the names below are the ones every rollout uses."""
 
 from planweave.rollouts.engine import (
     Batch,
@@ -11,6 +15,7 @@ from planweave.rollouts.engine import (
     RolloutStats,
     StepResult,
 )
+from planweave.rollouts.samples import Role, Sample
 from planweave.rollouts.staleness import Backpressure, StalenessBound, StalePolicy, take_batch
 from planweave.rollouts.trajectory import Interruption, Trajectory, TrajectoryError, Turn
 
@@ -25,9 +30,11 @@ __all__ = [
     "Episode",
     "Interruption",
     "RewardFunction",
+    "Role",
     "RolloutEngine",
     "RolloutError",
     "RolloutStats",
+    "Sample",
     "StalePolicy",
     "StalenessBound",
     "StepResult",
