@@ -95,7 +95,7 @@ class Sample:
             return cls(
                 episode=int(obj["episode"]), index=int(obj["index"]), session=str(obj["session"]),
                 run=_opt_str(obj.get("run")), plan_version=_opt_int(obj.get("plan_version")),
-                step=_opt_str(obj.get("step")), role=role,  # type: ignore[arg-type]
+                step=_opt_str(obj.get("step")), role=role,
                 messages=tuple(dict(m) for m in obj.get("messages") or ()), text=str(obj["text"]),
                 finish_reason=_opt_str(obj.get("finish_reason")), policy_version=int(obj["policy_version"]),
                 prompt_token_ids=_ints(obj.get("prompt_token_ids")),
