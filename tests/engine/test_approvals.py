@@ -70,7 +70,7 @@ def test_approval_step_waits_holding_nothing_then_runs_when_approved(recorder: R
         observed["prompt"] = run.state.summary()["steps"]["deploy"].get("prompt")
         observed["counts"] = run.state.counts()
         observed["started"] = "deploy" in recorder.starts
-        run.approve("deploy", reason="looks good")
+        await run.approve("deploy", reason="looks good")
 
     result, _ = drive(journal, recorder, GATED, person, concurrency=1)
     assert observed == {"status": "waiting_approval", "prompt": "Deploy to production?",
@@ -87,7 +87,7 @@ def test_a_waiting_step_holds_no_concurrency_slot(recorder: Recorder) -> None:
 
     async def person(run: Run) -> None:
         await asyncio.sleep(10)
-        run.approve("gate")
+        await run.approve("gate")
 
     result, _ = drive(MemoryJournal(), recorder, doc, person, concurrency=1)
     assert result.ok
@@ -99,7 +99,7 @@ def test_rejected_step_fails_as_rejected_is_never_retried_and_stops_the_run(reco
 
     async def person(run: Run) -> None:
         await asyncio.sleep(5)
-        run.approve("gate", approve=False, reason="not today")
+        await run.approve("gate", approve=False, reason="not today")
 
     journal = MemoryJournal()
     result, _ = drive(journal, recorder, doc, person)
@@ -117,7 +117,7 @@ def test_rejected_step_runs_its_fallback_without_asking_again(recorder: Recorder
 
     async def person(run: Run) -> None:
         await asyncio.sleep(1)
-        run.approve("gate", approve=False)
+        await run.approve("gate", approve=False)
 
     result, _ = drive(MemoryJournal(), recorder, doc, person)
     assert result.ok and result.outputs["gate"] == {"name": "plan_b"}
@@ -138,15 +138,15 @@ def test_answers_name_the_problem(recorder: Recorder) -> None:
     errors: list[str] = []
 
     async def person(run: Run) -> None:
-        calls: tuple[Callable[[], object], ...] = (
+        calls: tuple[Callable[[], Awaitable[None]], ...] = (
             lambda: run.approve("deplyo"), lambda: run.approve("build"), lambda: run.send("deploy", 1))
         for call in calls:
             try:
-                call()
+                await call()
             except RunError as exc:
                 errors.append(str(exc))
         await asyncio.sleep(2)
-        run.approve("deploy")
+        await run.approve("deploy")
 
     result, seen = drive(MemoryJournal(), recorder, GATED, person)
     assert result.ok
@@ -157,9 +157,9 @@ def test_answers_name_the_problem(recorder: Recorder) -> None:
         f"step 'deploy' of run '{rid}' is not waiting for a value (it is pending)",
     ]
     with pytest.raises(RunError, match="is not running"):
-        seen["run"].approve("notify")
+        asyncio.run(seen["run"].approve("notify"))
     with pytest.raises(ReplyRefused, match="already has a reply, and the first reply is final: approved by "):
-        seen["run"].approve("deploy", approve=False)  # the run ended, and the approval it had stands
+        asyncio.run(seen["run"].approve("deploy", approve=False))  # the run ended, and the approval it had stands
 
 
 ASK = {"steps": [
@@ -176,11 +176,11 @@ def test_human_input_refuses_a_bad_value_and_the_good_one_becomes_the_output(rec
         observed.append(run.state.records["ask"].status)
         for bad in ("three", 0):
             try:
-                run.send("ask", bad)
+                await run.send("ask", bad)
             except InputRejected as exc:
                 observed.append(str(exc))
         observed.append(run.state.records["ask"].status)
-        run.send("ask", 3)
+        await run.send("ask", 3)
 
     journal = MemoryJournal()
     result, _ = drive(journal, recorder, ASK, person)
@@ -270,7 +270,7 @@ def test_answers_through_the_journal_are_refused_for_unknown_runs_and_ended_runs
 
     async def person(run: Run) -> None:
         await asyncio.sleep(1)
-        run.approve("deploy")
+        await run.approve("deploy")
 
     result, _ = drive(journal, recorder, GATED, person)
 
@@ -310,7 +310,7 @@ def decided(run: Run, decisions: dict[str, tuple[float, bool]], log: list[tuple[
 
     def answer(step: str) -> None:
         delay, ok = decisions[step]
-        loop.call_later(delay, lambda: run.approve(step, ok) if not run.finished else None)
+        loop.call_later(delay, lambda: asyncio.ensure_future(run.approve(step, ok)) if not run.finished else None)
 
     def listen(event: Event) -> None:
         if event.step is not None:

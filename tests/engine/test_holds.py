@@ -30,7 +30,7 @@ def test_a_held_run_closed_while_waiting_resumes_approves_and_ends(journal_at: J
         await start_held_and_close(journal_at)
         async with journal_at.open() as journal, open_engine(journal, clock=VirtualClock()) as engine:
             run = await engine.resume("held", hold=hold)
-            run.approve("ask")
+            await run.approve("ask")
             try:
                 run.release()  # the planner that held it gives its hold back, whether the resume took one or not
             except RunError as exc:

@@ -65,7 +65,7 @@ def test_a_run_journaled_with_the_old_dict_resumes_with_its_limits(recorder: Rec
     async def interrupted() -> list[Event]:
         journal = MemoryJournal("memory://")
         async with Engine(journal, clock=VirtualClock(), tools=recorder.toolbox()) as engine:
-            run = await engine.start(SLOW, run_id="r", limits=RunLimits(deadline=60).journaled(engine.clock.now()))
+            await engine.start(SLOW, run_id="r", limits=RunLimits(deadline=60).journaled(engine.clock.now()))
             await asyncio.sleep(2)  # a is running when the engine closes: the run stays resumable
         return list(await journal.read("r"))
 

@@ -31,7 +31,7 @@ async def test_a_journaled_reply_after_an_in_process_one_is_refused_naming_it(tm
         run = await engine.start(GATED, run_id="r1")
         await until(run, step_is("deploy", "waiting_approval"), "the approval request")
         await engine.journal.flush()
-        run.approve("deploy", reason="ship it", by="ops@desk")  # not flushed yet: the race the owner arbitrates
+        await run.approve("deploy", reason="ship it", by="ops@desk")  # journaled durably before it returns
         with pytest.raises(ReplyRefused, match=r"first reply is final: approved \('ship it'\) by ops@desk") as refused:
             await send_approval(other, "r1", "deploy", approve=False, reason="freeze", by="alice@laptop")
         await until(run, step_is("after", "waiting_input"), "the step after the approved one")
@@ -53,7 +53,7 @@ async def test_an_in_process_reply_after_a_journaled_one_is_refused_naming_it(tm
         await engine.journal.flush()
         how = await send_approval(other, "r1", "deploy", approve=False, reason="freeze", by="alice@laptop")
         with pytest.raises(ReplyRefused, match=r"rejected \('freeze'\) by alice@laptop"):
-            run.approve("deploy", by="ops@desk")
+            await run.approve("deploy", by="ops@desk")
         result = await asyncio.wait_for(run.wait(), 10)
     assert how == "applied"  # the owner applied it before send_approval returned
     assert result.state.records["deploy"].error_kind == "rejected" and result.state.records["deploy"].attempts == 0
@@ -72,7 +72,7 @@ async def test_an_in_process_reply_racing_a_journaled_one_exactly_one_wins_and_t
             sent = asyncio.create_task(send_approval(other, run.id, "deploy", approve=False, by="alice@laptop"))
             await asyncio.sleep(0.05 * i)  # from before the reply is journaled to after the owner applied it
             try:
-                run.approve("deploy", by="ops@desk")
+                await run.approve("deploy", by="ops@desk")
                 mine = True
             except ReplyRefused:
                 mine = False

@@ -31,7 +31,7 @@ def producers_of(doc: dict[str, Any]) -> tuple[str, ...]:
         async with open_engine(MemoryJournal(), clock=VirtualClock(), tools=toolbox()) as engine:
             run = await engine.start(doc, speculation=ANY)
             await run.wait()
-            spec = run._spec
+            spec = run.attempts.spec
             assert spec is not None
             return spec._producers
 

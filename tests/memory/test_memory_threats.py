@@ -88,9 +88,9 @@ async def test_a_skill_replaying_an_approved_payment_without_its_approval_is_ref
             open_engine("memory://", tools=tools, clock=VirtualClock()) as engine:
         run = await engine.start(source_plan)
         await until(run, step_is("pay", "waiting_approval"), "the payment waits for its approval")
-        run.approve("pay")
+        await run.approve("pay")
         await until(run, step_is("report", "waiting_approval"), "the report waits for its approval")
-        run.approve("report")
+        await run.approve("report")
         source = await run.wait()
         assert source.ok and len(paid) == 1
         distilled = await distill(client, store, "pay acme for the weather", source)

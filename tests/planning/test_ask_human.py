@@ -86,7 +86,7 @@ def answer_with(*values: Any) -> Person:
         seen.append((step, run.state.records[step].status, run.state.records[step].input_schema))
         for value in values:
             try:
-                run.send(step, value)
+                await run.send(step, value)
             except InputRejected as exc:
                 seen.append(str(exc))
 
@@ -114,7 +114,7 @@ async def test_a_planned_approval_step_waits_until_approved_then_the_run_finishe
     async def approver(run: Run, asks: asyncio.Queue[str], seen: list[Any]) -> None:
         step = await asks.get()
         seen.append((step, run.state.records[step].status, list(calls)))
-        run.approve(step, reason="fine")
+        await run.approve(step, reason="fine")
 
     result, _, seen = await with_person(script_for(plan), weather(calls, set()), PlanningOptions(), approver)
     assert result.ok, result.error
@@ -166,7 +166,7 @@ async def test_retry_runs_the_failed_step_again_after_the_ladder_is_exhausted() 
         step = await asks.get()
         seen.append((step, list(calls)))
         down.clear()
-        run.send(step, {"action": "retry"})
+        await run.send(step, {"action": "retry"})
 
     result, server, seen = await with_person(script_for(PLAN), weather(calls, down),
                                              PlanningOptions(max_replans=1, ask_human=True), mend_then_retry)
@@ -218,7 +218,7 @@ async def test_a_retry_that_fails_again_asks_again() -> None:
         for action in ("retry", "abort"):
             step = await asks.get()
             seen.append(step)
-            run.send(step, {"action": action})
+            await run.send(step, {"action": action})
 
     result, _, seen = await with_person(script_for(PLAN), weather([], {"Paris"}),
                                         PlanningOptions(max_replans=0, ask_human=True), retry_twice_then_abort)
@@ -256,7 +256,7 @@ async def test_a_repair_elsewhere_keeps_a_step_that_waits_for_a_person() -> None
         await repaired.wait()
         seen.append(run.state.records[step].status)
         try:
-            run.approve(step)
+            await run.approve(step)
         except RunError as exc:
             seen.append(str(exc))
 
@@ -282,7 +282,7 @@ async def test_a_question_pending_at_an_interruption_is_asked_again_and_its_answ
         async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
             resumed = await PlanningLoop(engine, client, tools, options=options).resume(run.id)
             step = next(iter(resumed.state.waiting_steps()))  # asked again as the run resumed
-            resumed.send(step, {"action": "skip", "value": {"temp": 1}})
+            await resumed.send(step, {"action": "skip", "value": {"temp": 1}})
             result = await asyncio.wait_for(resumed.wait(), 10)
     assert step == "paris_ask"
     assert result.ok, result.error

@@ -44,7 +44,7 @@ def test_an_abort_stops_a_40_s_branch_at_once_and_the_run_cannot_be_resumed() ->
                 asks: asyncio.Queue[str] = asyncio.Queue()
                 run.subscribe(lambda e: asks.put_nowait(e.step) if e.kind == "input_requested" and e.step else None)
                 async with asyncio.timeout(100):  # virtual seconds
-                    run.send(await asks.get(), {"action": "abort"})
+                    await run.send(await asks.get(), {"action": "abort"})
                     result = await run.wait()
             async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
                 try:
@@ -92,7 +92,7 @@ async def test_a_resumed_goal_run_counts_the_replans_it_journaled() -> None:
         async with Engine(journal, tools=tools, clock=VirtualClock()) as engine:
             resumed = await PlanningLoop(engine, client, tools, options=options).resume(run.id)
             await until(resumed, step_is("wait", "waiting_input"), "step 'wait' waiting for input")
-            resumed.send("wait", "yes")
+            await resumed.send("wait", "yes")
             result = await asyncio.wait_for(resumed.wait(), 10)
     assert [purpose(r) for r in server.chat_requests[before:]] == []  # no second repair after the resume
     assert result.status == "failed"

@@ -167,15 +167,16 @@ async def test_an_approval_inside_a_child_waits_for_a_person_like_any_other(tmp_
     plans = {"root": [{"id": "sub", "tool": "plan", "args": {"goal": "careful"}}],
              "careful": [{"id": "risky", "tool": MARK, "args": {"step": "risky"}, "approval": "really?"}]}
     replies: list[str] = []
+    answers: list[asyncio.Task[None]] = []
 
     def on_event(engine: Any, event: Event) -> None:
         if event.kind == "approval_requested":  # a person approves the child's step, as on the dashboard
             replies.append(f"{event.run_id}/{event.step}")
-            asyncio.get_running_loop().call_soon(engine.get(event.run_id).approve, str(event.step))
+            answers.append(asyncio.ensure_future(engine.get(event.run_id).approve(str(event.step))))
 
     result, started = await run_tree(url, world(plans), on_event=on_event)
     assert result.ok, result.error
-    assert started == ["root", "root.sub"] and replies == ["root.sub/risky"]
+    assert started == ["root", "root.sub"] and replies == ["root.sub/risky"] and all(a.done() for a in answers)
     assert ran(log) == ["risky"]
 
 

@@ -67,7 +67,7 @@ def resolve_policy(spec: PlanSpec, override: SpeculationSpec | SpeculationMode |
 
 
 class SpeculativeRun(Protocol):
-    """What a :class:`Speculator` needs of its run (:class:`planweave.engine.runtime.Run` is one)."""
+    """What a :class:`Speculator` needs of its run (a run's :class:`planweave.engine.hooks.SpeculationHooks`)."""
 
     id: str
     state: RunState

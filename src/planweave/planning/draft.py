@@ -153,7 +153,7 @@ class _Sink:
 
     def step_usage(self, step_id: str, usage: Mapping[str, Any]) -> None:
         self.attempt.cost_usd += float(usage.get("cost_usd", 0.0) or 0.0)
-        self.session.run.step_usage(step_id, {**usage, "speculative": True, "draft": True})
+        self.session.run.speculation.step_usage(step_id, {**usage, "speculative": True, "draft": True})
 
     def step_heartbeat(self, step_id: str) -> None:
         return None
@@ -183,7 +183,7 @@ class DraftSession:
         self._soon = False
         self._ended = False
         self.loop = asyncio.get_running_loop()
-        self._stream: asyncio.Task[None] | None = run.spawn(self._draft(messages), "draft")
+        self._stream: asyncio.Task[None] | None = run.speculation.spawn(self._draft(messages), "draft")
         run.subscribe(self._on_event)
 
     # -- what the loop tells it -------------------------------------------------------------------------------------
@@ -363,18 +363,18 @@ class DraftSession:
             if args is None:
                 continue
             att = DraftAttempt(pos, sid, step.tool, args, self.planner.clock.now(), session=self)
-            if not self.run.dispatcher.take_spare(att, None):
+            if not self.run.speculation.dispatcher.take_spare(att, None):
                 return  # no spare slot: real steps come first (tried again when a step ends)
-            task = self.run.spawn(self._attempt(att, step), sid)
+            task = self.run.speculation.spawn(self._attempt(att, step), sid)
             if task is None:
-                self.run.dispatcher.give_back_spare(att)
+                self.run.speculation.dispatcher.give_back_spare(att)
                 return
             att.task = task
             self.attempts[pos] = att
             in_flight += 1
             if pos < self.verified:
                 att.main = str(self.main[pos]["id"])
-            self.run.emit_speculation("speculation_started", sid, {
+            self.run.speculation.emit_speculation("speculation_started", sid, {
                 "basis": {}, "confidence": 1.0, "mode": "draft", "line": pos + 1})
 
     def _main_started(self, pos: int) -> bool:
@@ -430,7 +430,7 @@ class DraftSession:
             att.done = True
             att.finished_at = self.planner.clock.now()
             att.finished.set()
-            self.run.dispatcher.give_back_spare(att)
+            self.run.speculation.dispatcher.give_back_spare(att)
         if att.error is not None and att.main is None:
             self._discard(att, f"failed: {type(att.error).__name__}")
         self._schedule()
@@ -439,11 +439,11 @@ class DraftSession:
         if att.over:
             return
         att.over = True
-        self.run.dispatcher.give_back_spare(att)
+        self.run.speculation.dispatcher.give_back_spare(att)
         if att.task is not None and not att.done:
             att.task.cancel()
         if not self.run.finished:
-            self.run.emit_speculation("speculation_discarded", att.step, {
+            self.run.speculation.emit_speculation("speculation_discarded", att.step, {
                 "reason": f"draft: {reason}", "started_at": att.started_at, "cost_usd": round(att.cost_usd, 8)})
 
     async def take(self, att: DraftAttempt, step_id: str, args: Mapping[str, Any]) -> tuple[bool, Any]:
@@ -453,7 +453,7 @@ class DraftSession:
             self._discard(att, "mismatch: the real arguments differ")
             return False, None
         att.over = True  # decided: no discard may cancel it any more
-        self.run.dispatcher.give_back_spare(att)  # it runs on as the step's attempt, in the step's own slot
+        self.run.speculation.dispatcher.give_back_spare(att)  # it runs on as the step's attempt, in the step's own slot
         self._schedule()  # no longer a draft attempt in flight: room for another under max_parallel
         if not att.done:
             try:
@@ -466,7 +466,7 @@ class DraftSession:
             att.over = False
             self._discard(att, f"failed: {type(att.error).__name__}")
             return False, None
-        self.run.emit_speculation("speculation_adopted", step_id, {
+        self.run.speculation.emit_speculation("speculation_adopted", step_id, {
             "started_at": att.started_at, "draft_step": att.step,
             **({} if att.finished_at is None else {"finished_at": att.finished_at})})
         return True, att.output
@@ -489,7 +489,7 @@ class DraftSession:
         self._ended = True
         self._stop_stream()
         for att in self.attempts.values():
-            self.run.dispatcher.give_back_spare(att)
+            self.run.speculation.dispatcher.give_back_spare(att)
             if att.task is not None and not att.done:
                 att.over = True
                 att.task.cancel()

@@ -163,6 +163,7 @@ class PlanningLoop:
         self.parent = parent  # a sub-plan's link to its parent (run, step, depth), journaled in run_created
         self.origin = origin  # who started it, journaled (options.limits.origin): a server's recovery
         self.recall = recall  # memory across runs: None, no memory
+        self._run: Run | None = None  # the one run this loop drives (start or resume binds it)
         self._triggers: list[_Trigger] = []
         self._wake = asyncio.Event()
         self._replans = 0
@@ -196,13 +197,17 @@ class PlanningLoop:
 
     async def start(self, goal: str, *, run_id: str | None = None, priority: float = 0.0) -> Run:
         """Start planning ``goal``: return the run at once; the loop drives it in the engine's task group.
-        ``priority`` orders its model calls (planner, joiner, ``llm`` steps) at shared endpoints (journaled)."""
+        ``priority`` orders its model calls (planner, joiner, ``llm`` steps) at shared endpoints (journaled).
+        A loop drives one run: a second :meth:`start` or :meth:`resume` raises RuntimeError."""
+        if self._run is not None:
+            raise RuntimeError(f"this planning loop drives run '{self._run.id}' already: build one loop per run")
         capacities = {self._model_resource: self.options.model_capacity} if self.options.model_capacity else {}
         run = await self.engine.start(PlanSpec(steps=(), goal=goal, capacities=capacities), tools=self.tools,
                                       run_id=run_id, hold=True, source="goal", priority=priority,
                                       limits=self._journaled_limits())
-        run.subscribe(self._on_event(run))
-        self.engine.spawn(self._drive(run, goal), name=f"planweave-planner-{run.id}")
+        self._bind(run)
+        run.subscribe(self._on_event())
+        self.engine.spawn(self._drive(goal), name=f"planweave-planner-{run.id}")
         return run
 
     async def resume(self, run_id: str, *, retry_unknown: bool = False) -> Run:
@@ -211,8 +216,11 @@ class PlanningLoop:
         rejected lines) is finished first: the planner is asked again, shown the steps it had written and what they
         did, and the steps it adds run. Re-plans in flight are asked again: on a failure not repaired, on an
         observation not re-planned on (:func:`_unanswered_observations`). A finished step is never run again."""
+        if self._run is not None:
+            raise RuntimeError(f"this planning loop drives run '{self._run.id}' already: build one loop per run")
         run = await self.engine.resume(run_id, tools=self.tools, retry_unknown=retry_unknown, hold=True)
-        run.subscribe(self._on_event(run))
+        self._bind(run)
+        run.subscribe(self._on_event())
         written = plan_written(run.state)
         self._planning = not written
         if self.cascade is not None:  # the planner goes on at the tier it had escalated to
@@ -232,8 +240,24 @@ class PlanningLoop:
                 self._triggers.append(_Trigger("human", sid, qid))
         for sid in _unanswered_observations(run.state):  # their re-plan was in flight: asked again
             self._triggers.append(_Trigger("observation", sid, f"observation '{sid}' arrived"))
-        self.engine.spawn(self._drive(run, goal, plan=not written), name=f"planweave-planner-{run.id}")
+        self.engine.spawn(self._drive(goal, plan=not written), name=f"planweave-planner-{run.id}")
         return run
+
+    def _bind(self, run: Run) -> None:
+        """The run this loop drives, from now on (its triggers, re-plans and report are this run's)."""
+        self._run = run
+
+    @property
+    def _active(self) -> Run:
+        """The run this loop drives (it is bound by :meth:`start` or :meth:`resume`, before any method needs it)."""
+        if self._run is None:
+            raise RuntimeError("the planning loop has no run yet: call start() or resume()")
+        return self._run
+
+    @property
+    def active_run(self) -> Run | None:
+        """The run this loop drives, once :meth:`start` or :meth:`resume` began it (None before)."""
+        return self._run
 
     def _journaled_limits(self) -> LimitsRecord | None:
         """The run's limits as ``run_created`` journals them, with all a resume needs to plan the same way: the
@@ -259,11 +283,12 @@ class PlanningLoop:
         self._wake.set()
         return True
 
-    async def _drive(self, run: Run, goal: str, *, plan: bool = True) -> None:
+    async def _drive(self, goal: str, *, plan: bool = True) -> None:
         """Drive the run until the loop is over, or until the run ends under it (cancelled by a person or another
         process, a server's deadline, :meth:`Run.fail`): the loop does not outlive its run, and never calls the model
         for a run that is over. (An engine closing cancels this task itself: see :meth:`Engine.spawn`.)"""
-        work = asyncio.create_task(self._drive_run(run, goal, plan=plan))
+        run = self._active
+        work = asyncio.create_task(self._drive_run(goal, plan=plan))
         over = asyncio.create_task(_ended(run))
         try:
             await asyncio.wait({work, over}, return_when=asyncio.FIRST_COMPLETED)
@@ -272,14 +297,15 @@ class PlanningLoop:
                 task.cancel()
             await asyncio.gather(work, over, return_exceptions=True)
 
-    async def _drive_run(self, run: Run, goal: str, *, plan: bool) -> None:
+    async def _drive_run(self, goal: str, *, plan: bool) -> None:
+        run = self._active
         timeout = self.options.deadline_s
         try:
             async with asyncio.timeout(timeout):
                 if plan:
-                    await self._plan_and_react(run, goal)
+                    await self._plan_and_react(goal)
                 else:
-                    await self._react(run, goal)
+                    await self._react(goal)
         except TimeoutError:
             run.cancel(f"deadline of {timeout:g}s reached; stopped with what was done")
         except BudgetExceeded as exc:  # the budget decided: a failure to report, not a cancellation
@@ -313,10 +339,11 @@ class PlanningLoop:
         resources: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
         return {**step, "resources": {**resources, self._model_resource: 1}}
 
-    def _summary(self, run: Run, *, join: bool = False) -> str:
+    def _summary(self, *, join: bool = False) -> str:
         """The run's state as the model is told it, with the engine's secrets hidden: the live run holds them as
         written (outputs, plan steps, errors). ``join``: for the joiner, which is shown the report but cannot
         rewrite it."""
+        run = self._active
         hide = self.engine.redact
         # Outputs redacted before a context cuts them short: a secret cut in two is not redacted whole after.
         outputs = run.outputs if hide is None else RedactedOutputs(run.outputs, hide)
@@ -337,8 +364,9 @@ class PlanningLoop:
     def _system(self) -> str:
         return prompts.planner_system(self.tools.values(), report=self.options.context == "references")
 
-    def _plan_lines(self, run: Run, sids: list[str]) -> str:
+    def _plan_lines(self, sids: list[str]) -> str:
         """Steps ``sids`` of the live plan as the planner's JSON Lines, with the engine's secrets hidden."""
+        run = self._active
         hide = self.engine.redact
         lines = []
         for sid in sids:
@@ -346,10 +374,11 @@ class PlanningLoop:
             lines.append(json.dumps(obj if hide is None else hide(obj), separators=(",", ":")))
         return "\n".join(lines)
 
-    def _restored(self, run: Run, step: dict[str, Any]) -> dict[str, Any]:
+    def _restored(self, step: dict[str, Any]) -> dict[str, Any]:
         """``step`` with the live plan's arguments when the model restated a step (same id and tool) with the
         arguments it was shown (its secrets as ``***``); any other step as written: the model can keep a secret in
         the step that had it, never move it to another step or tool."""
+        run = self._active
         hide, sid = self.engine.redact, step.get("id")
         live = run.plan.steps.get(sid) if hide is not None and isinstance(sid, str) else None
         if hide is None or live is None or live.tool != step.get("tool"):
@@ -357,13 +386,13 @@ class PlanningLoop:
         args = live.model_dump(mode="json", include={"args"}).get("args", {})
         return {**step, "args": args} if args != step.get("args") and hide(args) == step.get("args") else step
 
-    async def _plan_and_react(self, run: Run, goal: str) -> None:
+    async def _plan_and_react(self, goal: str) -> None:
         """Write the initial plan while reacting to triggers: failures are repaired while the planner still writes."""
         try:
             async with asyncio.TaskGroup() as tg:
-                reactor = tg.create_task(self._react(run, goal))
+                reactor = tg.create_task(self._react(goal))
                 try:
-                    await self._initial_plan(run, goal)
+                    await self._initial_plan(goal)
                 finally:
                     self._planning = False
                     self._wake.set()
@@ -371,13 +400,14 @@ class PlanningLoop:
         except BaseExceptionGroup as group:  # one of the two failed: report its error, not the group
             raise _first_error(group) from None
 
-    def _on_event(self, run: Run) -> Callable[[Event], None]:
+    def _on_event(self) -> Callable[[Event], None]:
+        run = self._active
         def listen(event: Event) -> None:
             kind, sid = event.kind, event.step
             if sid is None:
                 if kind == "run_cancelled":  # charge the loop's cut calls now, before the run reports its spend
                     for call in list(self._open_calls):
-                        self._charge_cut(run, call, "run stopped")
+                        self._charge_cut(call, "run stopped")
             elif sid in self._questions:  # a person answered (or the question failed): act on it
                 if kind == "step_succeeded" or (kind == "step_failed" and event.data.get("final")):
                     self._triggers.append(_Trigger("human", self._questions[sid], sid))
@@ -393,53 +423,56 @@ class PlanningLoop:
                         self._triggers.append(_Trigger(
                             "verifier", step.verifies, f"verifier '{sid}' rejected '{step.verifies}': "
                             f"{out.get('reason', 'no reason given')}"))
-                        self._planner_signal(run, "rejected", str(out.get("reason", "no reason given")),
+                        self._planner_signal("rejected", str(out.get("reason", "no reason given")),
                                              key=f"verifier step '{sid}'")
             self._wake.set()
 
         return listen
 
-    async def _react(self, run: Run, goal: str) -> None:
+    async def _react(self, goal: str) -> None:
+        run = self._active
         while True:
-            trigger = self._next_trigger(run)
+            trigger = self._next_trigger()
             if trigger is None:
                 if run.state.active == 0 and not self._planning:
-                    if await self._exhausted(run, goal):
+                    if await self._exhausted(goal):
                         return
                     continue
                 self._wake.clear()
                 await self._wake.wait()
                 continue
             if trigger.kind == "human":
-                if not self._act_on_answer(run, trigger):
+                if not self._act_on_answer(trigger):
                     return  # the person chose to abort
                 continue
             if self.options.synchronous:
-                await self._until_idle(run)
+                await self._until_idle()
             if trigger.kind in ("observation", "deadline") or not self.options.local_repair:
                 # Whole-plan re-planning needs the whole plan: wait until the planner has finished writing it.
                 await self._until_planned()
             if trigger.kind == "observation":
-                await self._replan(run, goal, f"{trigger.reason}", trigger="observation", final=True)
+                await self._replan(goal, f"{trigger.reason}", trigger="observation", final=True)
                 continue
             if trigger.kind == "deadline":
-                await self._replan(run, goal, trigger.reason, trigger="deadline_pressure")
+                await self._replan(goal, trigger.reason, trigger="deadline_pressure")
                 continue
             # Failures that happened meanwhile are repaired together: their regions may overlap or feed each other.
-            batch = [trigger, *self._take_failures(run)]
+            batch = [trigger, *self._take_failures()]
             if not self.options.local_repair or any(t.step in self._repaired for t in batch):
                 await self._until_planned()
-                await self._escalate_global(run, goal, batch)
+                await self._escalate_global(goal, batch)
             else:
-                await self._local_repair(run, goal, batch)
+                await self._local_repair(goal, batch)
 
-    def _take_failures(self, run: Run) -> list[_Trigger]:
+    def _take_failures(self) -> list[_Trigger]:
+        run = self._active
         taken = [t for t in self._triggers if t.kind not in _DEFERRED
                  and (t.kind != "failure" or _failed(run, t.step))]
         self._triggers = [t for t in self._triggers if t.kind in _DEFERRED]
         return taken
 
-    def _next_trigger(self, run: Run) -> _Trigger | None:
+    def _next_trigger(self) -> _Trigger | None:
+        run = self._active
         while self._triggers:
             trig = self._triggers.pop(0)
             rec = run.state.records.get(trig.step)
@@ -448,8 +481,9 @@ class PlanningLoop:
             return trig
         return None
 
-    async def _until_idle(self, run: Run) -> None:
+    async def _until_idle(self) -> None:
         """Wait until the plan is written and no step runs (the synchronous re-planner's rule)."""
+        run = self._active
         while run.state.active or self._planning:
             self._wake.clear()
             await self._wake.wait()
@@ -459,18 +493,19 @@ class PlanningLoop:
             self._wake.clear()
             await self._wake.wait()
 
-    async def _exhausted(self, run: Run, goal: str) -> bool:
+    async def _exhausted(self, goal: str) -> bool:
         """The plan ran out: answer, or re-plan. Returns True when the loop is over."""
+        run = self._active
         failed = [r.id for r in run.state.records.values() if r.status == "failed"]
         if failed and self._replans >= self.options.max_replans:
             fresh = [sid for sid in failed if sid not in self._given_up]
             if fresh:  # the ladder already journaled its fail rung for the others
-                self._record_fail(run, fresh, f"re-plan limit ({self.options.max_replans}) reached")
+                self._record_fail(fresh, f"re-plan limit ({self.options.max_replans}) reached")
             return True
         if not self.options.join:
             return True
-        summary = self._summary(run, join=True)
-        completion = await self._call(run, "join", [Message("user", prompts.join_prompt(goal, summary))],
+        summary = self._summary(join=True)
+        completion = await self._call("join", [Message("user", prompts.join_prompt(goal, summary))],
                                       max_tokens=self.options.join_max_tokens,
                                       floor_tokens=self.options.join_min_tokens, schema=prompts.JOIN_SCHEMA)
         decision = completion.parsed if isinstance(completion.parsed, Mapping) else _loads(completion.text)
@@ -483,13 +518,14 @@ class PlanningLoop:
             run.record("escalation", {"rung": "fail", "reason": f"no answer and the re-plan limit "
                                                                 f"({self.options.max_replans}) is reached"})
             return True
-        await self._replan(run, goal, str(reason or "the plan ran out without an answer"), trigger="joiner",
+        await self._replan(goal, str(reason or "the plan ran out without an answer"), trigger="joiner",
                            final=True)
         return False
 
     # -- planning -----------------------------------------------------------------------------------------------
-    async def _initial_plan(self, run: Run, goal: str) -> None:
+    async def _initial_plan(self, goal: str) -> None:
         """Write the initial plan; in a resumed run whose planner was cut off, finish the plan it had begun."""
+        run = self._active
         recalled = "" if self.recall is None else await self.recall(goal)
         messages = [Message("system", self._system()),
                     Message("user", prompts.initial_prompt(goal, memory=recalled))]
@@ -499,8 +535,8 @@ class PlanningLoop:
                                               if sid in run.plan.steps and sid not in self._questions]
         known: frozenset[str] = frozenset()
         if written:  # the lines it had written are its own answer so far; the state says what they did
-            messages += [Message("assistant", self._plan_lines(run, written)),
-                         Message("user", prompts.continue_prompt(goal, self._summary(run)))]
+            messages += [Message("assistant", self._plan_lines(written)),
+                         Message("user", prompts.continue_prompt(goal, self._summary()))]
             # A line restating a step the run has (or a later version dropped) is taken as restated, never added
             # twice: the plan may have moved on since the planner wrote it (a repair, a person's answer).
             known = frozenset({*run.state.records, *(rec.id for _, rec in run.state.retired)})
@@ -508,13 +544,14 @@ class PlanningLoop:
         first_started = self.engine.clock.now()
         draft: DraftSession | None = None if self._draft is None else self._draft.begin(run, messages)
         try:
-            await self._initial_lines(run, messages, version, accepted, first_started, draft, known)
+            await self._initial_lines(messages, version, accepted, first_started, draft, known)
         finally:
             if draft is not None:
                 draft.main_done()
 
-    async def _initial_lines(self, run: Run, messages: list[Message], version: int, accepted: list[str],
+    async def _initial_lines(self, messages: list[Message], version: int, accepted: list[str],
                              first_started: float, draft: DraftSession | None, known: frozenset[str]) -> None:
+        run = self._active
         for attempt in range(self.options.max_repairs + 1):
             errors: list[str] = []
             started = self.engine.clock.now()
@@ -523,7 +560,7 @@ class PlanningLoop:
 
             def admit_now(obj: dict[str, Any], number: int, _started: float = started,
                           _errors: list[str] = errors) -> None:
-                if self._already_planned(run, obj) or obj.get("id") in known:
+                if self._already_planned(obj) or obj.get("id") in known:
                     return  # a repair (or a resumed planner) restating a line it wrote already: nothing to do
                 if draft is not None:  # verified before the step exists: its draft attempt is its own at once
                     draft.main_step(obj)
@@ -543,7 +580,7 @@ class PlanningLoop:
                     else:
                         _held.append((obj, number))
 
-            completion = await self._stream_lines(run, "plan", messages, admit, errors)
+            completion = await self._stream_lines("plan", messages, admit, errors)
             for obj, number in held:  # whole-plan mode: admit only once the model has finished
                 admit_now(obj, number)
             if not errors or attempt == self.options.max_repairs:
@@ -552,16 +589,16 @@ class PlanningLoop:
                 run.extend([], version=version, trigger="initial", model_started_at=first_started,
                            model_finished_at=self.engine.clock.now())
             if not errors:
-                self._planner_signal(run, "succeeded")
+                self._planner_signal("succeeded")
                 return
             messages = [*messages, Message("assistant", completion.text),
                         Message("user", prompts.repair_lines_prompt(errors, accepted))]
             run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000],
                                       "attempt": attempt + 1})
-            self._planner_signal(run, "failed", "; ".join(errors))
+            self._planner_signal("failed", "; ".join(errors))
 
     async def _stream_lines(
-        self, run: Run, purpose: str, messages: list[Message],
+        self, purpose: str, messages: list[Message],
         admit: Callable[[tuple[dict[str, Any], ...], int], None], errors: list[str],
     ) -> Completion:
         parser = LineParser()
@@ -573,7 +610,7 @@ class PlanningLoop:
                 else:
                     self._admit_or_note(line.steps, line.number, admit)
 
-        completion = await self._call(run, purpose, messages, max_tokens=self.options.plan_max_tokens,
+        completion = await self._call(purpose, messages, max_tokens=self.options.plan_max_tokens,
                                       floor_tokens=self.options.plan_min_tokens, on_text=feed)
         for line in parser.close():
             if line.error:
@@ -597,17 +634,18 @@ class PlanningLoop:
                     return
         admit(steps, number)
 
-    async def _propose(self, run: Run, purpose: str, messages: list[Message],
+    async def _propose(self, purpose: str, messages: list[Message],
                        keep: Callable[[frozenset[str]], list[dict[str, Any]]], trigger: str) -> bool:
         """Ask for a proposal, splice it in; repair invalid ones and re-request stale ones (bounded). ``keep(ids)``:
         the live steps the proposal keeps beside the ones it writes (``ids``), read when it arrives.
 
         With a draft model (planning/draft.py) the model's first answer is drafted too: verified draft attempts are
         kept only if that answer is the proposal spliced in."""
+        run = self._active
         draft = None if self._draft is None else self._draft.begin_replan(run, messages)
         spliced = False
         try:
-            spliced = await self._propose_lines(run, purpose, messages, keep, trigger, draft)
+            spliced = await self._propose_lines(purpose, messages, keep, trigger, draft)
             return spliced
         finally:
             if draft is not None:
@@ -616,9 +654,10 @@ class PlanningLoop:
                 else:
                     draft.abandon("the re-plan was not spliced in")
 
-    async def _propose_lines(self, run: Run, purpose: str, messages: list[Message],
+    async def _propose_lines(self, purpose: str, messages: list[Message],
                              keep: Callable[[frozenset[str]], list[dict[str, Any]]], trigger: str,
                              draft: DraftSession | None) -> bool:
+        run = self._active
         stale_left = self.options.max_stale_retries
         for _attempt in range(self.options.max_repairs + 1 + self.options.max_stale_retries):
             seen = run.position
@@ -629,49 +668,51 @@ class PlanningLoop:
                 draft.abandon("the re-plan was asked again")
                 draft = None
             collect = _collector(steps) if draft is None else _drafting(_collector(steps), draft)
-            completion = await self._stream_lines(run, purpose, messages, collect, errors)
+            completion = await self._stream_lines(purpose, messages, collect, errors)
             finished = self.engine.clock.now()
             if not errors:
                 if run.finished:
                     return False
                 ids = {s.get("id") for s in steps}
                 # What to keep is read when the proposal arrives: steps streamed in meanwhile stay.
-                written = [self._claim_model(self._restored(run, s)) for s in steps]
+                written = [self._claim_model(self._restored(s)) for s in steps]
                 proposal = {"steps": [*[k for k in keep(frozenset(i for i in ids if isinstance(i, str)))
                                         if k["id"] not in ids], *written]}
                 try:
                     run.propose(proposal, trigger=trigger, seen=seen, max_staleness=self.options.max_staleness,
                                 model_started_at=started, model_finished_at=finished)
-                    self._planner_signal(run, "succeeded")
+                    self._planner_signal("succeeded")
                     return True
                 except StaleProposal as exc:
                     stale_left -= 1
                     run.record("escalation", {"rung": "stale", "reason": str(exc)})
                     if stale_left < 0:
                         return False
-                    summary = self._summary(run)
+                    summary = self._summary()
                     again = f"That plan is stale: {exc}. The state now:\n{summary}\nWrite the remaining plan again."
                     messages = [*messages, Message("assistant", completion.text), Message("user", again)]
                     continue
                 except PlanInvalid as exc:
                     errors.extend(str(p) for p in exc.problems)
             run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000]})
-            self._planner_signal(run, "failed", "; ".join(errors))
+            self._planner_signal("failed", "; ".join(errors))
             messages = [*messages, Message("assistant", completion.text),
                         Message("user", prompts.repair_lines_prompt(errors, []))]
         return False
 
-    def _remaining(self, run: Run, exclude: set[str]) -> list[dict[str, Any]]:
+    def _remaining(self, exclude: set[str]) -> list[dict[str, Any]]:
         """The steps still to do, as step objects, minus ``exclude``: waiting or running ones (also those waiting for
         a person), and ones skipped because of a failure (restating them revives them once the repair replaced what
         they wait for)."""
+        run = self._active
         return [
             run.plan.steps[sid].model_dump(exclude_defaults=True)
             for sid, rec in run.state.records.items()
             if rec.status in _REMAINING and sid not in exclude
         ]
 
-    def _already_planned(self, run: Run, obj: dict[str, Any]) -> bool:
+    def _already_planned(self, obj: dict[str, Any]) -> bool:
+        run = self._active
         sid = obj.get("id")
         existing = run.plan.steps.get(sid) if isinstance(sid, str) else None
         if existing is None:
@@ -681,8 +722,9 @@ class PlanningLoop:
         except PlanInvalid:
             return False
 
-    def _region(self, run: Run, sid: str) -> list[str]:
+    def _region(self, sid: str) -> list[str]:
         """A step and everything downstream of it in the current plan."""
+        run = self._active
         if sid not in run.plan.steps:
             return []
         seen, stack = [sid], [sid]
@@ -703,14 +745,14 @@ class PlanningLoop:
     def _limit_reached(self, reason: str) -> str:
         return f"re-plan limit ({self.options.max_replans}) reached: {reason}"
 
-    def _batch_region(self, run: Run, batch: list[_Trigger]) -> list[str]:
+    def _batch_region(self, batch: list[_Trigger]) -> list[str]:
         """The failed steps of ``batch`` and everything downstream of them in the plan *now*."""
         region: list[str] = []
         for trig in batch:
-            region.extend(s for s in self._region(run, trig.step) if s not in region)
+            region.extend(s for s in self._region(trig.step) if s not in region)
         return region
 
-    async def _local_repair(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
+    async def _local_repair(self, goal: str, batch: list[_Trigger]) -> None:
         """Ask for replacements of the failed region; splice them in with the rest of the plan.
 
         The region's steps the repair does not restate are dropped (the prompt says so): a repair may keep, rename
@@ -718,30 +760,32 @@ class PlanningLoop:
         prompt was sent is dropped when it waits on a step the repair dropped (it would make the proposal stale), and
         kept when what it waits on is restated under its id (it is the initial plan's, not the repair's to drop).
         """
-        region = self._batch_region(run, batch)
+        run = self._active
+        region = self._batch_region(batch)
         reason = "; ".join(f"{t.step}: {t.reason}" for t in batch)
         if not self._spend_replan():
-            self._last_rung(run, batch, self._limit_reached(reason))
+            self._last_rung(batch, self._limit_reached(reason))
             return
         for trig in batch:
             run.record("escalation", {"rung": "local_repair", "reason": trig.reason, "region": region},
                        step=trig.step)
         self._repaired.update(region)
-        summary = self._summary(run)
+        summary = self._summary()
         failed = [t.step for t in batch]
         messages = [Message("system", self._system()),
                     Message("user", prompts.repair_region_prompt(goal, summary, failed, reason, region))]
-        if not await self._propose(run, "local_repair", messages,
-                                   lambda ids: self._remaining(run, self._repair_drops(run, batch, region, ids)),
+        if not await self._propose("local_repair", messages,
+                                   lambda ids: self._remaining(self._repair_drops(batch, region, ids)),
                                    trigger="local_repair"):
-            await self._escalate_global(run, goal, batch)
+            await self._escalate_global(goal, batch)
 
-    def _repair_drops(self, run: Run, batch: list[_Trigger], asked: list[str], restated: frozenset[str]) -> set[str]:
+    def _repair_drops(self, batch: list[_Trigger], asked: list[str], restated: frozenset[str]) -> set[str]:
         """What a local repair of ``batch`` drops when its proposal (restating ``restated``) lands: the region it was
         asked to replace (``asked``), and the steps that joined the region since, unknown to the repair, that wait on
         a step it dropped (through ``after`` or a reference)."""
+        run = self._active
         dropped = set(asked) - restated
-        late = [s for s in self._batch_region(run, batch) if s not in asked and s not in restated]
+        late = [s for s in self._batch_region(batch) if s not in asked and s not in restated]
         grew = True
         while grew:  # a region lists a step before the steps downstream of it, but a step may wait on several
             grew = False
@@ -751,36 +795,39 @@ class PlanningLoop:
                     grew = True
         return dropped | set(asked)
 
-    async def _escalate_global(self, run: Run, goal: str, batch: list[_Trigger]) -> None:
+    async def _escalate_global(self, goal: str, batch: list[_Trigger]) -> None:
+        run = self._active
         for trig in batch:
             run.record("escalation", {"rung": "global_replan", "reason": trig.reason}, step=trig.step)
-        why = await self._replan(run, goal, "; ".join(f"{t.step}: {t.reason}" for t in batch),
+        why = await self._replan(goal, "; ".join(f"{t.step}: {t.reason}" for t in batch),
                                  trigger="global_replan")
         if why is not None:
-            self._last_rung(run, batch, why)
+            self._last_rung(batch, why)
 
-    async def _replan(self, run: Run, goal: str, reason: str, *, trigger: str, final: bool = False) -> str | None:
+    async def _replan(self, goal: str, reason: str, *, trigger: str, final: bool = False) -> str | None:
         """Re-plan the whole remaining plan; None when a new version landed, else why not (the caller fails with it,
         or, with ``final``, it is journaled as the ``fail`` rung here)."""
+        run = self._active
         why: str | None = None
         if not self._spend_replan():
             why = self._limit_reached(reason)
         else:
-            summary = self._summary(run)
+            summary = self._summary()
             messages = [Message("system", self._system()),
                         Message("user", prompts.replan_prompt(goal, summary, reason))]
-            if not await self._propose(run, "replan", messages, lambda _ids: [], trigger=trigger):
+            if not await self._propose("replan", messages, lambda _ids: [], trigger=trigger):
                 why = f"no usable plan after: {reason}"
         if why is not None and final:
             run.record("escalation", {"rung": "fail", "reason": why})
         return why
 
     # -- the last rung: a person decides --------------------------------------------------------------------------
-    def _last_rung(self, run: Run, batch: list[_Trigger], why: str) -> None:
+    def _last_rung(self, batch: list[_Trigger], why: str) -> None:
         """The ladder is exhausted for ``batch``: ask a person about each failed step (``ask_human``), else fail."""
+        run = self._active
         failed = [t.step for t in batch if t.kind == "failure" and _failed(run, t.step)]
         if not (self.options.ask_human and failed):
-            self._record_fail(run, failed, why)
+            self._record_fail(failed, why)
             return
         for sid in failed:
             qid = _fresh_id(run, f"{sid}_ask")
@@ -790,53 +837,57 @@ class PlanningLoop:
             run.extend([{"id": qid, "tool": "human.input",
                          "args": {"prompt": _literal(prompt), "schema": prompts.HUMAN_SCHEMA}}], trigger="human")
 
-    def _record_fail(self, run: Run, failed: list[str], why: str) -> None:
+    def _record_fail(self, failed: list[str], why: str) -> None:
         """Journal the ladder's ``fail`` rung for the failed steps ``failed`` (named in ``steps``: counted once, also
         by a resumed loop)."""
+        run = self._active
         self._given_up.update(failed)
         run.record("escalation", {"rung": "fail", "reason": why, "steps": failed})
 
-    def _act_on_answer(self, run: Run, trigger: _Trigger) -> bool:
+    def _act_on_answer(self, trigger: _Trigger) -> bool:
         """Apply a person's answer about a failed step: retry or skip it (a new plan version), or abort (False: the
         run is ended failed at once, see :meth:`_end_failed`)."""
+        run = self._active
         sid, qid = trigger.step, trigger.reason
         answer = run.outputs.get(qid) if run.state.records[qid].status == "succeeded" else None
         action = answer.get("action") if isinstance(answer, Mapping) else None
         if action not in ("retry", "skip"):
             why = "a person chose to abort" if action == "abort" else \
                 f"question '{qid}' got no answer: {run.state.records[qid].error}"
-            self._end_failed(run, sid, why)
+            self._end_failed(sid, why)
             return False
         if not _failed(run, sid):
             return True  # a repair replaced the step meanwhile: the answer no longer applies
-        steps = self._retried(run, sid) if action == "retry" else self._skipped(run, sid, qid)
+        steps = self._retried(sid) if action == "retry" else self._skipped(sid, qid)
         try:
             run.propose({"steps": steps}, trigger=f"human_{action}", question=qid)
         except (PlanInvalid, StaleProposal) as exc:  # stale: the state changed under the answer
-            self._end_failed(run, sid, f"the person's {action} could not be applied: {exc}")
+            self._end_failed(sid, f"the person's {action} could not be applied: {exc}")
             return False
         return True
 
-    def _end_failed(self, run: Run, sid: str, why: str) -> None:
+    def _end_failed(self, sid: str, why: str) -> None:
         """The last rung decided for failed step ``sid``: journal the ``fail`` rung and end the run failed now.
 
         Other branches are cancelled rather than left to run on (a person who aborts wants the run to stop), and
         the decision is final: the run cannot be resumed (:meth:`Run.fail`).
         """
+        run = self._active
         run.record("escalation", {"rung": "fail", "reason": f"step '{sid}': {why}"}, step=sid)
         rec = run.state.records.get(sid)
         error = f": {rec.error}" if rec is not None and rec.error else ""
         run.fail(f"step '{sid}' failed{error}; {why}")
 
-    def _retried(self, run: Run, sid: str) -> list[dict[str, Any]]:
+    def _retried(self, sid: str) -> list[dict[str, Any]]:
         """The remaining plan with failed step ``sid`` restated as it was: it runs again, its dependents after it."""
-        return [run.plan.steps[sid].model_dump(exclude_defaults=True), *self._remaining(run, {sid})]
+        run = self._active
+        return [run.plan.steps[sid].model_dump(exclude_defaults=True), *self._remaining({sid})]
 
-    def _skipped(self, run: Run, sid: str, qid: str) -> list[dict[str, Any]]:
+    def _skipped(self, sid: str, qid: str) -> list[dict[str, Any]]:
         """The remaining plan without failed step ``sid``: what referred to it refers to the answer's ``value``
         (``${sid.x}`` becomes ``${qid.value.x}``) and waits for the question ``qid`` instead."""
         steps = []
-        for obj in self._remaining(run, {sid}):
+        for obj in self._remaining({sid}):
             after = [qid if a == sid else a for a in obj.get("after", ())]
             steps.append({**obj, "args": rename_refs(obj.get("args", {}), {sid: f"{qid}.value"}),
                           **({"after": after} if after else {})})
@@ -844,12 +895,13 @@ class PlanningLoop:
 
     # -- one model call, budgeted and journaled --------------------------------------------------------------------
     async def _call(
-        self, run: Run, purpose: str, messages: list[Message], *, max_tokens: int, floor_tokens: int,
+        self, purpose: str, messages: list[Message], *, max_tokens: int, floor_tokens: int,
         schema: Mapping[str, Any] | None = None, on_text: Callable[[str], None] | None = None,
     ) -> Completion:
         """Call the model within the budget: wait for room, the reply lowered down to ``floor_tokens`` when nothing
         in flight can free more; the reservation is settled the moment the call ends, a cut stream charged (and
         journaled) for what it had cost."""
+        run = self._active
         if self.cascade is not None:  # an allocated planner decides its tier for this call here
             await self.cascade.choose(run, purpose)
         model = self.cascade.model(run.id) if self.cascade is not None else self.client.model
@@ -877,26 +929,28 @@ class PlanningLoop:
                 else:
                     completion = await _consume(self.client.stream(request), on_text, open_call.meter)
         except BaseException as exc:
-            self._charge_cut(run, open_call, type(exc).__name__)
+            self._charge_cut(open_call, type(exc).__name__)
             raise
         finally:
             self._open_calls.remove(open_call)
         if reservation is not None and self.budget is not None:
             self.budget.settle(reservation, completion.cost_usd or 0.0, completion.total_tokens)
-        self._journal_call(run, purpose, open_call.started, model=completion.model,
+        self._journal_call(purpose, open_call.started, model=completion.model,
                            usage=Usage(completion.prompt_tokens, completion.completion_tokens,
                                        completion.usage_source), cost=completion.cost_usd,
                            reservation=open_call.reservation_id)
         return completion
 
-    def _planner_signal(self, run: Run, kind: SignalKind, detail: str = "", *, key: str = "") -> None:
+    def _planner_signal(self, kind: SignalKind, detail: str = "", *, key: str = "") -> None:
         """Tell the planner's cascade (if any) what its plan did: its next call may run on another tier."""
+        run = self._active
         if self.cascade is not None:
             self.cascade.observe(run, Signal(kind, self.engine.clock.now(), key=key, detail=detail[:2000]))
 
-    def _charge_cut(self, run: Run, call: _OpenCall, cut: str) -> None:
+    def _charge_cut(self, call: _OpenCall, cut: str) -> None:
         """End a call that did not finish, once: a stream that yielded anything is charged (and journaled, marked
         ``cut``) for what it had cost; one that yielded nothing frees its reservation."""
+        run = self._active
         if call.ended:
             return
         call.ended = True
@@ -913,11 +967,12 @@ class PlanningLoop:
             if isinstance(prices, PriceTable) else None
         if call.reservation is not None and self.budget is not None:
             self.budget.settle(call.reservation, cost or 0.0, usage.total_tokens)
-        self._journal_call(run, call.purpose, call.started, model=model, usage=usage, cost=cost,
+        self._journal_call(call.purpose, call.started, model=model, usage=usage, cost=cost,
                            cut=cut, reservation=call.reservation_id)
 
-    def _journal_call(self, run: Run, purpose: str, started: float, *, model: str, usage: Usage,
+    def _journal_call(self, purpose: str, started: float, *, model: str, usage: Usage,
                       cost: float | None, cut: str | None = None, reservation: str | None = None) -> None:
+        run = self._active
         data: dict[str, Any] = {
             "purpose": purpose, "model": model, "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens, "cost_usd": cost or 0.0, "usage_source": usage.source,
@@ -938,7 +993,7 @@ async def _journal_reservation(run: Run, budget: Budget, reservation: Reservatio
     kill counts it spent: docs/budgets.md); return its id. A failure to write it frees the reservation."""
     call_id = secrets.token_hex(8)
     try:
-        await run.record_reservation({"reservation": call_id, "purpose": purpose, "model": model,
+        await run.sink.record_reservation({"reservation": call_id, "purpose": purpose, "model": model,
                                       "tokens": reservation.tokens, "cost_usd": reservation.usd})
     except BaseException:
         budget.release(reservation)
