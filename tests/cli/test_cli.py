@@ -713,9 +713,9 @@ def test_the_live_frame_shows_a_waiting_step_and_the_command_that_answers_it() -
                 console.print(live_view(run.state, 0.0, 30, " --journal J"))
                 frames.append(screen.getvalue())
                 if answer == "deploy":
-                    run.approve("deploy")
+                    await run.approve("deploy")
                 else:
-                    run.send("ask", 2)
+                    await run.send("ask", 2)
             await run.wait()
         return frames
 
