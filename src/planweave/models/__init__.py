@@ -1,11 +1,14 @@
 """Model clients: the small :class:`ModelClient` interface, its request and result types, and :func:`resolve_model`.
 
 A client turns a :class:`CompletionRequest` (chat messages, limits, an optional JSON schema) into a
-:class:`Completion` (text, parsed JSON, token usage and cost), either at once (:meth:`ModelClient.complete`) or as a
-stream of :class:`Delta` items ending with the :class:`Completion` (:meth:`ModelClient.stream`). Implementations:
-:class:`planweave.models.openai.OpenAIChatClient` for any OpenAI-compatible Chat Completions endpoint, which also
-serves the local model (:mod:`planweave.models.local`) and the scripted test server
-(:mod:`planweave.testing.scripted_llm`).
+:class:`Completion` (text, parsed JSON, tool calls, token usage and cost), either at once
+(:meth:`ModelClient.complete`) or as a stream of :class:`Delta` items ending with the :class:`Completion`
+(:meth:`ModelClient.stream`). Implementations, one per dialect (a model name's prefix says which:
+:mod:`planweave.models.dialects`): :class:`planweave.models.openai.OpenAIChatClient` for any OpenAI-compatible Chat
+Completions endpoint (also the local model, :mod:`planweave.models.local`),
+:class:`planweave.models.openai_responses.OpenAIResponsesClient` for the Responses API and
+:class:`planweave.models.anthropic.AnthropicClient` for Anthropic Messages; the scripted test server
+(:mod:`planweave.testing.scripted_llm`) speaks all three.
 
 The data types and the protocol live in :mod:`planweave.models.base`; this package re-exports them (import them
 from here) and imports no HTTP library until :func:`resolve_model` runs.
