@@ -137,7 +137,7 @@ def test_a_dollar_budget_refuses_unpriced_models_naming_each_and_how_to_price_th
     assert info.value.models == ("my-llama-70b", "my-llama-405b")
     message = str(info.value)
     assert "'my-llama-70b', 'my-llama-405b'" in message and "--budget-usd" in message
-    assert "--prices FILE" in message and "$PLANWEAVE_PRICES" in message and "token budget" in message
+    assert "prices = FILE in a --config" in message and "$PLANWEAVE_PRICES" in message and "token budget" in message
     require_prices(["my-llama-70b"], None)  # a token budget, or none, needs no price
     with pytest.raises(UnpricedModels):
         require_prices(["my-llama-70b"], 0.0)  # a zero budget is a budget
@@ -162,3 +162,18 @@ def test_a_plan_calls_a_model_through_its_llm_steps_and_fallbacks() -> None:
     assert calls_llm(plan({"id": "a", "tool": "llm", "args": {"prompt": "x"}}).steps)
     assert calls_llm(plan({"id": "a", "tool": "noop", "fallback": {"tool": "llm", "args": {"prompt": "x"}}}).steps)
     assert not calls_llm(plan({"id": "a", "tool": "noop"}).steps)
+
+
+def test_a_dialect_prefix_is_priced_under_the_name_sent_and_cache_writes_at_their_rate_or_unknown() -> None:
+    table = PriceTable()
+    assert table.source("anthropic:claude-haiku-4-5") == "genai-prices:anthropic"
+    assert table.lookup("openai-responses:gpt-4o-mini") == table.lookup("gpt-4o-mini")
+    written = table.cost("anthropic:claude-haiku-4-5", 1_000_000, 0, 0, cache_write_tokens=1_000_000)
+    assert written == pytest.approx(1.25)  # Anthropic's cache write rate, not the input rate
+    own = PriceTable({"claude-x": Price(1.0, 5.0, cached_input=0.1)})
+    assert own.cost("anthropic:claude-x", 1_000_000, 0, 500_000) == pytest.approx(0.55)
+    assert own.cost("anthropic:claude-x", 1_000, 0, cache_write_tokens=10) is None  # no write rate: unknown
+    priced = PriceTable({"claude-x": Price(1.0, 5.0, 0.1, cache_write_input=1.25)})
+    assert priced.cost("claude-x", 1_000_000, 0, 0, cache_write_tokens=1_000_000) == pytest.approx(1.25)
+    assert PriceTable.from_mapping({"m": {"input": 1, "output": 2, "cache_write_input": 1.25}}).lookup("m") == Price(
+        1.0, 2.0, None, 1.25)
