@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from planweave.models.admission import (
     Admission,
@@ -45,7 +45,7 @@ from planweave.models.base import (
     check_schema,
 )
 from planweave.models.budget import Budget, Reservation, StreamMeter, acquire_call
-from planweave.models.dialects import Dialect, dialect_of, split_model
+from planweave.models.dialects import Dialect, client_class, dialect_of, split_model
 from planweave.models.endpoint import Endpoint, EndpointError, RoutedClient, parse_headers
 from planweave.models.errors import (
     BudgetExceeded,
@@ -67,9 +67,6 @@ from planweave.models.pricing import (
     approx_tokens,
     worst_case,
 )
-
-if TYPE_CHECKING:
-    from planweave.models.openai import OpenAIChatClient
 
 
 @asynccontextmanager
@@ -109,24 +106,6 @@ async def resolve_model(name: str, *, endpoint: Endpoint | None = None, **option
         return
     async with client_class(name)(name, **options) as client:
         yield client
-
-
-def client_class(name: str) -> type[OpenAIChatClient]:
-    """The client class of a model name's dialect (:func:`planweave.models.dialects.split_model`)."""
-    from planweave.models.dialects import dialect_of
-
-    dialect = dialect_of(name)
-    if dialect == "anthropic":
-        from planweave.models.anthropic import AnthropicClient
-
-        return AnthropicClient
-    if dialect == "responses":
-        from planweave.models.openai_responses import OpenAIResponsesClient
-
-        return OpenAIResponsesClient
-    from planweave.models.openai import OpenAIChatClient
-
-    return OpenAIChatClient
 
 
 async def open_routes(stack: AsyncExitStack, client: ModelClient, endpoints: Mapping[str, Endpoint],

@@ -8,12 +8,22 @@ endpoint is the part after the prefix; the price is looked up under it. A leaf m
 
 from __future__ import annotations
 
-from typing import Literal
+import importlib
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from planweave.models.openai import OpenAIChatClient
 
 Dialect = Literal["chat", "responses", "anthropic"]
 
 #: Prefix → dialect. ``openai:`` is the default spelled out.
 PREFIXES: dict[str, Dialect] = {"openai": "chat", "openai-responses": "responses", "anthropic": "anthropic"}
+#: Each dialect's client: module and class (imported when first used: this module imports no HTTP library).
+CLIENTS: dict[Dialect, tuple[str, str]] = {
+    "chat": ("planweave.models.openai", "OpenAIChatClient"),
+    "responses": ("planweave.models.openai_responses", "OpenAIResponsesClient"),
+    "anthropic": ("planweave.models.anthropic", "AnthropicClient"),
+}
 #: The genai-prices provider of each dialect's hosted API (a hint for names the database would not place).
 PROVIDERS: dict[Dialect, str] = {"chat": "openai", "responses": "openai", "anthropic": "anthropic"}
 
@@ -35,3 +45,10 @@ def wire_name(name: str) -> str:
 def dialect_of(name: str) -> Dialect:
     """The dialect a model name speaks (see :func:`split_model`)."""
     return split_model(name)[0]
+
+
+def client_class(name: str) -> type[OpenAIChatClient]:
+    """The client class of a model name's dialect (:func:`split_model`), imported on first use."""
+    module, attribute = CLIENTS[dialect_of(name)]
+    found: type[OpenAIChatClient] = getattr(importlib.import_module(module), attribute)
+    return found

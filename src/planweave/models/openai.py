@@ -60,7 +60,7 @@ from planweave.models.base import (
     UsageSource,
     check_schema,
 )
-from planweave.models.dialects import Dialect, dialect_of, wire_name
+from planweave.models.dialects import Dialect, client_class, dialect_of, wire_name
 from planweave.models.errors import (
     CallRefused,
     MalformedOutput,
@@ -281,8 +281,6 @@ class OpenAIChatClient:
             return None
         dialect = dialect_of(name)
         if dialect not in self._siblings:
-            from planweave.models import client_class
-
             base_url, api_key, headers = self._given
             self._siblings[dialect] = client_class(name)(
                 name, base_url=base_url, api_key=api_key, headers=headers, timeouts=self.timeouts,
