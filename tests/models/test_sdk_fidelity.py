@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from planweave.testing import Call, Drop, HttpError, ScriptedLLM, StreamError, Text
-from planweave.testing.scripted_llm import split_tokens
+from planweave.testing.scripted_llm import reply_from_json, split_tokens
 
 SCHEMA: dict[str, object] = {"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
           "required": ["city", "n"], "additionalProperties": False}
@@ -207,3 +207,13 @@ async def test_each_sdk_sees_an_error_event_mid_stream_after_the_text(dialect: s
     assert "".join(got) == "some text then"
     if dialect == "responses":
         assert seen[-2:] == ["error", "response.failed"]
+
+
+async def test_a_script_lines_tool_call_and_reasoning_reach_the_anthropic_sdk() -> None:
+    line = {"text": "Checking.", "reasoning": "Oslo.", "tool_calls": [{"id": "toolu_9", "name": "weather",
+                                                                        "arguments": {"city": "Oslo"}}]}
+    async with serve(reply_from_json(line)) as (_, _oa, an):
+        done = await an.messages.create(model="claude-3-5-haiku-latest", max_tokens=50,
+                                        messages=[{"role": "user", "content": "weather?"}])
+    assert [b.type for b in done.content] == ["thinking", "text", "tool_use"]
+    assert done.content[2].type == "tool_use" and done.content[2].input == {"city": "Oslo"}

@@ -248,17 +248,27 @@ def reply_from_json(obj: Mapping[str, Any]) -> Reply:
     """A reply from a JSON object (one line of a ``--script`` file).
 
     ``{"text": "..."}``, ``{"json": value}``, ``{"plan": [step, ...]}`` (JSON lines), ``{"status": 429,
-    "retry_after": 2}``, ``{"stall": true, "after": "...", "seconds": 5}``, ``{"drop": true, "after": "..."}``;
-    text replies also take ``ttft``, ``tokens_per_second`` and ``finish_reason``.
+    "retry_after": 2}``, ``{"stall": true, "after": "...", "seconds": 5}``, ``{"drop": true, "after": "..."}``,
+    ``{"stream_error": 500, "after": "..."}`` (an error event mid-stream); text replies also take ``ttft``,
+    ``tokens_per_second``, ``finish_reason``, ``reasoning``, ``cached_tokens``, ``cache_write_tokens`` and
+    ``tool_calls`` (``[{"id", "name", "arguments": {...} or "JSON text"}]``).
     """
     if obj.get("stall"):
         return Stall(str(obj.get("after", "")), obj.get("seconds"), str(obj.get("then", "")))
     if obj.get("drop"):
         return Drop(str(obj.get("after", "")))
+    if "stream_error" in obj:
+        return StreamError(str(obj.get("after", "")), int(obj["stream_error"]),
+                           str(obj.get("message", "scripted failure mid-stream")))
     if "status" in obj:
         return HttpError(int(obj["status"]), str(obj.get("message", "scripted error")), obj.get("retry_after"),
                          obj.get("body"))
-    timing = {k: obj[k] for k in ("ttft", "tokens_per_second", "finish_reason") if k in obj}
+    timing: dict[str, Any] = {k: obj[k] for k in ("ttft", "tokens_per_second", "finish_reason", "reasoning",
+                                                  "cached_tokens", "cache_write_tokens") if k in obj}
+    if obj.get("tool_calls"):
+        timing["tool_calls"] = tuple(
+            Call(str(c.get("id") or f"call_{i}"), str(c["name"]), c["arguments"] if isinstance(c.get("arguments"), str)
+                 else orjson.dumps(c.get("arguments") or {}).decode()) for i, c in enumerate(obj["tool_calls"]))
     if "json" in obj:
         return Text(orjson.dumps(obj["json"]).decode(), **timing)
     if "plan" in obj:
