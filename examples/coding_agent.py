@@ -7,7 +7,7 @@ repository's root, with ``pytest`` on your ``PATH`` (``source .venv/bin/activate
 (``median`` is wrong for an even number of values, and one of its four tests says so)::
 
     rm -rf /tmp/stats-project && cp -r examples/coding-agent/project /tmp/stats-project
-    planweave run --goal "Make the failing test of the project pass" \
+    planweave goal "Make the failing test of the project pass" \
         --tools examples.coding_agent:toolbox --workdir /tmp/stats-project --allow-exec pytest \
         --model scripted:examples/offline/coding-agent.yaml --run-id fix-median
 
@@ -25,7 +25,7 @@ command). With a model (any
 OpenAI-compatible endpoint: ``--base-url URL`` or ``$OPENAI_BASE_URL``)::
 
     export OPENAI_API_KEY=sk-...
-    planweave run --goal "The tests of the project in the work directory fail. Run them with shell \
+    planweave goal "The tests of the project in the work directory fail. Run them with shell \
 (argv [pytest, -q, -p, no:cacheprovider], check false), read the failure and the source with file.read, \
 propose the smallest fix with patch.propose, write it with file.write (that step needs my approval), then run \
 the tests again (check true)" \

@@ -5,7 +5,7 @@ Offline (no key, no model: the planner's answers come from examples/offline/rese
 repository's root, on a copy of the notes (the summary is written into the copy)::
 
     rm -rf /tmp/research-notes && cp -r examples/research-notes /tmp/research-notes
-    planweave run --goal "Summarise my notes on durable execution with the page on idempotency keys into summary.md" \
+    planweave goal "Summarise my notes on durable execution with the page on idempotency keys into summary.md" \
         --tools examples.research_agent:toolbox \
         --mcp notes="npx -y @modelcontextprotocol/server-filesystem /tmp/research-notes" \
         --model scripted:examples/offline/research-agent.yaml --run-id research
@@ -19,7 +19,7 @@ then ``cat /tmp/research-notes/summary.md``. A run id names one run of the journ
 OpenAI-compatible endpoint: ``--base-url URL`` or ``$OPENAI_BASE_URL``)::
 
     export OPENAI_API_KEY=sk-...
-    planweave run --goal "Read every note in the notes folder (the notes.* tools) and the page that site.serve \
+    planweave goal "Read every note in the notes folder (the notes.* tools) and the page that site.serve \
 serves (http.get, then html.text), and write a one-page summary to summary.md in the notes folder with \
 notes.write_file; that write needs my approval" \
         --tools examples.research_agent:toolbox \

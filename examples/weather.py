@@ -1,4 +1,4 @@
-"""Example tools for `planweave run --goal ... --tools examples.weather:toolbox` (offline, deterministic data)."""
+"""Example tools for `planweave goal ... --tools examples.weather:toolbox` (offline, deterministic data)."""
 
 from __future__ import annotations
 

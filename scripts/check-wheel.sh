@@ -60,6 +60,6 @@ expect_extra() {
 expect_extra server "$PW" serve --port 0
 expect_extra postgres "$PW" runs --journal postgresql://127.0.0.1:9/none
 expect_extra mcp "$PW" tools list --mcp files=./no-such-server
-expect_extra memory-embed "$PW" run --goal "weather report for oslo" --memory --memory-embed --journal "sqlite:///$WORK/runs.db"
+expect_extra memory-embed "$PW" goal "weather report for oslo" --memory --config memory_embed=true --journal "sqlite:///$WORK/runs.db"
 
 echo "check-wheel: ok"

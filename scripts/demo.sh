@@ -7,5 +7,5 @@ cd "$(dirname "$0")/.."
 .venv/bin/planweave run examples/hello.yaml "$@"
 echo
 echo "A goal, planned offline (answers from examples/offline/weather.yaml: no model, no key; docs/offline.md):"
-exec .venv/bin/planweave run --goal "Compare tomorrow's weather in Paris and Rome and recommend one" \
+exec .venv/bin/planweave goal "Compare tomorrow's weather in Paris and Rome and recommend one" \
   --tools examples.weather:toolbox --model scripted:examples/offline/weather.yaml "$@"

@@ -54,7 +54,7 @@ def test_serve_without_the_server_extra_names_it(tmp_path: Path) -> None:
 
 def test_watch_without_the_server_extra_names_it(tmp_path: Path) -> None:
     (tmp_path / "one.yaml").write_text(ONE_STEP)
-    proc = planweave_without(("uvicorn",), "run", "one.yaml", "--journal", "memory://", "--watch", "--port", "0",
+    proc = planweave_without(("uvicorn",), "run", "one.yaml", "--journal", "memory://", "--watch", "--config", "port=0",
                              cwd=tmp_path)
     assert_names_extra(proc, "server")
 

@@ -32,7 +32,7 @@ def write(tmp_path: Path, model: str) -> tuple[Path, Path]:
     return plan, tiers
 
 
-@pytest.mark.parametrize(("model", "flags"), [("cascade", []), ("auto", ["--cascade"])])
+@pytest.mark.parametrize(("model", "flags"), [("cascade", []), ("auto", ["--config", "cascade=true"])])
 async def test_run_with_tiers_cascades_from_the_small_model_up(tmp_path: Path, model: str, flags: list[str]) -> None:
     plan, tiers = write(tmp_path, model)
     models: list[str] = []
@@ -44,7 +44,8 @@ async def test_run_with_tiers_cascades_from_the_small_model_up(tmp_path: Path, m
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(script) as base_url:
         code, out, err = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url,
-                                         "--tiers", str(tiers), *flags, "--journal", journal, "--json", cwd=tmp_path)
+                                         "--config", f"tiers={tiers}", *flags, "--journal", journal, "--json",
+                                         cwd=tmp_path)
     assert code == 0, err
     assert models == ["m-small", "m-large"]  # cheapest first although the step lists large first
     run_id = json.loads(out)["run_id"]
@@ -61,8 +62,8 @@ async def test_cascade_false_keeps_a_step_allocated_under_the_cascade_flag(tmp_p
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(lambda r: Text('{"answer": "yes"}')) as base_url:
         code, out, err = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--cascade", "--journal", journal, "--json",
-                                         cwd=tmp_path)
+                                         "--config", f"tiers={tiers}", "--config", "cascade=true", "--journal", journal,
+                                         "--json", cwd=tmp_path)
         assert code == 0, err
         code, shown, err = await planweave("show", json.loads(out)["run_id"], "--journal", journal, "--json",
                                            cwd=tmp_path)
@@ -73,9 +74,10 @@ async def test_cascade_false_keeps_a_step_allocated_under_the_cascade_flag(tmp_p
 def test_cascade_without_tiers_exits_2_naming_it(tmp_path: Path) -> None:
     plan, _ = write(tmp_path, "cascade")
     result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
-        app, ["run", str(plan), "--model", "m", "--cascade", "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
+        app, ["run", str(plan), "--model", "m", "--config", "cascade=true", "--journal",
+              f"sqlite:///{tmp_path / 'r.db'}"])
     assert result.exit_code == 2, result.output
-    assert "--cascade needs the tiers to cascade over: give --tiers FILE too" in " ".join(result.output.split())
+    assert "key 'cascade' needs the tiers to cascade over: give tiers = FILE too" in " ".join(result.output.split())
 
 
 async def test_a_goal_run_with_tiers_and_cascade_escalates_its_planner(tmp_path: Path) -> None:
@@ -85,9 +87,9 @@ async def test_a_goal_run_with_tiers_and_cascade_escalates_its_planner(tmp_path:
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
     # the small planner names a tool that does not exist, again and again
     async with ScriptedLLM(planner_script(seen, bad_model="m-small")) as base_url:
-        code, out, err = await planweave("run", "--goal", "do it", "--model", "m-small", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--cascade", "--journal", journal, "--json",
-                                         cwd=tmp_path)
+        code, out, err = await planweave("goal", "do it", "--model", "m-small", "--base-url", base_url,
+                                         "--config", f"tiers={tiers}", "--config", "cascade=true", "--journal", journal,
+                                         "--json", cwd=tmp_path)
     assert code == 0, err
     assert seen == [("plan", "m-small"), ("plan", "m-small"), ("plan", "m-large"), ("join", "m-large")]
     run_id = json.loads(out)["run_id"]
@@ -101,7 +103,7 @@ async def test_a_goal_run_with_tiers_and_cascade_escalates_its_planner(tmp_path:
 def test_tiers_on_a_goal_run_without_cascade_exits_2_saying_what_it_would_do(tmp_path: Path) -> None:
     _, tiers = write(tmp_path, "cascade")
     result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
-        app, ["run", "--goal", "x", "--tiers", str(tiers), "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
+        app, ["goal", "x", "--config", f"tiers={tiers}", "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
     assert result.exit_code == 2, result.output
-    assert "or with --cascade to a --goal run (its planner cascades over the tiers)" in " ".join(
+    assert "key 'tiers': a goal run's planner uses tiers with cascade = true (it cascades over them)" in " ".join(
         result.output.split())

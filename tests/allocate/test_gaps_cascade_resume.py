@@ -68,8 +68,8 @@ async def test_a_plan_run_killed_after_an_escalation_resumes_on_the_escalated_ti
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(script) as base_url:
-        first = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url, "--tiers",
-                                str(tiers), "--cascade", "--journal", url, "--json", cwd=tmp_path)
+        first = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url, "--config",
+                                f"tiers={tiers}", "--config", "cascade=true", "--journal", url, "--json", cwd=tmp_path)
         run_id = await kill_when_running(first, url, "wait")
         async with open_journal(url) as journal:
             before = list(await journal.read(run_id))
@@ -109,8 +109,8 @@ async def test_a_goal_run_killed_after_its_planner_escalated_resumes_on_the_esca
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     # the small planner names a tool that does not exist, again and again
     async with ScriptedLLM(planner_script(seen, bad_model="m-small", plan=plan_lines(GOAL_PLAN))) as base_url:
-        first = await planweave("run", "--goal", "g", "--model", "m-small", "--base-url", base_url, "--tiers",
-                                str(tiers), "--cascade", "--journal", url, "--json", cwd=tmp_path)
+        first = await planweave("goal", "g", "--model", "m-small", "--base-url", base_url, "--config",
+                                f"tiers={tiers}", "--config", "cascade=true", "--journal", url, "--json", cwd=tmp_path)
         run_id = await kill_when_running(first, url, "wait")
         seen_before = list(seen)
         again = await planweave("resume", run_id, "--journal", url, "--model", "m-small", "--base-url", base_url,

@@ -48,7 +48,7 @@ async def test_a_tier_that_failed_in_the_journals_runs_is_not_chosen_again(tmp_p
     async with ScriptedLLM(script) as base_url:
         async def run() -> tuple[int, str]:
             code, out, err = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url,
-                                             "--tiers", str(tiers), "--journal", journal, "--json", cwd=tmp_path)
+                                             "--config", f"tiers={tiers}", "--journal", journal, "--json", cwd=tmp_path)
             return code, json.loads(out)["run_id"] if out.strip() else err
 
         # A fresh journal: small, on every attempt (its three answers fail the schema: the run fails)

@@ -36,8 +36,8 @@ async def test_the_planners_tier_is_allocated_before_each_call_and_shown(tmp_pat
     seen: list[tuple[str, str]] = []
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(planner_script(seen, bad_model="m-small")) as base_url:
-        code, out, err = await planweave("run", "--goal", "do it", "--model", "auto", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--journal", journal, "--json", cwd=tmp_path)
+        code, out, err = await planweave("goal", "do it", "--model", "auto", "--base-url", base_url,
+                                         "--config", f"tiers={tiers}", "--journal", journal, "--json", cwd=tmp_path)
         assert code == 0, err
         run_id = json.loads(out)["run_id"]
         code, shown, err = await planweave("show", run_id, "--journal", journal, "--json", cwd=tmp_path)
@@ -64,19 +64,19 @@ async def test_a_deadline_the_strong_planner_cannot_meet_keeps_the_fast_one(
     seen: list[tuple[str, str]] = []
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(planner_script(seen)) as base_url:
-        code, _, err = await planweave("run", "--goal", "do it", "--model", "auto", "--base-url", base_url,
-                                       "--tiers", str(tiers), *deadline, "--journal", journal, "--json",
+        code, _, err = await planweave("goal", "do it", "--model", "auto", "--base-url", base_url,
+                                       "--config", f"tiers={tiers}", *deadline, "--journal", journal, "--json",
                                        cwd=tmp_path)
     assert code == 0, err
     assert seen == [("plan", model), ("join", model)]
 
 
-@pytest.mark.parametrize("extra", [[], ["--cascade"]])
+@pytest.mark.parametrize("extra", [[], ["--config", "cascade=true"]])
 def test_model_auto_for_a_goal_needs_tiers_and_no_cascade(tmp_path: Path, extra: list[str]) -> None:
     tiers = write(tmp_path, TIERS)
-    flags = ["--tiers", str(tiers), *extra] if extra else []
+    flags = ["--config", f"tiers={tiers}", *extra] if extra else []
     result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
-        app, ["run", "--goal", "x", "--model", "auto", *flags, "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
+        app, ["goal", "x", "--model", "auto", *flags, "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
     assert result.exit_code == 2, result.output
     assert "--model auto has the allocator choose the planner's tier" in " ".join(result.output.split())
 
@@ -100,7 +100,7 @@ async def test_a_killed_goal_run_with_an_allocated_planner_resumes_allocated(tmp
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(script) as base_url:
-        first = await start("run", "--goal", "g", "--model", "auto", "--base-url", base_url, "--tiers", str(tiers),
+        first = await start("goal", "g", "--model", "auto", "--base-url", base_url, "--config", f"tiers={tiers}",
                             "--journal", url, "--json", cwd=tmp_path)
         run_id = await kill_when_running(first, url, "wait")
         again = await start("resume", run_id, "--journal", url, "--model", "m-large", "--base-url", base_url,

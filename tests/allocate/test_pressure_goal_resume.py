@@ -43,8 +43,8 @@ async def test_a_resumed_goal_run_keeps_its_deadline_pressure_and_re_plans_with_
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     server = ScriptedLLM(script)
     async with server as base_url:
-        proc = await planweave("run", "--goal", "g", "--model", "scripted", "--base-url", base_url, "--journal", url,
-                               "--deadline", "30", "--deadline-pressure", "0.5", "--json", cwd=tmp_path)
+        proc = await planweave("goal", "g", "--model", "scripted", "--base-url", base_url, "--journal", url,
+                               "--deadline", "30", "--config", "deadline_pressure=0.5", "--json", cwd=tmp_path)
         run_id = None
         for _ in range(200):  # until 'slow' runs, then kill -9
             await asyncio.sleep(0.05)

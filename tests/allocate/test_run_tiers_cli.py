@@ -42,8 +42,8 @@ async def test_run_with_tiers_allocates_model_auto_steps_within_the_deadline(tmp
         # --deadline 18: small's retry (10 + 0.5 + 10 declared seconds) does not fit, so small is 90% and large (15 s)
         # 99%; without the deadline, small's retries make it as sure as large, and cheaper
         code, out, err = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--deadline", "18", "--journal", journal, "--json",
-                                         cwd=tmp_path)
+                                         "--config", f"tiers={tiers}", "--deadline", "18", "--journal", journal,
+                                         "--json", cwd=tmp_path)
     assert code == 0, err
     assert models == ["m-large"]
     run_id = json.loads(out)["run_id"]
@@ -57,21 +57,22 @@ async def test_run_with_tiers_allocates_model_auto_steps_within_the_deadline(tmp
     ({"small": {"model": "m", "p_success": 2, "duration_s": 1, "cost_usd": 0}}, ["--model", "m"],
      "tier 'small': p_success must be in [0, 1]"),
     ({"small": {"model": "m", "duration_s": 1, "cost_usd": 0}}, ["--model", "m"], "missing field 'p_success'"),
-    (TIERS, [], "--tiers applies to the model a plan file's llm steps call: give --model NAME too"),
+    (TIERS, [], "key 'tiers' applies to the model a plan file's llm steps call: give --model NAME too"),
 ])
 def test_a_bad_tiers_file_or_a_tiers_without_model_exits_2_naming_it(
         tmp_path: Path, tiers: object, extra: list[str], message: str) -> None:
     plan, path = write(tmp_path)
     path.write_text(yaml.safe_dump(tiers), encoding="utf-8")
     result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
-        app, ["run", str(plan), "--tiers", str(path), "--journal", f"sqlite:///{tmp_path / 'r.db'}", *extra])
+        app, ["run", str(plan), "--config", f"tiers={path}", "--journal", f"sqlite:///{tmp_path / 'r.db'}", *extra])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
-    assert str(path) in result.output.replace("\n", "") or message.startswith("--tiers applies")
+    assert str(path) in result.output.replace("\n", "").replace("│", "")
 
 
 def test_tiers_with_a_goal_exits_2(tmp_path: Path) -> None:
     _, path = write(tmp_path)
     result = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"}).invoke(
-        app, ["run", "--goal", "x", "--tiers", str(path), "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
-    assert result.exit_code == 2 and "--tiers applies to plan files" in result.output
+        app, ["goal", "x", "--config", f"tiers={path}", "--journal", f"sqlite:///{tmp_path / 'r.db'}"])
+    assert result.exit_code == 2 and "a goal run's planner uses tiers with cascade = true" in " ".join(
+        result.output.split())

@@ -53,11 +53,11 @@ async def test_resume_allocates_from_the_journaled_tiers_or_from_tiers_given_aga
     journal = f"sqlite:///{tmp_path / 'runs.db'}"
     async with ScriptedLLM(answer) as base_url:
         code, out, err = await planweave("run", str(plan), "--model", "m-small", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--journal", journal, "--json", cwd=tmp_path)
+                                         "--config", f"tiers={tiers}", "--journal", journal, "--json", cwd=tmp_path)
         assert code == 1, err
         run_id = json.loads(out)["run_id"]
         first = await events_of(journal, run_id)
-        extra = ["--tiers", str(other)] if again else []
+        extra = ["--config", f"tiers={other}"] if again else []
         code, out, err = await planweave("resume", run_id, "--base-url", base_url, "--journal", journal, "--json",
                                          *extra, cwd=tmp_path)
     assert code == 1, err  # 'bad' still failed
@@ -80,9 +80,9 @@ def test_resume_tiers_on_a_run_without_a_model_exits_2(tmp_path: Path) -> None:
     journal = f"sqlite:///{tmp_path / 'r.db'}"
     ran = runner.invoke(app, ["run", str(tmp_path / "p.yaml"), "--journal", journal, "--run-id", "r1", "--json"])
     assert ran.exit_code == 1, ran.output
-    result = runner.invoke(app, ["resume", "r1", "--tiers", str(tmp_path / "t.yaml"), "--journal", journal])
+    result = runner.invoke(app, ["resume", "r1", "--config", f"tiers={tmp_path / 't.yaml'}", "--journal", journal])
     assert result.exit_code == 2, result.output
-    assert "--tiers applies to the model a run calls" in " ".join(result.output.split())
+    assert "key 'tiers' applies to the model a run calls" in " ".join(result.output.split())
 
 
 def test_run_with_deadline_pressure_drops_the_optional_steps_of_a_late_plan(tmp_path: Path,
@@ -95,7 +95,7 @@ def test_run_with_deadline_pressure_drops_the_optional_steps_of_a_late_plan(tmp_
     journal = f"sqlite:///{tmp_path / 'r.db'}"
     runner = CliRunner(env={"COLUMNS": "200", "NO_COLOR": "1"})
     pressed = runner.invoke(app, ["run", str(plan), "--journal", journal, "--virtual-clock", "--deadline", "9",
-                                  "--deadline-pressure", "0.5", "--run-id", "pressed", "--json"])
+                                  "--config", "deadline_pressure=0.5", "--run-id", "pressed", "--json"])
     late = runner.invoke(app, ["run", str(plan), "--journal", journal, "--virtual-clock", "--deadline", "9",
                                "--run-id", "late", "--json"])
     shown = runner.invoke(app, ["show", "pressed", "--journal", journal])
@@ -124,8 +124,10 @@ def test_the_plans_own_pressure_section_acts_without_the_flag(tmp_path: Path, mo
 
 
 @pytest.mark.parametrize(("extra", "message"), [
-    (["--deadline-pressure", "0.5"], "--deadline-pressure acts when the forecast of the time left falls below it"),
-    (["--deadline-pressure", "1.5", "--deadline", "9"], "--deadline-pressure: expected a probability above 0"),
+    (["--config", "deadline_pressure=0.5"],
+     "--config deadline_pressure=0.5: key 'deadline_pressure' acts when the forecast of the time left falls below it"),
+    (["--config", "deadline_pressure=1.5", "--deadline", "9"],
+     "key 'deadline_pressure': expected a probability above 0"),
 ])
 def test_a_bad_deadline_pressure_exits_2_naming_it(tmp_path: Path, extra: list[str], message: str) -> None:
     plan = tmp_path / "late.yaml"

@@ -1,4 +1,4 @@
-"""``planweave run --goal --ask-human`` and ``--on-failure``, as real processes.
+"""``planweave goal --ask-human`` and ``--on-failure``, as real processes.
 
 The model is the scripted OpenAI-compatible server, run as its own process; the person answers from this process
 through the shared SQLite journal (:func:`planweave.send_input`), as ``planweave send`` would.
@@ -79,7 +79,7 @@ def test_ask_human_turns_a_final_failure_into_a_question_answered_from_another_p
 ) -> None:
     url = sqlite_url(tmp_path)
     proc = subprocess.Popen(
-        cli_command("run", "--goal", "read in.txt", "--ask-human", "--max-replans", "0", "--model", "m",
+        cli_command("goal", "read in.txt", "--ask-human", "--max-replans", "0", "--model", "m",
                     "--base-url", model, "--journal", url, "--run-id", "g1", "--json"),
         cwd=tmp_path, env={**subprocess_env(), "OPENAI_API_KEY": "sk-test"},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -112,8 +112,9 @@ def test_ask_human_and_on_failure_are_refused_where_they_do_not_apply(tmp_path: 
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"steps": [{"id": "a", "tool": "noop", "args": {}}]}))
     cases = {
-        "--ask-human": (["run", str(plan), "--ask-human"], "--ask-human applies to --goal runs"),
-        "--on-failure goal": (["run", "--goal", "g", "--on-failure", "stop"], "--on-failure applies to plan files"),
+        # one command per purpose: a plan file's run has no planner to ask, a goal's no plan's on_failure
+        "--ask-human": (["run", str(plan), "--ask-human"], "No such option: --ask-human"),
+        "--on-failure goal": (["goal", "g", "--on-failure", "stop"], "No such option: --on-failure"),
         "--on-failure value": (["run", str(plan), "--on-failure", "halt"], "'halt' is not one of"),
     }
     for name, (args, message) in cases.items():

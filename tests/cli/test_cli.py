@@ -263,9 +263,9 @@ def test_a_plan_file_step_without_a_timeout_gets_the_safe_default(tmp_path: Path
 
 
 def test_step_timeout_is_refused_for_a_goal_run() -> None:
-    result = invoke("run", "--goal", "say hi", "--step-timeout", "5", "--journal", "memory://")
+    result = invoke("goal", "say hi", "--step-timeout", "5", "--journal", "memory://")
     assert result.exit_code == 2
-    assert "--step-timeout applies to plan files" in result.output
+    assert "No such option: --step-timeout" in result.output
 
 
 def test_examples_run(tmp_path: Path) -> None:

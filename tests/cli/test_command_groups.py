@@ -20,7 +20,8 @@ def commands(app: typer.Typer) -> set[str]:
 def test_every_group_is_built_without_a_command_and_only_its_group_with_one() -> None:
     every = {name for names in COMMAND_GROUPS.values() for name in names}
     assert commands(build_app()) == every
-    assert commands(build_app("run")) == {"run", "resume"}
+    assert commands(build_app("run")) == {"run", "goal", "resume"}
+    assert commands(build_app("goal")) == {"run", "goal", "resume"}
     assert commands(build_app("no-such-command")) == every  # Click's "No such command" then lists them all
 
 

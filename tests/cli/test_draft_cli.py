@@ -1,4 +1,4 @@
-"""``planweave run --goal ... --draft-model NAME``: the draft model drafts the plan, the planner verifies it."""
+"""``planweave goal ... --config draft_model=NAME``: the draft model drafts the plan, the planner verifies it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def model(tmp_path: Path) -> Iterator[str]:
 def test_a_goal_run_with_a_draft_model_calls_it_and_keeps_the_planners_plan(tmp_path: Path, model: str) -> None:
     url = sqlite_url(tmp_path)
     done = subprocess.run(
-        cli_command("run", "--goal", "count", "--model", "m", "--draft-model", "d", "--base-url", model,
+        cli_command("goal", "count", "--model", "m", "--config", "draft_model=d", "--base-url", model,
                     "--journal", url, "--run-id", "g1", "--json"),
         cwd=tmp_path, env={**subprocess_env(), "OPENAI_API_KEY": "sk-test"}, capture_output=True, text=True,
         timeout=120)
@@ -47,6 +47,6 @@ def test_a_goal_run_with_a_draft_model_calls_it_and_keeps_the_planners_plan(tmp_
 def test_draft_model_is_refused_for_a_plan_file(tmp_path: Path) -> None:
     plan = tmp_path / "plan.yaml"
     plan.write_text(yaml.safe_dump({"steps": [{"id": "a", "tool": "noop", "args": {}}]}))
-    result = invoke("run", str(plan), "--draft-model", "d", "--journal", "memory://")
+    result = invoke("run", str(plan), "--config", "draft_model=d", "--journal", "memory://")
     assert result.exit_code == 2
-    assert "--draft-model applies to --goal runs" in result.output
+    assert "--config draft_model=d: key 'draft_model' applies to goal runs (planweave goal)" in result.output

@@ -31,10 +31,10 @@ WAIT_S = 240  # for a step to reach a state, and for a run to end: generous, a l
 
 
 def run_commands(lines: list[str]) -> list[list[str]]:
-    """The ``planweave run`` commands in ``lines`` (stripped), each as argv: continuation lines joined."""
+    """The ``planweave goal`` commands in ``lines`` (stripped), each as argv: continuation lines joined."""
     commands: list[list[str]] = []
     for start, line in enumerate(lines):
-        if not line.startswith("planweave run "):
+        if not line.startswith("planweave goal "):
             continue
         command = ""
         for part in lines[start:]:
@@ -46,13 +46,13 @@ def run_commands(lines: list[str]) -> list[list[str]]:
 
 
 def header_command(script: Path) -> list[str]:
-    """The ``planweave run`` command of ``script``'s header comment."""
+    """The ``planweave goal`` command of ``script``'s header comment."""
     text = script.read_text(encoding="utf-8")
     return run_commands([line[1:].strip() for line in text.splitlines() if line.startswith("#")])[0]
 
 
 def as_run_here(argv: list[str], replace: dict[str, str], journal: str) -> list[str]:
-    """``argv`` (``planweave run ...``) run by this interpreter, each ``replace`` key substituted in every argument,
+    """``argv`` (``planweave goal ...``) run by this interpreter, each ``replace`` key substituted in every argument,
     on ``journal``, printing one JSON report."""
     args = argv[1:]
     for old, new in replace.items():
@@ -132,7 +132,7 @@ def test_an_agent_module_gives_its_scripts_offline_command_and_the_same_with_a_m
     assert option(with_key, "--model") == "gpt-4o-mini"
 
     def rest(argv: list[str]) -> list[str]:  # all but the values of the goal, the model and the run id
-        drop = {argv.index(name) + 1 for name in ("--goal", "--model", "--run-id")}
+        drop = {2, *(argv.index(name) + 1 for name in ("--model", "--run-id"))}  # 2: the goal's text
         return [a for i, a in enumerate(argv) if i not in drop]
 
     assert rest(with_key) == rest(offline)

@@ -23,9 +23,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def readme_goal_command() -> list[str]:
-    """The README's goal command, verbatim (its first ``planweave run --goal`` block, continuation lines joined)."""
+    """The README's goal command, verbatim (its first ``planweave goal`` block, continuation lines joined)."""
     text = (REPO / "README.md").read_text()
-    match = re.search(r"^planweave run --goal .*?(?<!\\)$", text, flags=re.MULTILINE | re.DOTALL)
+    match = re.search(r"^planweave goal .*?(?<!\\)$", text, flags=re.MULTILINE | re.DOTALL)
     assert match is not None, "the README has no goal command"
     return shlex.split(match.group(0).replace("\\\n", " "))
 
@@ -43,7 +43,7 @@ def weather_planner(req: RecordedRequest) -> Reply:
 
 async def test_the_readme_goal_command_runs_as_written(tmp_path: Path) -> None:
     argv = readme_goal_command()
-    assert argv[:2] == ["planweave", "run"] and "--tools" in argv and "examples.weather:toolbox" in argv
+    assert argv[:2] == ["planweave", "goal"] and "--tools" in argv and "examples.weather:toolbox" in argv
     async with ScriptedLLM(weather_planner, ttft=0.01, tokens_per_second=2000) as base_url:
         code, out, err = await planweave(
             *argv[1:], cwd=REPO,

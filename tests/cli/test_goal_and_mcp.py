@@ -40,7 +40,7 @@ async def test_run_goal_plans_executes_and_answers(tmp_path: Path) -> None:
 
     async with ScriptedLLM(script, ttft=0.05, tokens_per_second=200) as base_url:
         code, out, err = await planweave(
-            "run", "--goal", "do two things", "--model", "scripted", "--base-url", base_url,
+            "goal", "do two things", "--model", "scripted", "--base-url", base_url,
             "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--budget-tokens", "100000", "--json",
             cwd=tmp_path, env={"OPENAI_API_KEY": "sk-test"},
         )
@@ -59,7 +59,7 @@ async def test_run_goal_plans_executes_and_answers(tmp_path: Path) -> None:
 
 async def test_run_goal_with_an_unreachable_model_fails_clearly(tmp_path: Path) -> None:
     code, out, err = await planweave(
-        "run", "--goal", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--journal", "memory://",
+        "goal", "x", "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--journal", "memory://",
         "--json", cwd=tmp_path, env={"OPENAI_API_KEY": "sk-test"},
     )
     assert code == 1

@@ -40,7 +40,7 @@ def without_key() -> dict[str, str]:
 
 
 async def run_goal(tmp_path: Path, base_url: str, *, json_out: bool, env: dict[str, str]) -> tuple[int, str, str]:
-    args = ["run", "--goal", "x", "--model", "m", "--base-url", base_url, "--journal",
+    args = ["goal", "x", "--model", "m", "--base-url", base_url, "--journal",
             f"sqlite:///{tmp_path / 'runs.db'}", *(["--json"] if json_out else [])]
     return await planweave(*args, cwd=tmp_path, env=env)
 
@@ -60,7 +60,7 @@ async def test_a_closed_port_fails_the_goal_run_naming_the_url(tmp_path: Path) -
 async def test_a_server_that_needs_a_key_fails_the_goal_run_saying_to_set_it(tmp_path: Path) -> None:
     async with ScriptedLLM(needs_key) as base_url:
         code, out, err = await planweave(
-            "run", "--goal", "x", "--model", "m", "--base-url", base_url, "--journal", "memory://", "--json",
+            "goal", "x", "--model", "m", "--base-url", base_url, "--journal", "memory://", "--json",
             cwd=tmp_path, env=without_key(), inherit=False)
     assert code == 1, err
     report = json.loads(out)

@@ -1,4 +1,4 @@
-"""A --goal run's planning modes (``--context references|summary``, ``--no-subplans``) are journaled in its
+"""A goal run's planning modes (config keys ``context = references|summary``, ``subplans = false``) are journaled in its
 ``run_created`` and a resume plans with the journaled ones, not with today's defaults."""
 
 from __future__ import annotations
@@ -87,12 +87,12 @@ def served(monkeypatch: pytest.MonkeyPatch) -> Iterator[ThreadedLLM]:
 
 @pytest.mark.parametrize(("flags", "context", "subplans"), [
     ((), "references", True),
-    (("--context", "summary", "--no-subplans"), "summary", False),
+    (("--config", "context=summary", "--config", "subplans=false"), "summary", False),
 ])
 def test_run_goal_journals_the_context_and_subplans_it_plans_with(
         tmp_path: Path, served: ThreadedLLM, flags: tuple[str, ...], context: str, subplans: bool) -> None:
     url = sqlite_url(tmp_path)
-    done = invoke("run", "--goal", "g", "--model", "scripted", "--base-url", served.url, "--journal", url,
+    done = invoke("goal", "g", "--model", "scripted", "--base-url", served.url, "--journal", url,
                   "--run-id", "r", "--json", *flags)
     assert done.exit_code == 0, done.output
     limits = run_virtual(_created_limits(url, "r"))
@@ -108,12 +108,14 @@ async def _created_limits(url: str, run_id: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (("--goal", "g", "--context", "everything"), "'everything' is not one of"),
-    (("plan.yaml", "--context", "summary"), "--context applies to --goal runs"),
-    (("plan.yaml", "--no-subplans"), "--no-subplans applies to --goal runs"),
+    (("goal", "g", "--config", "context=everything"),
+     "--config context=everything: key 'context': Input should be 'references' or 'summary'"),
+    (("run", "plan.yaml", "--config", "context=summary"),
+     "--config context=summary: key 'context' applies to goal runs (planweave goal)"),
+    (("run", "plan.yaml", "--config", "subplans=false"), "key 'subplans' applies to goal runs"),
+    (("run", "plan.yaml", "--no-subplans"), "--no-subplans is a key of the run configuration"),
 ])
-def test_bad_planning_mode_flags_exit_2_naming_the_flag(tmp_path: Path, args: tuple[str, ...],
-                                                        message: str) -> None:
+def test_bad_planning_mode_keys_exit_2_naming_the_key(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
     (tmp_path / "plan.yaml").write_text("steps: [{id: a, tool: noop}]\n")
-    done = invoke("run", *[str(tmp_path / a) if a == "plan.yaml" else a for a in args], "--journal", "memory://")
+    done = invoke(*[str(tmp_path / a) if a == "plan.yaml" else a for a in args], "--journal", "memory://")
     assert done.exit_code == 2 and message in done.output, done.output

@@ -35,7 +35,7 @@ async def test_a_killed_goal_run_resumes_with_its_model(tmp_path: Path) -> None:
         ]))
 
     async with ScriptedLLM(script) as base_url:
-        proc = await planweave("run", "--goal", "g", "--model", "scripted", "--base-url", base_url,
+        proc = await planweave("goal", "g", "--model", "scripted", "--base-url", base_url,
                                "--journal", url, "--json", cwd=tmp_path)
         run_id = None
         for _ in range(200):  # until 'quick' finished and 'slow' runs, then kill -9
@@ -72,7 +72,7 @@ async def test_a_resumed_goal_run_keeps_the_deadline_and_budget_it_was_started_w
         return Text(plan_lines([{"id": "slow", "tool": "sleep", "args": {"seconds": 60}}]))
 
     async with ScriptedLLM(script) as base_url:
-        proc = await planweave("run", "--goal", "g", "--model", "scripted", "--base-url", base_url, "--journal", url,
+        proc = await planweave("goal", "g", "--model", "scripted", "--base-url", base_url, "--journal", url,
                                "--deadline", "8", "--budget-tokens", "50000", "--json", cwd=tmp_path)
         run_id = None
         for _ in range(200):  # until 'slow' runs, then kill -9

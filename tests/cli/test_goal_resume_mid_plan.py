@@ -79,7 +79,7 @@ async def test_a_goal_run_killed_while_its_planner_streams_resumes_by_finishing_
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(script) as base_url:
         model = ("--model", "scripted", "--base-url", base_url)
-        proc = await planweave("run", "--goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
+        proc = await planweave("goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
                                log=log)
         await kill_when(proc, url, "g1", succeeded("s1", "s2"))
         again = await planweave("resume", "g1", *model, *flags, cwd=tmp_path, log=log)
@@ -116,7 +116,7 @@ async def test_a_goal_run_killed_while_its_planner_repairs_rejected_lines_resume
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(script) as base_url:
         model = ("--model", "scripted", "--base-url", base_url)
-        proc = await planweave("run", "--goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
+        proc = await planweave("goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
                                log=log)
         await kill_when(proc, url, "g1", lambda state: len(planner) == 2 and succeeded("s1", "s2")(state))
         again = await planweave("resume", "g1", *model, *flags, cwd=tmp_path, log=log)
@@ -142,7 +142,7 @@ async def test_a_goal_run_killed_before_its_planner_wrote_a_line_plans_on_resume
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(script) as base_url:
         model = ("--model", "scripted", "--base-url", base_url)
-        proc = await planweave("run", "--goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
+        proc = await planweave("goal", "four marks", "--run-id", "g1", *model, *flags, cwd=tmp_path,
                                log=log)
         for _ in range(600):  # until the planner's stream has begun (the first request reached the model)
             if planner:
@@ -192,7 +192,7 @@ async def test_a_sub_plan_killed_while_its_planner_streams_resumes_by_finishing_
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(script) as base_url:
         model = ("--model", "scripted", "--base-url", base_url)
-        proc = await planweave("run", "--goal", "root", "--run-id", "root", *model, *flags, cwd=tmp_path, log=log)
+        proc = await planweave("goal", "root", "--run-id", "root", *model, *flags, cwd=tmp_path, log=log)
         await kill_when(proc, url, "root.mid", succeeded("m1"))
         assert log.read_text().split() == ["m1"]
         again = await planweave("resume", "root", *model, *flags, cwd=tmp_path, log=log)
@@ -226,7 +226,7 @@ async def test_a_goal_run_killed_while_it_re_plans_on_an_observation_re_plans_on
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(script) as base_url:
         model = ("--model", "scripted", "--base-url", base_url)
-        proc = await planweave("run", "--goal", "observe, then act", "--run-id", "g1", *model, *flags, cwd=tmp_path,
+        proc = await planweave("goal", "observe, then act", "--run-id", "g1", *model, *flags, cwd=tmp_path,
                                log=log)
         await kill_when(proc, url, "g1", lambda state: len(planner) == 2 and succeeded("o1")(state))
         again = await planweave("resume", "g1", *model, *flags, cwd=tmp_path, log=log)

@@ -1,4 +1,4 @@
-"""``planweave run --help`` groups its thirty options in panels, each option in the one it belongs to."""
+"""``planweave run --help`` groups its twenty options in panels, each option in the one it belongs to."""
 
 from __future__ import annotations
 
@@ -8,16 +8,10 @@ import subprocess
 import sys
 
 PANELS = {
-    "Journal and output": {"--journal", "--run-id", "--json", "--virtual-clock", "--all", "--watch", "--port"},
-    "Scheduling": {"--concurrency", "--capacity", "--step-timeout", "--on-failure", "--executor", "--ray-address",
-                   "--no-cache", "--speculate", "--predictor-model"},
-    "Tools and confinement": {"--tools", "--mcp", "--workdir", "--allow-exec", "--allow-env", "--root"},
-    "Model, goal and limits": {"--goal", "--model", "--base-url", "--api-key-env", "--header", "--budget-usd",
-                               "--budget-tokens", "--deadline",
-                               "--max-replans", "--plan-max-tokens", "--ask-human", "--model-limits", "--prices",
-                               "--priority", "--forecast", "--tiers", "--cascade", "--deadline-pressure",
-                               "--draft-model", "--memory", "--memory-model", "--memory-embed", "--context",
-                               "--no-subplans"},
+    "Journal and output": {"--config", "--journal", "--run-id", "--json", "--virtual-clock", "--all", "--watch"},
+    "Scheduling": {"--concurrency", "--capacity", "--step-timeout", "--on-failure"},
+    "Tools and confinement": {"--tools", "--mcp", "--workdir", "--allow-exec"},
+    "Model, goal and limits": {"--model", "--base-url", "--budget-usd", "--budget-tokens", "--deadline"},
 }
 
 

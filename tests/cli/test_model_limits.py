@@ -18,11 +18,13 @@ def test_a_bad_model_limits_file_exits_2_naming_the_file_and_the_field(tmp_path:
     limits.write_text("gpt-4o-mini: {requests_per_minute: -5}\n")
     plan = tmp_path / "plan.yaml"
     plan.write_text("steps: [{id: a, tool: noop}]\n")
+    config = tmp_path / "run.toml"
+    config.write_text('model_limits = "limits.yaml"\n')  # read from the config file's folder
     done = subprocess.run([sys.executable, "-m", "planweave.cli.main", "run", str(plan), "--journal", "memory://",
-                           "--model-limits", str(limits)], capture_output=True, text=True, timeout=60)
+                           "--config", str(config)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert (f"--model-limits: {limits}: model 'gpt-4o-mini': requests_per_minute must be a whole number of at "
-            "least 1, got -5") in done.stderr
+    assert (f"{config}: key 'model_limits': {limits}: model 'gpt-4o-mini': requests_per_minute must be a whole "
+            "number of at least 1, got -5") in " ".join(done.stderr.split())
     assert "Traceback" not in done.stderr
 
 
@@ -30,9 +32,10 @@ def test_serve_refuses_a_bad_model_limits_file_before_it_listens(tmp_path: Path)
     limits = tmp_path / "limits.yaml"
     limits.write_text("[not, a, mapping]\n")
     done = subprocess.run([sys.executable, "-m", "planweave.cli.main", "serve", "--port", "0", "--journal",
-                           "memory://", "--model-limits", str(limits)], capture_output=True, text=True, timeout=60)
+                           "memory://", "--config", f"model_limits={limits}"], capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 2, done.stderr
-    assert f"--model-limits: {limits}: expected a mapping of model name to limits" in done.stderr
+    assert f"key 'model_limits': {limits}: expected a mapping of model name to limits" in done.stderr
 
 
 def test_the_model_limits_variable_sets_every_clients_admission(tmp_path: Path,
@@ -80,7 +83,7 @@ def test_resume_takes_model_limits_too_and_refuses_a_bad_file(tmp_path: Path) ->
     limits = tmp_path / "limits.yaml"
     limits.write_text("m: {max_concurrency: 0}\n")
     done = subprocess.run([sys.executable, "-m", "planweave.cli.main", "resume", "some-run", "--journal",
-                           f"sqlite:///{tmp_path / 'runs.db'}", "--model-limits", str(limits)],
+                           f"sqlite:///{tmp_path / 'runs.db'}", "--config", f"model_limits={limits}"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert f"--model-limits: {limits}: model 'm': max_concurrency" in done.stderr and "Traceback" not in done.stderr
+    assert f"key 'model_limits': {limits}: model 'm': max_concurrency" in done.stderr and "Traceback" not in done.stderr

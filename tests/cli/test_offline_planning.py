@@ -19,7 +19,7 @@ GOAL = "Compare tomorrow's weather in Paris and Rome and recommend one"
 
 def goal_run(tmp_path: Path, script: str, *extra: str) -> dict[str, Any]:
     proc = subprocess.run(
-        cli_command("run", "--goal", GOAL, "--tools", "examples.weather:toolbox", "--model",
+        cli_command("goal", GOAL, "--tools", "examples.weather:toolbox", "--model",
                     f"scripted:examples/offline/{script}", "--journal", sqlite_url(tmp_path), "--json", *extra),
         cwd=REPO, capture_output=True, text=True, env=subprocess_env(), timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -78,7 +78,7 @@ def wait_for(url: str, run_id: str, step: str, status: str, proc: subprocess.Pop
 def test_the_approval_script_waits_for_a_person_then_runs(tmp_path: Path) -> None:
     url = sqlite_url(tmp_path)
     proc = subprocess.Popen(
-        cli_command("run", "--goal", GOAL, "--tools", "examples.weather:toolbox", "--model",
+        cli_command("goal", GOAL, "--tools", "examples.weather:toolbox", "--model",
                     "scripted:examples/offline/approval.yaml", "--journal", url, "--run-id", "trip", "--json"),
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
     try:
@@ -108,7 +108,7 @@ def test_a_bad_script_is_refused_before_the_run_naming_the_file(tmp_path: Path, 
     script = tmp_path / "script.yaml"
     if content is not None:
         script.write_text(content)
-    proc = subprocess.run(cli_command("run", "--goal", "x", "--model", f"scripted:{script}", "--journal",
+    proc = subprocess.run(cli_command("goal", "x", "--model", f"scripted:{script}", "--journal",
                                       sqlite_url(tmp_path)),
                           cwd=tmp_path, capture_output=True, text=True, env=subprocess_env(), timeout=60)
     assert proc.returncode == 2

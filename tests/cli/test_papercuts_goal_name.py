@@ -27,7 +27,7 @@ def test_a_goal_run_is_named_by_its_goal_cut_to_fit(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    planweave("run", "--goal", GOAL, "--model", "scripted:script.yaml", "--run-id", "g")
+    planweave("goal", GOAL, "--model", "scripted:script.yaml", "--run-id", "g")
 
     assert len(SHOWN) <= 60
     assert json.loads(planweave("runs", "--json"))[0]["plan"] == SHOWN

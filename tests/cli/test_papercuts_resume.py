@@ -62,7 +62,7 @@ def test_the_resume_hint_of_a_killed_goal_run_works_as_printed(tmp_path: Path) -
     (tmp_path / "script.yaml").write_text(yaml.safe_dump(SCRIPT), encoding="utf-8")
     url = sqlite_url(tmp_path)
     env = {**subprocess_env(), "OPENAI_API_KEY": "sk-not-in-the-hint"}
-    with running(cli_command("run", "--goal", "g", "--model", "scripted:script.yaml", "--tools", "noisy_tools:toolbox",
+    with running(cli_command("goal", "g", "--model", "scripted:script.yaml", "--tools", "noisy_tools:toolbox",
                              "--journal", url, "--run-id", "killed"), env=env, cwd=tmp_path) as proc:
         started = read_until(proc, "run killed started")[-1]
         _wait_running(url, "killed", "slow", proc)
@@ -94,7 +94,7 @@ async def test_a_goal_run_given_a_base_url_resumes_on_it_without_being_given_it_
 
     async with ScriptedLLM(script) as base_url:
         proc = await asyncio.create_subprocess_exec(
-            *cli_command("run", "--goal", "g", "--model", "m", "--base-url", base_url, "--journal", url, "--run-id",
+            *cli_command("goal", "g", "--model", "m", "--base-url", base_url, "--journal", url, "--run-id",
                          "ep"), env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         assert proc.stdout is not None
         started = (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()

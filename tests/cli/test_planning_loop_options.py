@@ -55,7 +55,7 @@ def test_a_goal_run_with_a_zero_token_budget_calls_no_model(tmp_path: Path) -> N
     """The planner's first call does not fit in 0 tokens: the run stops naming the budget, and the (unreachable)
     model is never contacted."""
     done = subprocess.run(
-        [sys.executable, "-m", "planweave.cli.main", "run", "--goal", "say hi", "--model", "gpt-test", "--base-url",
+        [sys.executable, "-m", "planweave.cli.main", "goal", "say hi", "--model", "gpt-test", "--base-url",
          UNREACHABLE, "--budget-tokens", "0", "--journal", "memory://", "--json", "--virtual-clock"],
         cwd=tmp_path, capture_output=True, text=True, timeout=60, env={"OPENAI_API_KEY": "sk-test", "PATH": ""},
     )

@@ -54,7 +54,7 @@ async def events_of(journal: str, run_id: str) -> list[Any]:
         return list(await opened.read(run_id))
 
 
-@pytest.mark.parametrize("flags", [(), ("--predictor-model", MODEL)])
+@pytest.mark.parametrize("flags", [(), ("--config", f"predictor_model={MODEL}")])
 async def test_a_predictor_from_the_plan_or_the_flag_starts_b_early_without_changing_outputs(
         tmp_path: Path, flags: tuple[str, ...]) -> None:
     off, _ = await run_plan(tmp_path, "off", None)
@@ -79,7 +79,7 @@ async def test_a_predictor_from_the_plan_or_the_flag_starts_b_early_without_chan
 
 
 async def test_a_predictor_for_a_run_that_does_not_speculate_exits_2(tmp_path: Path) -> None:
-    result, _ = await run_plan(tmp_path, "bad", None, "--predictor-model", MODEL)
+    result, _ = await run_plan(tmp_path, "bad", None, "--config", f"predictor_model={MODEL}")
     assert result.exit_code == 2
-    assert "--predictor-model applies to a run that speculates" in result.output
+    assert "key 'predictor_model' applies to a run that speculates" in result.output
     assert "Traceback" not in result.output

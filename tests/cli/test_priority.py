@@ -28,13 +28,14 @@ async def test_run_journals_the_priority_of_a_plan_file_and_refuses_one_that_is_
     plan = tmp_path / "plan.yaml"
     plan.write_text("steps: [{id: a, tool: noop}]\n")
     db = tmp_path / "runs.db"
-    code, out, err = await planweave("run", str(plan), "--journal", f"sqlite:///{db}", "--priority", "3", "--json",
-                                     cwd=tmp_path)
+    code, out, err = await planweave("run", str(plan), "--journal", f"sqlite:///{db}", "--config", "priority=3",
+                                     "--json", cwd=tmp_path)
     assert code == 0 and json.loads(out)["status"] == "succeeded", err
     assert journaled_priority(db) == 3.0
     for bad in ("nan", "inf", "high"):
-        code, _, err = await planweave("run", str(plan), "--journal", "memory://", "--priority", bad, cwd=tmp_path)
-        assert code == 2 and "--priority" in err and "Traceback" not in err, err
+        code, _, err = await planweave("run", str(plan), "--journal", "memory://", "--config", f"priority={bad}",
+                                       cwd=tmp_path)
+        assert code == 2 and "key 'priority'" in err and "Traceback" not in err, err
 
 
 async def test_run_journals_the_priority_of_a_goal(tmp_path: Path) -> None:
@@ -45,8 +46,8 @@ async def test_run_journals_the_priority_of_a_goal(tmp_path: Path) -> None:
 
     db = tmp_path / "runs.db"
     async with ScriptedLLM(script) as base_url:
-        code, out, err = await planweave("run", "--goal", "g", "--model", "scripted", "--base-url", base_url,
-                                         "--journal", f"sqlite:///{db}", "--priority", "-2", "--json",
+        code, out, err = await planweave("goal", "g", "--model", "scripted", "--base-url", base_url,
+                                         "--journal", f"sqlite:///{db}", "--config", "priority=-2", "--json",
                                          cwd=tmp_path, env={"OPENAI_API_KEY": "sk-test"})
     assert code == 0 and json.loads(out)["answer"] == "done", err
     assert journaled_priority(db) == -2.0

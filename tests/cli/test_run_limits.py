@@ -34,8 +34,9 @@ async def test_a_plan_files_deadline_stops_the_run(tmp_path: Path) -> None:
 
 async def test_flags_that_do_not_apply_to_a_plan_file_are_errors(tmp_path: Path) -> None:
     (tmp_path / "plan.yaml").write_text(SLOW)
-    for flags, named in ((["--max-replans", "2"], "--max-replans"),
-                         (["--plan-max-tokens", "100"], "--plan-max-tokens"),
+    for flags, named in ((["--max-replans", "2"], "No such option: --max-replans"),
+                         (["--plan-max-tokens", "100"], "--plan-max-tokens is a key of the run configuration"),
+                         (["--config", "plan_max_tokens=100"], "key 'plan_max_tokens' applies to goal runs"),
                          (["--budget-tokens", "100"], "--budget-tokens"),
                          (["--base-url", "http://127.0.0.1:9/v1"], "--base-url")):
         code, out, err = await planweave("run", "plan.yaml", *flags, "--journal", journal(tmp_path), cwd=tmp_path,
@@ -75,7 +76,7 @@ async def test_a_goal_run_prints_its_answer(tmp_path: Path) -> None:
         return Text(plan_lines([{"id": "a", "tool": "noop", "args": {"x": 42}}]))
 
     async with ScriptedLLM(script) as base_url:
-        code, out, err = await planweave("run", "--goal", "find the answer", "--model", "scripted", "--base-url",
+        code, out, err = await planweave("goal", "find the answer", "--model", "scripted", "--base-url",
                                          base_url, "--journal", journal(tmp_path), cwd=tmp_path, env=KEY)
     assert code == 0, err
     assert "answer: the answer is 42" in out

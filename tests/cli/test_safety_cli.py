@@ -60,7 +60,7 @@ def test_file_tools_stay_inside_their_roots(tmp_path: Path) -> None:
     p = plan(tmp_path, "steps:\n  - {id: w, tool: file.write, args: {path: notes.txt, text: hello}}\n"
                        "  - {id: r, tool: file.read, args: {path: notes.txt}, after: [w]}\n"
                        "  - {id: x, tool: file.read, args: {path: ../../etc/passwd}, after: [r]}\n")
-    done = planweave("run", p, "--root", "data", "--journal", "memory://", "--json", cwd=tmp_path)
+    done = planweave("run", p, "--config", 'roots=["data"]', "--journal", "memory://", "--json", cwd=tmp_path)
     report = json.loads(done.stdout)
     assert report["steps"]["r"]["status"] == "succeeded"
     assert (tmp_path / "data" / "notes.txt").read_text() == "hello"
@@ -99,12 +99,13 @@ def test_a_path_in_a_steps_env_cannot_swap_the_allowed_git(tmp_path: Path) -> No
     done = planweave("run", p, "--allow-exec", "git", "--journal", "memory://", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert ("step 'v', args.env.PATH: env key 'PATH' refused: it changes which program a name runs "
-            "(rule PATH; allow it with --allow-env PATH)") in done.stderr
-    done = planweave("run", p, "--allow-exec", "git", "--allow-env", "PATH", "--journal", "memory://", "--json",
-                     cwd=tmp_path)
+            '(rule PATH; allow it with allow_env = ["PATH"] in a --config)') in done.stderr
+    done = planweave("run", p, "--allow-exec", "git", "--config", 'allow_env=["PATH"]', "--journal", "memory://",
+                     "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert not marker.exists()  # the git of planweave's own PATH ran
-    assert planweave("run", p, "--allow-env", "PATH", "--journal", "memory://", cwd=tmp_path).returncode == 2
+    assert planweave("run", p, "--config", 'allow_env=["PATH"]', "--journal", "memory://",
+                     cwd=tmp_path).returncode == 2
 
 
 def test_a_relative_program_is_checked_where_it_runs(tmp_path: Path) -> None:

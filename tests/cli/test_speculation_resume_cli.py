@@ -50,10 +50,10 @@ def invoke(*args: str) -> Any:
 
 @pytest.mark.parametrize(("started", "flags", "speculates"), [
     ("safe", (), True),  # the journaled policy is honoured
-    ("safe", ("--speculate", "off"), False),  # unless overridden
+    ("safe", ("--config", "speculate=off"), False),  # unless overridden
     (None, (), False),
-    (None, ("--speculate", "safe"), True),
-    ("off", ("--speculate", "eager"), True),
+    (None, ("--config", "speculate=safe"), True),
+    ("off", ("--config", "speculate=eager"), True),
 ])
 def test_a_resume_speculates_as_the_run_was_started_to_unless_told_otherwise(
         tmp_path: Path, started: str | None, flags: tuple[str, ...], speculates: bool) -> None:
@@ -71,6 +71,6 @@ def test_a_resume_speculates_as_the_run_was_started_to_unless_told_otherwise(
 def test_resume_refuses_a_predictor_for_a_run_that_does_not_speculate(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     interrupted(url, None)
-    result = invoke("resume", "r1", "--journal", url, "--virtual-clock", "--predictor-model", "m")
+    result = invoke("resume", "r1", "--journal", url, "--virtual-clock", "--config", "predictor_model=m")
     assert result.exit_code == 2
-    assert "--predictor-model applies to a run that speculates" in result.output
+    assert "key 'predictor_model' applies to a run that speculates" in result.output

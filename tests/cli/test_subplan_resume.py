@@ -45,7 +45,7 @@ async def test_a_killed_sub_plan_tree_resumes_without_running_a_finished_step_ag
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(world()) as base_url:
         model = ("--model", "scripted", "--base-url", base_url)
-        proc = await planweave("run", "--goal", "root", "--run-id", "root", *model, *flags, cwd=tmp_path, log=log,
+        proc = await planweave("goal", "root", "--run-id", "root", *model, *flags, cwd=tmp_path, log=log,
                                gate=gate)
         killed = False
         for _ in range(600):  # until the grandchild's gated step runs, then kill -9
@@ -82,7 +82,7 @@ async def test_planweave_approve_reaches_a_step_waiting_inside_a_child(tmp_path:
              "careful": [{"id": "risky", "tool": "mark_idempotent", "args": {"step": "risky"}, "approval": "ok?"}]}
     flags = ("--journal", url, "--tools", "subplan_tools:toolbox", "--json")
     async with ScriptedLLM(world(plans)) as base_url:
-        proc = await planweave("run", "--goal", "root", "--run-id", "root", "--model", "scripted", "--base-url",
+        proc = await planweave("goal", "root", "--run-id", "root", "--model", "scripted", "--base-url",
                                base_url, *flags, cwd=tmp_path, log=log, gate=gate)
         waiting = False
         for _ in range(600):  # until the child's step waits for its approval

@@ -1,6 +1,6 @@
 """A dollar budget on a model without a price is refused before any model call (issue 27): ``planweave run`` exits 2
-naming the model and how to price it; ``--prices FILE`` or ``$PLANWEAVE_PRICES`` price it and the run is billed; a
-token budget needs no price, and the run's cost is then shown as unknown, never $0."""
+naming the model and how to price it; a config's ``prices = FILE`` or ``$PLANWEAVE_PRICES`` price it and the run is
+billed; a token budget needs no price, and the run's cost is then shown as unknown, never $0."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def _script(req: RecordedRequest) -> Reply:
 
 
 def _goal(base_url: str, tmp_path: Path, *flags: str) -> tuple[str, ...]:
-    return ("run", "--goal", "do one thing", "--model", MODEL, "--base-url", base_url,
+    return ("goal", "do one thing", "--model", MODEL, "--base-url", base_url,
             "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--json", *flags)
 
 
@@ -33,7 +33,7 @@ async def test_a_dollar_budget_on_an_unpriced_model_exits_2_before_any_model_cal
     assert server.requests == []  # refused before the planner's first request
     said = out + err
     assert f"'{MODEL}'" in said and "--budget-usd" in said
-    assert "--prices FILE" in said and "PLANWEAVE_PRICES" in said
+    assert "prices = FILE in a --config" in said and "PLANWEAVE_PRICES" in said
     assert not (tmp_path / "runs.db").exists()  # refused before the journal was opened: no run was started
 
 
@@ -42,7 +42,8 @@ async def test_a_prices_file_prices_the_model_and_the_run_is_billed(tmp_path: Pa
     prices.write_text(f"{MODEL}: {{input: 1.0, output: 2.0}}\n", encoding="utf-8")
     server = ScriptedLLM(_script, models=(MODEL,))
     async with server as base_url:
-        code, out, err = await planweave(*_goal(base_url, tmp_path, "--budget-usd", "0.5", "--prices", str(prices)),
+        code, out, err = await planweave(*_goal(base_url, tmp_path, "--budget-usd", "0.5", "--config",
+                                                f"prices={prices}"),
                                          cwd=tmp_path, env=KEY)
     assert code == 0, err
     report = json.loads(out)
@@ -92,13 +93,13 @@ async def test_a_tier_table_under_a_dollar_budget_needs_every_tier_priced(tmp_pa
     server = ScriptedLLM([Text("ok")], models=("gpt-4o-mini", "my-llama-405b"))
     async with server as base_url:
         code, out, err = await planweave("run", str(plan), "--model", "gpt-4o-mini", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--budget-usd", "1", "--journal", "memory://",
+                                         "--config", f"tiers={tiers}", "--budget-usd", "1", "--journal", "memory://",
                                          cwd=tmp_path, env=KEY)
         assert code == 2, (out, err)
-        assert "'my-llama-405b'" in err and "'gpt-4o-mini'" not in err and "--prices FILE" in err
+        assert "'my-llama-405b'" in err and "'gpt-4o-mini'" not in err and "prices = FILE in a --config" in err
         # A token budget bounds the same tiers without prices.
         code, out, err = await planweave("run", str(plan), "--model", "gpt-4o-mini", "--base-url", base_url,
-                                         "--tiers", str(tiers), "--budget-tokens", "10000", "--journal",
+                                         "--config", f"tiers={tiers}", "--budget-tokens", "10000", "--journal",
                                          "memory://", cwd=tmp_path, env=KEY)
     assert code == 0, err
     assert server.requests == [server.requests[0]]  # only the run with a token budget called a model
@@ -107,7 +108,7 @@ async def test_a_tier_table_under_a_dollar_budget_needs_every_tier_priced(tmp_pa
 async def test_a_bad_prices_file_exits_2_naming_it(tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text(f"{MODEL}: {{input: cheap}}\n", encoding="utf-8")
-    code, _, err = await planweave("run", "--goal", "x", "--model", MODEL, "--budget-usd", "1", "--prices",
-                                   str(prices), "--journal", "memory://", cwd=tmp_path, env=KEY)
+    code, _, err = await planweave("goal", "x", "--model", MODEL, "--budget-usd", "1", "--config",
+                                   f"prices={prices}", "--journal", "memory://", cwd=tmp_path, env=KEY)
     assert code == 2
     assert str(prices) in err and f"'{MODEL}'" in err

@@ -24,14 +24,14 @@ async def test_submit_with_a_dollar_budget_on_an_unpriced_model_exits_2_before_t
     code, _, err = await planweave("submit", _plan(tmp_path, LLM_PLAN), "--journal", UNREACHABLE, "--model",
                                    "my-llama-70b", "--budget-usd", "0.5", cwd=tmp_path, env=ENV)
     assert code == 2, err
-    assert "'my-llama-70b'" in err and "--budget-usd" in err and "--prices FILE" in err
+    assert "'my-llama-70b'" in err and "--budget-usd" in err and "prices = FILE in a --config" in err
 
 
 async def test_submit_with_the_model_priced_or_a_token_budget_goes_on_to_the_queue(tmp_path: Path) -> None:
     prices = tmp_path / "prices.yaml"
     prices.write_text("my-llama-70b: {input: 1, output: 2}\n", encoding="utf-8")
     plan = _plan(tmp_path, LLM_PLAN)
-    for flags in (["--budget-usd", "0.5", "--prices", str(prices)], ["--budget-tokens", "1000"]):
+    for flags in (["--budget-usd", "0.5", "--config", f"prices={prices}"], ["--budget-tokens", "1000"]):
         code, _, err = await planweave("submit", plan, "--journal", UNREACHABLE, "--model", "my-llama-70b", *flags,
                                        cwd=tmp_path, env=ENV)
         assert code != 0 and "no known price" not in err  # past the check: the unreachable queue fails it

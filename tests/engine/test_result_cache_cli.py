@@ -48,7 +48,7 @@ def test_run_reuses_cached_outputs_across_processes_and_no_cache_runs_every_step
     common = ["--journal", url, "--tools", "test_result_cache_cli:toolbox", "--json"]
 
     runs = [cli("run", str(plan), "--run-id", run_id, *common, *extra)
-            for run_id, extra in (("one", []), ("two", []), ("three", ["--no-cache"]))]
+            for run_id, extra in (("one", []), ("two", []), ("three", ["--config", "cache=false"]))]
     calls_after = log.read_text(encoding="utf-8").split()
     shown = cli("show", "two", "--journal", url)
     plain = cli("show", "three", "--journal", url)

@@ -113,10 +113,10 @@ def test_the_speculate_flag_overrides_the_plans_mode(tmp_path: Path) -> None:
     gate.touch()
     plan_file = tmp_path / "plan.yaml"
     plan_file.write_text(yaml.safe_dump(plan(tmp_path / "effects.log", gate, "off", seconds=0.5)), encoding="utf-8")
-    on = planweave(tmp_path, "run", str(plan_file), "--journal", url, "--run-id", "on", "--speculate", "safe",
+    on = planweave(tmp_path, "run", str(plan_file), "--journal", url, "--run-id", "on", "--config", "speculate=safe",
                    "--json", *TOOLS)
     assert on.returncode == 0, on.stdout + on.stderr
     assert json.loads(on.stdout)["speculation"]["adopted"] == 1  # b, on a's predicted output
-    bad = planweave(tmp_path, "run", str(plan_file), "--journal", url, "--speculate", "always", *TOOLS)
+    bad = planweave(tmp_path, "run", str(plan_file), "--journal", url, "--config", "speculate=always", *TOOLS)
     assert bad.returncode == 2
     assert "always" in bad.stderr

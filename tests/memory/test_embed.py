@@ -119,13 +119,13 @@ async def test_a_goal_run_with_memory_embed_recalls_the_skill_for_a_paraphrase(t
     env = {"OPENAI_API_KEY": "sk-test", "PYTHONPATH": str(REPO)}
     async with server as base_url:
         common = ("--model", "scripted", "--base-url", base_url, "--journal", url, "--tools",
-                  "tests.memory.memory_tools:toolbox", "--memory", "--memory-embed", "--json")
+                  "tests.memory.memory_tools:toolbox", "--memory", "--config", "memory_embed=true", "--json")
         # the real clock (steps of 0.1-0.3 s): on --virtual-clock the model's HTTP timeout is virtual and, on a loaded
         # machine, jumps past 120 s before the scripted server in this process answers
-        code, out, err = await planweave("run", "--goal", "weather report for oslo", *common, cwd=tmp_path, env=env)
+        code, out, err = await planweave("goal", "weather report for oslo", *common, cwd=tmp_path, env=env)
         assert code == 0, err
         assert "skill 'city-report' v1 admitted" in err
-        code, out, err = await planweave("run", "--goal", "is it raining in oslo", *common, cwd=tmp_path, env=env)
+        code, out, err = await planweave("goal", "is it raining in oslo", *common, cwd=tmp_path, env=env)
         assert code == 0, err
         assert sorted(json.loads(out)["steps"]) == ["fetch", "report"]  # the recalled skill's short plan
     plans = [r for r in server.chat_requests if "Write the plan." in str(r.messages[-1]["content"])]
@@ -133,8 +133,8 @@ async def test_a_goal_run_with_memory_embed_recalls_the_skill_for_a_paraphrase(t
 
 
 async def test_memory_embed_is_refused_without_memory(tmp_path: Path) -> None:
-    code, _, err = await planweave("run", "--goal", "x", "--memory-embed", cwd=tmp_path)
-    assert code == 2 and "--memory-embed applies with --memory" in err
+    code, _, err = await planweave("goal", "x", "--config", "memory_embed=true", cwd=tmp_path)
+    assert code == 2 and "key 'memory_embed' applies with --memory" in err
 
 
 def test_memory_embed_without_the_model_package_names_the_install_line(monkeypatch: pytest.MonkeyPatch) -> None:

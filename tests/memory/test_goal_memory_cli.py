@@ -20,13 +20,13 @@ async def test_a_goal_run_with_memory_learns_a_verified_skill_the_next_run_reuse
     async with server as base_url:
         common = ("--model", "scripted", "--base-url", base_url, "--journal", url, "--tools", TOOLS, "--memory",
                   "--json")  # the real clock: on the virtual one a loaded machine let the HTTP timeout fire early
-        code, out, err = await planweave("run", "--goal", "weather report for oslo", *common, cwd=tmp_path, env=env)
+        code, out, err = await planweave("goal", "weather report for oslo", *common, cwd=tmp_path, env=env)
         assert code == 0, err
         assert len(json.loads(out)["steps"]) == 9  # no memory yet: the long exploratory plan
         assert "skill 'city-report' v1 admitted (replay run" in err
         # Its check (a `work` step echoing its arguments) compares nothing: no verification, left for a person.
         assert "lesson 'weather-sources' v1 candidate (left for a person: its check cannot fail" in err
-        code, out, err = await planweave("run", "--goal", "weather report for lima", *common, cwd=tmp_path, env=env)
+        code, out, err = await planweave("goal", "weather report for lima", *common, cwd=tmp_path, env=env)
         assert code == 0, err
         assert sorted(json.loads(out)["steps"]) == ["fetch", "report"]  # the recalled skill's short plan
     plans = [r for r in server.chat_requests if "Write the plan." in str(r.messages[-1]["content"])]
@@ -41,11 +41,11 @@ async def test_a_goal_run_with_memory_learns_a_verified_skill_the_next_run_reuse
 
 
 async def test_memory_flags_are_refused_where_they_cannot_apply(tmp_path: Path) -> None:
-    code, _, err = await planweave("run", "--goal", "x", "--memory", "--journal", "memory://", cwd=tmp_path)
+    code, _, err = await planweave("goal", "x", "--memory", "--journal", "memory://", cwd=tmp_path)
     assert code == 2 and "--memory keeps lessons and skills in the journal's database" in err
-    code, _, err = await planweave("run", "--goal", "x", "--memory-model", "m", cwd=tmp_path)
-    assert code == 2 and "--memory-model applies with --memory" in err
+    code, _, err = await planweave("goal", "x", "--config", "memory_model=m", cwd=tmp_path)
+    assert code == 2 and "key 'memory_model' applies with --memory" in err
     plan = tmp_path / "p.yaml"
     plan.write_text("steps: [{id: a, tool: noop}]\n")
     code, _, err = await planweave("run", str(plan), "--memory", cwd=tmp_path)
-    assert code == 2 and "--memory applies to --goal runs" in err
+    assert code == 2 and "No such option: --memory" in err

@@ -186,8 +186,8 @@ async def test_run_with_tiers_on_two_endpoints_and_a_key_variable_shows_no_key(t
             {"id": "s", "tool": "llm", "args": {"prompt": "small question", "model": "small-m"}},
             {"id": "b", "tool": "llm", "args": {"prompt": "big question", "model": "big-m"}}]}))
         code, out, err = await planweave(
-            "run", "plan.json", "--model", "small-m", "--tiers", "tiers.json", "--base-url", url_a,
-            "--api-key-env", "PLANWEAVE_TEST_KEY_A", "--header", f"X-Org: {HEADER_SECRET}",
+            "run", "plan.json", "--model", "small-m", "--config", "tiers=tiers.json", "--base-url", url_a,
+            "--config", "api_key_env=PLANWEAVE_TEST_KEY_A", "--config", f'headers=["X-Org: {HEADER_SECRET}"]',
             "--journal", journal, "--json", cwd=tmp_path, env=env)
         assert code == 0, err
         run_id = json.loads(out)["run_id"]
@@ -213,7 +213,7 @@ async def test_a_resume_calls_the_journaled_endpoint_with_the_journaled_key_vari
             {"id": "ask", "tool": "llm", "args": {"prompt": "after the wait"}, "after": ["wait"]}]}))
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "planweave.cli.main", "run", "plan.json", "--model", "m", "--base-url", url_a,
-            "--api-key-env", "PLANWEAVE_TEST_KEY_A", "--journal", journal, "--json", cwd=tmp_path,
+            "--config", "api_key_env=PLANWEAVE_TEST_KEY_A", "--journal", journal, "--json", cwd=tmp_path,
             env={**os.environ, **env}, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         run_id = None
         for _ in range(200):  # until 'wait' runs, then kill -9: the llm step has not called yet
@@ -242,9 +242,9 @@ async def test_a_key_and_a_header_echoed_back_are_redacted_whatever_the_variable
     async with server as url:
         (tmp_path / "plan.json").write_text(json.dumps({"steps": [
             {"id": "ask", "tool": "llm", "args": {"prompt": f"repeat {KEY_A} and {HEADER_SECRET}"}}]}))
-        code, out, err = await planweave("run", "plan.json", "--model", "m", "--base-url", url, "--api-key-env",
-                                         "MY_LLM_ACCESS", "--header", f"X-Org: {HEADER_SECRET}", "--journal",
-                                         journal, "--json", cwd=tmp_path, env=env)
+        code, out, err = await planweave("run", "plan.json", "--model", "m", "--base-url", url, "--config",
+                                         "api_key_env=MY_LLM_ACCESS", "--config", f'headers=["X-Org: {HEADER_SECRET}"]',
+                                         "--journal", journal, "--json", cwd=tmp_path, env=env)
         shown = await planweave("show", json.loads(out)["run_id"], "--journal", journal, "--json", cwd=tmp_path,
                                 env=env)
     assert code == 0, err
@@ -260,9 +260,9 @@ async def test_a_key_variable_that_is_unset_exits_2_naming_it_before_any_call(tm
     server = ScriptedLLM(echo)
     async with server as url:
         (tmp_path / "plan.json").write_text(json.dumps(llm_plan("x", 1)))
-        code, _, err = await planweave("run", "plan.json", "--model", "m", "--base-url", url, "--api-key-env",
-                                       "PLANWEAVE_TEST_NEVER_SET", "--journal", f"sqlite:///{tmp_path / 'r.db'}",
-                                       cwd=tmp_path, env={})
+        code, _, err = await planweave("run", "plan.json", "--model", "m", "--base-url", url, "--config",
+                                       "api_key_env=PLANWEAVE_TEST_NEVER_SET", "--journal",
+                                       f"sqlite:///{tmp_path / 'r.db'}", cwd=tmp_path, env={})
     assert code == 2, err
     assert "PLANWEAVE_TEST_NEVER_SET" in err and "Traceback" not in err
     assert server.chat_requests == []
@@ -282,8 +282,9 @@ async def test_a_goal_runs_planner_and_steps_reach_their_tiers_endpoints(tmp_pat
             "big": {"model": "big-m", "p_success": 0.9, "duration_s": 2, "cost_usd": 0, "base_url": url_b,
                     "api_key_env": "PLANWEAVE_TEST_KEY_B"}}))
         code, out, err = await planweave(
-            "run", "--goal", "use the big tier", "--model", "small-m", "--tiers", "tiers.json", "--cascade",
-            "--base-url", url_a, "--api-key-env", "PLANWEAVE_TEST_KEY_A", "--journal",
+            "goal", "use the big tier", "--model", "small-m", "--config", "tiers=tiers.json", "--config",
+            "cascade=true",
+            "--base-url", url_a, "--config", "api_key_env=PLANWEAVE_TEST_KEY_A", "--journal",
             f"sqlite:///{tmp_path / 'runs.db'}", "--json", cwd=tmp_path, env=env)
     assert code == 0, err
     assert json.loads(out)["answer"] == "done"

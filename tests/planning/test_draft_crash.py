@@ -87,8 +87,8 @@ def outputs_of(url: str, run_id: str) -> tuple[dict[str, Any], str | None, list[
 def test_a_goal_run_killed_mid_draft_resumes_to_the_plain_planners_outputs(tmp_path: Path, gate: Path) -> None:
     url, log = sqlite_url(tmp_path), tmp_path / "effects.log"
     with served_models(plan(log, gate)) as models:
-        goal = ("run", "--goal", "echo twice", "--model", "main", "--base-url", models.url, "--journal", url, *TOOLS)
-        sigkill_when(cli_command(*goal, "--draft-model", "draft", "--run-id", "crash", "--json"),
+        goal = ("goal", "echo twice", "--model", "main", "--base-url", models.url, "--journal", url, *TOOLS)
+        sigkill_when(cli_command(*goal, "--config", "draft_model=draft", "--run-id", "crash", "--json"),
                      cwd=tmp_path, env=env(), url=url, run_id="crash",
                      ready=lambda state: any(v.get("model_finished_at") for v in state.versions) and any(
                          e["step"] == "a" and e["outcome"] == "running" for e in state.speculations),

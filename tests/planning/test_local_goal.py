@@ -23,9 +23,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 def test_goal_run_on_the_local_model_ends_with_a_clear_outcome(tmp_path: Path) -> None:
     _require_local_model()
     done = subprocess.run(
-        [sys.executable, "-m", "planweave.cli.main", "run", "--goal", "Say hello to Paris and to Rome.",
+        [sys.executable, "-m", "planweave.cli.main", "goal", "Say hello to Paris and to Rome.",
          "--model", "local", "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--deadline", "150",
-         "--max-replans", "1", "--plan-max-tokens", "200", "--json"],
+         "--max-replans", "1", "--config", "plan_max_tokens=200", "--json"],
         cwd=tmp_path, capture_output=True, text=True, timeout=400, env={**os.environ}, check=False,
     )
     assert done.stdout, done.stderr

@@ -115,7 +115,7 @@ def test_executor_ray_without_the_ray_extra_names_it(tmp_path: Path) -> None:
 
     (tmp_path / "one.yaml").write_text("steps:\n  - {id: a, tool: noop}\n")
     code = ("import sys\nsys.modules['ray'] = None\n"
-            "sys.argv = ['planweave', 'run', 'one.yaml', '--journal', 'memory://', '--executor', 'ray']\n"
+            "sys.argv = ['planweave', 'run', 'one.yaml', '--journal', 'memory://', '--config', 'executor=ray']\n"
             "from planweave.cli.main import main\nmain()\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr

@@ -175,7 +175,8 @@ def _low_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
 
 
-@pytest.mark.parametrize("cap", [[], ["--max-connections", "5000"]], ids=["default-cap", "cap-above-the-fd-limit"])
+@pytest.mark.parametrize("cap", [[], ["--config", "max_connections=5000"]],
+                         ids=["default-cap", "cap-above-the-fd-limit"])
 async def test_a_real_server_with_few_file_descriptors_survives_many_half_sent_requests(
     tmp_path: Path, cap: list[str],
 ) -> None:
@@ -186,7 +187,7 @@ async def test_a_real_server_with_few_file_descriptors_survives_many_half_sent_r
     with log.open("wb") as stderr:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "planweave.cli.main", "serve", "--port", "0", "--journal",
-            f"sqlite:///{tmp_path / 'runs.db'}", "--request-timeout", "1", *cap, cwd=REPO, env=env,
+            f"sqlite:///{tmp_path / 'runs.db'}", "--config", "request_timeout=1", *cap, cwd=REPO, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=stderr, preexec_fn=_low_fd_limit)
     sockets: list[socket.socket] = []
     try:

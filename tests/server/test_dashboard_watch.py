@@ -31,8 +31,8 @@ STAYS_UP = re.compile(r"^run (\w+) ended \((\w+)\): the dashboard stays up at (h
 
 
 def watch_command(plan: Path, url: str, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "planweave.cli.main", "run", str(plan), "--journal", url, "--watch", "--port", "0",
-            *flags]
+    return [sys.executable, "-m", "planweave.cli.main", "run", str(plan), "--journal", url, "--watch", "--config",
+            "port=0", *flags]
 
 
 def environment() -> dict[str, str]:

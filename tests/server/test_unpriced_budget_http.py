@@ -48,7 +48,7 @@ async def test_a_goal_with_a_dollar_budget_on_an_unpriced_model_is_422_naming_it
         assert refused.status_code == 422, refused.text
         problem = refused.json()["problems"][0]
         assert problem["field"] == "budget_usd"
-        assert f"'{MODEL}'" in problem["message"] and "--prices FILE" in problem["message"]
+        assert f"'{MODEL}'" in problem["message"] and "--config prices=FILE" in problem["message"]
         assert "PLANWEAVE_PRICES" in problem["message"]
         listed = await client.get("/runs")
         assert listed.json() == []  # no run was started

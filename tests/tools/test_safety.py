@@ -233,7 +233,7 @@ async def test_a_path_in_the_step_env_is_refused_at_validation_and_at_call_time(
     problems = tool.check_args(args, frozenset())
     assert [field for field, _ in problems] == ["env.PATH"]
     assert "env key 'PATH' refused: it changes which program a name runs (rule PATH" in problems[0][1]
-    assert "--allow-env PATH" in problems[0][1]
+    assert 'allow_env = ["PATH"] in a --config' in problems[0][1]
     with pytest.raises(SafetyError, match=r"env key 'PATH' refused") as err:
         await tool.invoke(args)
     assert err.value.kind == "forbidden"

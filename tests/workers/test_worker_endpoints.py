@@ -42,8 +42,9 @@ async def test_a_worker_calls_its_endpoint_and_each_tiers_own_with_their_keys(
                      "--model", "small-m", "--tiers", str(tmp_path / "tiers.json"), "--run-id", "routed")
         assert queued.returncode == 0, queued
         env = {**os.environ, "PLANWEAVE_TEST_KEY_A": KEY_A, "PLANWEAVE_TEST_KEY_B": KEY_B, "OPENAI_API_KEY": ""}
-        worker = start_worker(pg_schema.url, "ew", tmp_path, "--base-url", url_a, "--api-key-env",
-                              "PLANWEAVE_TEST_KEY_A", "--header", f"X-Org: {HEADER_SECRET}", env=env)
+        worker = start_worker(pg_schema.url, "ew", tmp_path, "--base-url", url_a, "--config",
+                              "api_key_env=PLANWEAVE_TEST_KEY_A", "--config", f'headers=["X-Org: {HEADER_SECRET}"]',
+                              env=env)
         try:
             await asyncio.to_thread(wait_until, "the run to end", lambda: ended(pg_schema, "routed"), 60)
         finally:

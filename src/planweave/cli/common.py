@@ -275,16 +275,11 @@ AllowExecOption = Annotated[
     typer.Option("--allow-exec", rich_help_panel=PANEL_TOOLS,
                  metavar="PROGRAM", help="Only these programs may run in shell steps (repeatable)."),
 ]
-AllowEnvOption = Annotated[
-    list[str] | None,
-    typer.Option("--allow-env", rich_help_panel=PANEL_TOOLS, metavar="NAME",
-                 help="With --allow-exec: shell steps may set this env key (e.g. PATH, GIT_*) after all (repeatable)."),
-]
-RootOption = Annotated[
-    list[Path] | None,
-    typer.Option("--root", rich_help_panel=PANEL_TOOLS,
-                 metavar="DIR", help="Directories the file.* tools may use (repeatable; default: workdir)."),
-]
+
+NoCacheOption = Annotated[bool, typer.Option(
+    "--no-cache", rich_help_panel=PANEL_SCHEDULING,
+    help="Run every step: none reuses a cached output of a tool declared cache (their outputs are still recorded "
+         "for later runs; docs/caching.md).")]
 
 
 McpOption = Annotated[
@@ -310,17 +305,13 @@ PriorityOption = Annotated[float, typer.Option(
     "--priority", rich_help_panel=PANEL_MODEL, callback=_finite_priority,
     help="The run's priority for shared model endpoints: its model calls queue ahead of lower ones' (default 0; "
          "journaled, a resume keeps it; docs/admission.md).")]
-ModelLimitsOption = Annotated[Path | None, typer.Option(
-    "--model-limits", rich_help_panel=PANEL_MODEL, metavar="FILE", envvar="PLANWEAVE_MODEL_LIMITS",
-    help="Limits per model (max_concurrency, tokens_per_minute, requests_per_minute, adaptive window) that every "
-         "model call of this process queues for (YAML/JSON; docs/admission.md).")]
 
-
-def use_model_limits(path: Path) -> None:
-    """Read a ``--model-limits`` file and make it the process's admission for model calls (bad file: exit 2)."""
+def use_model_limits(path: Path, label: str = "--model-limits") -> None:
+    """Read a ``--model-limits`` file and make it the process's admission for model calls (bad file: exit 2, the
+    message opening with ``label``: the flag, or the config key and its file)."""
     from planweave.models.admission import load_model_limits, set_default_admission
 
     try:
         set_default_admission(load_model_limits(path))
     except ValueError as exc:
-        raise UsageError(f"--model-limits: {exc}") from None
+        raise UsageError(f"{label}: {exc}") from None

@@ -1,8 +1,8 @@
-"""``--executor local|thread|ray`` and ``--ray-address`` of ``run`` and ``resume``: which executor the engine gets."""
+"""Which executor the engine gets: ``--executor local|thread|ray`` and ``--ray-address`` of ``worker``, the
+``executor`` and ``ray_address`` keys of a run configuration (``run``, ``goal``, ``resume``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
@@ -53,15 +53,6 @@ class ExecutorFlags:
             return RayExecutor(self.ray_address, default="ray" if self.kind == "ray" else "local", local=local,
                                toolboxes=self.tool_flags)
         return local
-
-    def resume_flags(self) -> Sequence[str]:
-        """The flags a resume command line repeats."""
-        flags: list[str] = []
-        if self.kind is not None:
-            flags += ["--executor", self.kind]
-        if self.ray_address:
-            flags += ["--ray-address", self.ray_address]
-        return flags
 
 
 NO_EXECUTOR_FLAGS = ExecutorFlags()

@@ -65,8 +65,9 @@ class Session:
     all_rows: bool = False  # the final view shows every step (``--all``), not the summary
     executor: ExecutorFlags = NO_EXECUTOR_FLAGS  # ``--executor``, ``--ray-address``
     cache: bool = True  # ``--no-cache``: no step reuses a cached output (docs/caching.md)
-    # What else a resume must be given, the journal not keeping it: the jail (--workdir, --allow-exec, --root,
-    # --allow-env), a --goal run's --base-url and --ask-human (its model it reads from the journal).
+    # What else a resume must be given, the journal not keeping it: the jail (--workdir, --allow-exec), the --config
+    # arguments (the executor, cache, the rest of the jail...), a goal run's --base-url and --ask-human (its model
+    # it reads from the journal).
     resume_flags: tuple[str, ...] = ()
 
     def resume_command(self, run_id: str) -> str:
@@ -80,10 +81,7 @@ class Session:
             parts += ["--tools", flag]
         for flag in self.mcp_flags:
             parts += ["--mcp", flag]
-        parts += self.executor.resume_flags()
         parts += self.resume_flags
-        if not self.cache:
-            parts.append("--no-cache")
         return " ".join(shlex.quote(part) for part in parts)
 
 

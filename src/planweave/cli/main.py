@@ -36,6 +36,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from typer._click.core import Context as ClickContext  # Typer vendors Click: its context and usage error
+from typer._click.exceptions import UsageError as CommandLineError
 
 from planweave import __version__
 from planweave.cli.common import JSON_PRINTED, ExitCode, UsageError, print_json
@@ -51,7 +53,7 @@ __all__ = ["COMMAND_GROUPS", "ExitCode", "JournaledRun", "UsageError", "app", "b
 
 # Each command group: its module (with ``register(app)``) and the top-level command names it adds.
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
-    "planweave.cli.run_cmd": ("run", "resume"),
+    "planweave.cli.run_cmd": ("run", "goal", "resume"),
     "planweave.cli.inspect_cmd": ("runs", "show", "output"),
     "planweave.cli.prune_cmd": ("prune",),
     "planweave.cli.reply_cmd": ("approve", "send", "cancel"),
@@ -93,13 +95,79 @@ def build_app(command: str | None = None) -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
-        cls=TypedHelpGroup,
+        cls=PlanweaveGroup,
     )
     built.callback()(root)
     only = [module for module, names in COMMAND_GROUPS.items() if command in names]
     for module in only or COMMAND_GROUPS:
         importlib.import_module(module).register(built)
     return built
+
+
+GOAL_ALIAS_NOTE = "note: `planweave run --goal TEXT` is spelled `planweave goal TEXT` now; running that"
+
+
+def forward_goal_alias(args: Sequence[str]) -> list[str]:
+    """``run ... --goal TEXT ...`` (the spelling before ``goal`` had its own command) as ``goal ... -- TEXT``, with a
+    one-line note on stderr; any other command line as it is."""
+    args = list(args)
+    if not args or args[0] != "run":
+        return args
+    rest = args[1:]
+    for i, arg in enumerate(rest):
+        if arg == "--":
+            break
+        if arg == "--goal" and i + 1 < len(rest):
+            text, others = rest[i + 1], rest[:i] + rest[i + 2:]
+        elif arg.startswith("--goal="):
+            text, others = arg.removeprefix("--goal="), rest[:i] + rest[i + 1:]
+        else:
+            continue
+        sys.stderr.write(GOAL_ALIAS_NOTE + "\n")
+        return ["goal", *others, "--", text]
+    return args
+
+
+MOVED_FLAGS: dict[str, str] = {
+    "--tiers": "tiers=FILE", "--cascade": "cascade=true", "--speculate": "speculate=MODE",
+    "--predictor-model": "predictor_model=NAME", "--executor": "executor=KIND", "--ray-address": "ray_address=ADDR",
+    "--no-cache": "cache=false", "--allow-env": "'allow_env=[\"NAME\"]'", "--root": "'roots=[\"DIR\"]'",
+    "--api-key-env": "api_key_env=NAME", "--header": "'headers=[\"NAME: VALUE\"]'",
+    "--model-limits": "model_limits=FILE", "--prices": "prices=FILE", "--priority": "priority=N",
+    "--forecast": "forecast=true", "--deadline-pressure": "deadline_pressure=P", "--draft-model": "draft_model=NAME",
+    "--memory-model": "memory_model=NAME", "--memory-embed": "memory_embed=true", "--context": "context=MODE",
+    "--no-subplans": "subplans=false", "--plan-max-tokens": "plan_max_tokens=N", "--port": "port=N",
+    "--request-timeout": "request_timeout=S", "--max-connections": "max_connections=N", "--capacity": "capacities",
+}
+"""Options that became keys of the run configuration (``--config``): used on a command that no longer takes them,
+they exit 2 saying the key (docs/cli.md)."""
+
+
+def refuse_moved_flags(command: Any, name: str, args: Sequence[str]) -> None:
+    """Exit 2 (a usage error) for an option of :data:`MOVED_FLAGS` that ``command`` does not take, naming the
+    ``--config`` key that replaced it."""
+    own = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    for arg in args:
+        if arg == "--":
+            return
+        flag = arg.partition("=")[0]
+        if flag in MOVED_FLAGS and flag not in own:
+            key = MOVED_FLAGS[flag]
+            how = ("--config 'capacities={NAME = N}'" if key == "capacities" else f"--config {key}")
+            raise CommandLineError(f"{flag} is a key of the run configuration for planweave {name}: give {how}, or "
+                                   f"write it in a --config file (docs/cli.md)")
+
+
+class PlanweaveGroup(TypedHelpGroup):
+    """The ``planweave`` group: typed option help (:class:`TypedHelpGroup`), the ``run --goal`` alias, and a clear
+    error for an option that moved to the run configuration."""
+
+    def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
+        args = forward_goal_alias(args)
+        command = self.commands.get(args[0]) if args else None
+        if command is not None and "--help" not in args:
+            refuse_moved_flags(command, args[0], args[1:])
+        return super().parse_args(ctx, args)
 
 
 def command_of(argv: Sequence[str]) -> str | None:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from planweave.cli.common import (
-    AllowEnvOption,
     AllowExecOption,
     Confinement,
     JournalOption,
@@ -25,17 +24,14 @@ from planweave.cli.common import (
     MaxBudgetUsdOption,
     MaxDeadlineOption,
     MaxReplansCapOption,
-    ModelLimitsOption,
-    RootOption,
+    NoCacheOption,
     ToolsOption,
     WorkdirOption,
     clean_errors,
     load_tools,
     parse_capacities,
-    use_model_limits,
 )
-from planweave.cli.price_flags import PricesOption, use_price_file
-from planweave.cli.run_cmd import NoCacheOption
+from planweave.cli.run_config import ConfigOption, load_config, use_config_files
 from planweave.extras import require
 
 if TYPE_CHECKING:
@@ -55,30 +51,29 @@ def mcp(
     capacity: Annotated[
         list[str] | None, typer.Option("--capacity", metavar="NAME=N", help="Capacity of a resource (repeatable)."),
     ] = None,
+    config: ConfigOption = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
-    allow_env: AllowEnvOption = None,
-    root: RootOption = None,
     max_budget_usd: MaxBudgetUsdOption = None,
     max_budget_tokens: MaxBudgetTokensOption = None,
     max_deadline: MaxDeadlineOption = None,
     max_replans: MaxReplansCapOption = None,
-    model_limits: ModelLimitsOption = None,
-    prices: PricesOption = None,
     no_cache: NoCacheOption = False,
 ) -> None:
     """Serve the journal's runs to an MCP client over stdio: start plans and goals, follow them, read steps and
-    outputs, approve, send input, cancel. Runs still going when the client leaves are interrupted (resumable)."""
+    outputs, approve, send input, cancel. Runs still going when the client leaves are interrupted (resumable).
+
+    The jail's env keys and roots, model limits and prices are keys of a --config file (docs/cli.md)."""
     with clean_errors():
+        loaded = load_config(config, "mcp")
         require("server", "the MCP server")
         require("mcp", "the MCP server")
-        if model_limits is not None:
-            use_model_limits(model_limits)
-        use_price_file(prices)
+        use_config_files(loaded)
         from planweave.server.limits import LimitCaps
 
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ()), tuple(allow_env or ())))
+                                                      tuple(Path(r) for r in loaded.values.roots or ()),
+                                                      tuple(loaded.values.allow_env or ())))
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         asyncio.run(serve_stdio(journal, toolbox, model=model, base_url=base_url, caps=caps,
                                 concurrency=concurrency, capacities=parse_capacities(capacity or ()),

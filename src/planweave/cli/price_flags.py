@@ -1,29 +1,23 @@
-"""``--prices FILE`` (``$PLANWEAVE_PRICES``) of ``run``, ``submit``, ``worker`` and ``serve``, and the check that a
-dollar budget names only models with a price (exit 2 before any model call otherwise; docs/budgets.md, "Prices")."""
+"""The ``prices`` key of a run configuration (else ``$PLANWEAVE_PRICES``) of the commands that call models, and the
+check that a dollar budget names only models with a price (exit 2 before any model call otherwise; docs/budgets.md,
+"Prices")."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from planweave.cli.common import PANEL_MODEL, UsageError
+from planweave.cli.common import UsageError
 
 if TYPE_CHECKING:
     from planweave.allocate.model import TierTable
     from planweave.core.plan.model import PlanSpec
 
-PricesOption = Annotated[Path | None, typer.Option(
-    "--prices", rich_help_panel=PANEL_MODEL, metavar="FILE", envvar="PLANWEAVE_PRICES",
-    help="Model prices (YAML/JSON: {MODEL: {input: USD per 1M tokens, output: USD per 1M tokens}}) over the "
-         "genai-prices database, for private models: a --budget-usd refuses a model without a price "
-         "(docs/budgets.md, 'Prices').")]
 
-
-def use_price_file(path: Path | None) -> None:
-    """Make ``--prices FILE`` the process's prices (None: nothing to do); a bad file exits 2 naming it."""
+def use_price_file(path: Path | None, label: str = "--prices") -> None:
+    """Make ``--prices FILE`` the process's prices (None: nothing to do); a bad file exits 2 naming it (after
+    ``label``: the flag, or the config key and its file)."""
     if path is None:
         return
     from planweave.models.pricing import use_prices
@@ -31,7 +25,7 @@ def use_price_file(path: Path | None) -> None:
     try:
         use_prices(path)
     except ValueError as exc:
-        raise UsageError(f"--prices: {exc}") from None
+        raise UsageError(f"{label}: {exc}") from None
 
 
 def called_models(model: str | None, tiers: TierTable | None = None, *others: str | None) -> list[str]:

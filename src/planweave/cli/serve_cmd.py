@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from planweave.cli.common import (
-    AllowEnvOption,
     AllowExecOption,
     Confinement,
     JournalOption,
@@ -18,18 +17,15 @@ from planweave.cli.common import (
     MaxBudgetUsdOption,
     MaxDeadlineOption,
     MaxReplansCapOption,
-    ModelLimitsOption,
-    RootOption,
+    NoCacheOption,
     ToolsOption,
     UsageError,
     WorkdirOption,
     clean_errors,
     load_tools,
     parse_capacities,
-    use_model_limits,
 )
-from planweave.cli.price_flags import PricesOption, use_price_file
-from planweave.cli.run_cmd import ApiKeyEnvOption, HeaderOption, NoCacheOption, access_flags
+from planweave.cli.run_config import ConfigOption, config_access, load_config, use_config_files
 from planweave.extras import require
 
 
@@ -48,58 +44,50 @@ def serve(
         bool | None, typer.Option("--telemetry/--no-telemetry",
                                   help="OpenTelemetry spans (default: as the OTEL_* variables say)."),
     ] = None,
+    config: ConfigOption = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
-    allow_env: AllowEnvOption = None,
-    root: RootOption = None,
     queue: Annotated[bool, typer.Option("--queue", help="POST /runs queues plans for `planweave worker` processes "
                                                         "(a postgresql:// journal) instead of running them here.")]
     = False,
     model: Annotated[str | None, typer.Option("--model", help="Plan goals POSTed to /runs with this model.")] = None,
     base_url: Annotated[str | None, typer.Option("--base-url", metavar="URL",
                                                  help="OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")] = None,
-    api_key_env: ApiKeyEnvOption = None,
-    header: HeaderOption = None,
     allow_endpoint: Annotated[list[str] | None, typer.Option(
         "--allow-endpoint", metavar="URL", help="A base URL a POST /runs endpoint (or a tier's base_url) may name, "
         "besides --base-url (repeatable; default: only --base-url).")] = None,
     allow_key_env: Annotated[list[str] | None, typer.Option(
         "--allow-key-env", metavar="NAME", help="An environment variable a POST /runs endpoint's api_key_env may "
-        "name, besides --api-key-env (repeatable; default: only --api-key-env).")] = None,
+        "name, besides the config's api_key_env (repeatable; default: only that one).")] = None,
     max_budget_usd: MaxBudgetUsdOption = None,
     max_budget_tokens: MaxBudgetTokensOption = None,
     max_deadline: MaxDeadlineOption = None,
     max_replans: MaxReplansCapOption = None,
-    model_limits: ModelLimitsOption = None,
-    prices: PricesOption = None,
     no_cache: NoCacheOption = False,
-    request_timeout: Annotated[float, typer.Option(
-        "--request-timeout", min=0.01, help="Seconds a client has to send a whole request; then its connection "
-                                            "is closed (idle and half-sent connections).")] = 10.0,
-    max_connections: Annotated[int | None, typer.Option(
-        "--max-connections", min=1, help="Most connections held at once (default: 3/4 of the open-files limit).")]
-    = None,
 ) -> None:
     """Serve the HTTP API, the live event streams and the dashboard; print the URL and the access token.
 
-    The ``--max-*`` caps bound what any ``POST /runs`` may ask for; a request without a limit gets the cap.
+    The ``--max-*`` caps bound what any ``POST /runs`` may ask for; a request without a limit gets the cap. The
+    rarer knobs (the endpoint's key variable and headers, model limits, prices, the jail's env keys and roots,
+    request_timeout, max_connections) are keys of a --config file (docs/cli.md).
     """
     with clean_errors():
+        loaded = load_config(config, "serve")
+        values = loaded.values
         require("server", "the server")
-        if model_limits is not None:
-            use_model_limits(model_limits)
-        use_price_file(prices)  # POST /runs refuses a budget_usd over a model without a price (422)
+        use_config_files(loaded)  # POST /runs refuses a budget_usd over a model without a price (422)
         from planweave.server import serve as serve_forever
         from planweave.server.connections import ConnectionLimits
         from planweave.server.limits import LimitCaps
 
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
-                                                      tuple(root or ()), tuple(allow_env or ())))
+                                                      tuple(Path(r) for r in values.roots or ()),
+                                                      tuple(values.allow_env or ())))
         caps = LimitCaps(max_budget_usd, max_budget_tokens, max_deadline, max_replans)
         from planweave.models.endpoint import Endpoint, EndpointError
         from planweave.server.endpoints import EndpointPolicy
 
-        endpoint = replace(access_flags(api_key_env, header) or Endpoint(), base_url=base_url)
+        endpoint = replace(config_access(loaded) or Endpoint(), base_url=base_url)
         try:
             allowed = [Endpoint(base_url=u).base_url or u for u in allow_endpoint or ()]
             policy = EndpointPolicy.of(endpoint, allowed, [Endpoint(api_key_env=n).api_key_env or n
@@ -110,8 +98,9 @@ def serve(
                                   capacities=parse_capacities(capacity or ()), telemetry=telemetry, model=model,
                                   base_url=base_url, endpoint=endpoint, endpoint_policy=policy, caps=caps,
                                   queue=queue, cache=not no_cache,
-                                  connections=ConnectionLimits(request_timeout=request_timeout,
-                                                               max_connections=max_connections)))
+                                  connections=ConnectionLimits(
+                                      request_timeout=10.0 if values.request_timeout is None
+                                      else values.request_timeout, max_connections=values.max_connections)))
 
 
 def register(app: typer.Typer) -> None:

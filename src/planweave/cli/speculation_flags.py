@@ -1,7 +1,8 @@
-"""The speculation flags ``run`` and ``resume`` share: ``--predictor-model`` and the predictor it opens.
+"""The speculation keys of a run configuration ``run`` and ``resume`` share: ``speculate`` and ``predictor_model``,
+and the predictor it opens.
 
-A run's predictor (``speculation: {predictor: {model, base_url?, max_tokens?}}`` in the plan, or
-``--predictor-model NAME``) is a cheap model on an OpenAI-compatible endpoint asked for a running producer's output
+A run's predictor (``speculation: {predictor: {model, base_url?, max_tokens?}}`` in the plan, or the config's
+``predictor_model = NAME``) is a cheap model on an OpenAI-compatible endpoint asked for a running producer's output
 before it exists; its calls are speculation's extra cost (capped by ``max_extra_cost_usd``) and are charged to the
 run's budget (docs/speculation.md).
 """
@@ -10,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING
 
-import typer
-
-from planweave.cli.common import PANEL_SCHEDULING, UsageError
+from planweave.cli.common import UsageError
 from planweave.core.plan.model import PlanSpec, PredictorSpec, SpeculationMode, SpeculationSpec
 
 if TYPE_CHECKING:
@@ -22,17 +21,10 @@ if TYPE_CHECKING:
     from planweave.core.speculation import Predictor
     from planweave.models import Budget, Endpoint
 
-PredictorModelOption = Annotated[str | None, typer.Option(
-    "--predictor-model", rich_help_panel=PANEL_SCHEDULING, metavar="NAME",
-    help="A cheap model (OpenAI-compatible, at the plan's predictor base_url, else --base-url, else "
-         "$OPENAI_BASE_URL) asked to predict running steps' outputs so their consumers start early; its cost is "
-         "speculation's extra cost, within max_extra_cost_usd and the run's budget (docs/speculation.md).")]
-
-
 def with_predictor(spec: PlanSpec, speculate: SpeculationMode | None,
                    predictor_model: str | None) -> SpeculationSpec | SpeculationMode | None:
-    """What a run's ``speculation`` is given ``--speculate`` and ``--predictor-model`` (UsageError: a predictor for
-    a run that does not speculate)."""
+    """What a run's ``speculation`` is given the config's ``speculate`` and ``predictor_model`` (UsageError: a
+    predictor for a run that does not speculate)."""
     if predictor_model is None:
         return speculate
     from planweave.engine.speculative import resolve_policy
@@ -43,7 +35,7 @@ def with_predictor(spec: PlanSpec, speculate: SpeculationMode | None,
 def resumed_speculation(events: Sequence[Event], speculate: SpeculationMode | None,
                         predictor_model: str | None) -> SpeculationSpec | None:
     """What a resumed run speculates: the policy journaled when it started (``options.speculation``), its mode
-    replaced by ``--speculate`` (the journaled limits kept) and its predictor's model by ``--predictor-model``;
+    replaced by ``speculate`` (the journaled limits kept) and its predictor's model by ``predictor_model``;
     None: it never speculated and no flag asks it to."""
     from planweave.core.speculation import POLICIES
 
@@ -60,14 +52,14 @@ def resumed_speculation(events: Sequence[Event], speculate: SpeculationMode | No
 def _predicting(policy: SpeculationSpec, predictor_model: str) -> SpeculationSpec:
     """``policy`` with its predictor's model ``predictor_model`` (its base_url and max_tokens kept)."""
     if policy.mode == "off":
-        raise UsageError("--predictor-model applies to a run that speculates: give --speculate safe or eager, or "
-                         "a plan with speculation:")
+        raise UsageError("key 'predictor_model' applies to a run that speculates: give speculate = safe or eager "
+                         "too, or a plan with speculation:")
     kept = policy.predictor
     try:
         predictor = PredictorSpec(model=predictor_model, base_url=kept.base_url if kept else None,
                                   max_tokens=kept.max_tokens if kept else 256)
     except ValueError as exc:
-        raise UsageError(f"--predictor-model: {exc}") from None
+        raise UsageError(f"key 'predictor_model': {exc}") from None
     return policy.model_copy(update={"predictor": predictor})
 
 

@@ -20,15 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import typer
 
 from planweave.cli.common import (
-    AllowEnvOption,
     AllowExecOption,
     Confinement,
     JournalOption,
     JsonOption,
     McpOption,
-    ModelLimitsOption,
+    NoCacheOption,
     PriorityOption,
-    RootOption,
     ToolsOption,
     UsageError,
     WorkdirOption,
@@ -36,11 +34,10 @@ from planweave.cli.common import (
     load_tools,
     open_mcp,
     print_json,
-    use_model_limits,
 )
 from planweave.cli.executor_flags import ExecutorFlags, ExecutorOption, RayAddressOption
-from planweave.cli.price_flags import PricesOption, queued_models, require_priced, use_price_file
-from planweave.cli.run_cmd import ApiKeyEnvOption, HeaderOption, NoCacheOption, access_flags
+from planweave.cli.price_flags import queued_models, require_priced
+from planweave.cli.run_config import ConfigOption, config_access, load_config, use_config_files
 from planweave.extras import require
 from planweave.journal import default_journal_url, redact_url
 
@@ -114,16 +111,17 @@ def submit(
     tiers: Annotated[Path | None, typer.Option("--tiers", metavar="FILE", help=(
         "Model tiers (YAML/JSON) for the plan's llm steps saying model: auto: the worker allocates tier and "
         "samples per step (docs/allocation.md); kept by a worker that takes the run over."))] = None,
-    prices: PricesOption = None,
+    config: ConfigOption = None,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
-    allow_env: AllowEnvOption = None,
-    root: RootOption = None,
 ) -> None:
-    """Queue a plan file for the workers of a PostgreSQL journal and print its run id at once."""
+    """Queue a plan file for the workers of a PostgreSQL journal and print its run id at once.
+
+    Prices and the jail's env keys and roots are keys of a --config file (docs/cli.md).
+    """
     with clean_errors(json_output):
         from planweave.core.plan.defaults import with_default_timeout
         from planweave.core.plan.graph import validate_plan
@@ -131,6 +129,7 @@ def submit(
         from planweave.planfile import load_plan_file
         from planweave.tools.safety import SecretRedactor
 
+        loaded = load_config(config, "submit")
         url = _queue_url(journal, "submit")
         if model is None:
             for flag, given in (("--budget-usd", budget_usd), ("--budget-tokens", budget_tokens),
@@ -139,11 +138,12 @@ def submit(
                     raise UsageError(f"{flag} applies to the model the plan's llm steps call: give --model NAME too")
         limits = _queued_limits(budget_usd, budget_tokens, _seconds_flag(deadline, "--deadline"))
         table = _tiers_flag(tiers)
-        toolbox = _toolbox(tools, workdir, allow_exec, allow_env, root)
+        toolbox = _toolbox(tools, workdir, allow_exec, loaded.values.allow_env,
+                           [Path(r) for r in loaded.values.roots or ()])
         if model is not None and "llm" not in toolbox:
             toolbox = toolbox.merged(_llm_for_checks())
         spec = with_default_timeout(load_plan_file(file), _seconds_flag(step_timeout))
-        use_price_file(prices)  # a dollar budget over a model without a price: exit 2, nothing queued
+        use_config_files(loaded)  # prices: a dollar budget over a model without a price exits 2, nothing queued
         require_priced(queued_models(spec, model, table), budget_usd)
         rid = run_id or uuid.uuid4().hex[:12]
 
@@ -224,41 +224,40 @@ def worker(
     concurrency: Annotated[int, typer.Option("--concurrency", min=1,
                                              help="Most steps running at once across this worker's runs.")] = 64,
     json_output: JsonOption = False,
+    config: ConfigOption = None,
     tools: ToolsOption = None,
     mcp: McpOption = None,
     workdir: WorkdirOption = Path("."),
     allow_exec: AllowExecOption = None,
-    allow_env: AllowEnvOption = None,
-    root: RootOption = None,
     executor: ExecutorOption = None,
     ray_address: RayAddressOption = None,
     base_url: Annotated[str | None, typer.Option(
         "--base-url", metavar="URL", help="OpenAI-compatible endpoint of the models queued runs' llm steps call "
                                           "(default $OPENAI_BASE_URL).")] = None,
-    api_key_env: ApiKeyEnvOption = None,
-    header: HeaderOption = None,
-    model_limits: ModelLimitsOption = None,
-    prices: PricesOption = None,
     no_cache: NoCacheOption = False,
 ) -> None:
-    """Run the runs queued in a PostgreSQL journal, under leases, until SIGTERM/SIGINT (then hand them back)."""
+    """Run the runs queued in a PostgreSQL journal, under leases, until SIGTERM/SIGINT (then hand them back).
+
+    The rarer knobs (the endpoint's key variable and headers, model limits, prices, the jail's env keys and roots)
+    are keys of a --config file (docs/cli.md).
+    """
     with clean_errors(json_output):
         from planweave.workers import WorkerOptions, default_worker_name
 
+        loaded = load_config(config, "worker")
         url = _queue_url(journal, "worker")
-        toolbox = _toolbox(tools, workdir, allow_exec, allow_env, root)
+        toolbox = _toolbox(tools, workdir, allow_exec, loaded.values.allow_env,
+                           [Path(r) for r in loaded.values.roots or ()])
         try:
             options = WorkerOptions(name or default_worker_name(), max_runs, lease, renew_every)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         # The plans are not known yet: with Ray installed, steps that say executor: ray go to Ray (as on resume).
         flags = ExecutorFlags(executor, ray_address, tuple(tools or ()))
-        if model_limits is not None:
-            use_model_limits(model_limits)
-        use_price_file(prices)  # what its llm steps' calls cost: a dollar budget refuses a model without a price
+        use_config_files(loaded)  # prices: a dollar budget refuses a model without a price
         from planweave.models.endpoint import Endpoint
 
-        access = access_flags(api_key_env, header)
+        access = config_access(loaded)
         endpoint = Endpoint(base_url=base_url) if access is None else replace(access, base_url=base_url)
         tally = asyncio.run(_work(url, options, toolbox, tuple(mcp or ()), concurrency, flags.executor(), endpoint,
                                   cache=not no_cache))

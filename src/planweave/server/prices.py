@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from planweave.models import ModelClient
 
 #: How a server is given prices: its process's price file.
-HOW_TO_PRICE_SERVER = ("start the server with its price in a file (planweave serve --prices FILE, or "
+HOW_TO_PRICE_SERVER = ("start the server with its price in a file (planweave serve --config prices=FILE, or "
                        "$PLANWEAVE_PRICES; YAML or JSON: {MODEL: {input: USD per 1M tokens, output: USD per 1M "
                        "tokens}})")
 

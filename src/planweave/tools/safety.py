@@ -127,7 +127,8 @@ EXEC_ENV_RULES: Mapping[str, str] = {
     "SUDO_ASKPASS": _NAMES_PROGRAM, "LESSOPEN": _NAMES_PROGRAM, "LESSCLOSE": _NAMES_PROGRAM,
 }
 """``env`` keys a shell step may not set when an allowlist is in force (patterns, matched case-insensitively), each
-with why: they change what a program executes. ``allow_env`` (``--allow-env NAME``) lifts the rule for a name."""
+with why: they change what a program executes. ``allow_env`` (a run configuration's ``allow_env = ["NAME"]``) lifts
+the rule for a name."""
 
 
 @dataclass(frozen=True)
@@ -256,8 +257,8 @@ class ExecPolicy:
                 continue
             for pattern, reason in EXEC_ENV_RULES.items():
                 if fnmatch.fnmatchcase(upper, pattern):
-                    problems.append((f"env.{key}", f"env key '{key}' refused: it {reason} "
-                                                   f"(rule {pattern}; allow it with --allow-env {key})"))
+                    problems.append((f"env.{key}", f"env key '{key}' refused: it {reason} (rule {pattern}; "
+                                                   f"allow it with allow_env = [\"{key}\"] in a --config)"))
                     break
         return problems
 
