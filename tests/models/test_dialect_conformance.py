@@ -322,3 +322,25 @@ async def test_a_plan_whose_steps_name_models_of_the_three_dialects_runs_each_in
     assert {d: outputs[d]["text"] for d in MODELS} == {d: f"answered in {d}" for d in MODELS}
     assert sorted(r.path for r in server.requests) == sorted(PATHS.values())
     assert all(outputs[d]["cost_usd"] > 0 for d in MODELS)
+
+
+async def test_a_cascade_escalates_from_one_dialect_to_another(dialect: str, tmp_path: Path) -> None:
+    small, large = MODELS[dialect], MODELS[next(d for d in MODELS if d != dialect)]
+    tiers = {"small": {"model": small, "p_success": 0.9, "duration_s": 10, "cost_usd": 0.0001},
+             "large": {"model": large, "p_success": 0.99, "duration_s": 15, "cost_usd": 0.001}}
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    step = {"id": "a", "tool": "llm", "retries": 2, "args": {"prompt": "a?", "model": "cascade",
+                                                              "tiers": ["large", "small"], "schema": schema,
+                                                              "max_tokens": 20}}
+    (tmp_path / "plan.json").write_text(json.dumps({"steps": [step]}))
+    (tmp_path / "tiers.json").write_text(json.dumps(tiers))
+    large_path = PATHS[split_model(large)[0]]
+    server = ScriptedLLM(lambda req: Text('{"answer": "yes"}' if req.path == large_path else '{"nope": 1}'))
+    async with server as base_url:
+        code, out, err = await planweave(
+            "run", "plan.json", "--model", small, "--base-url", base_url, "--config", "tiers=tiers.json",
+            "--budget-usd", "0.05", "--journal", f"sqlite:///{tmp_path / 'runs.db'}", "--json", cwd=tmp_path)
+    assert code == 0, err
+    assert [r.path for r in server.requests] == [PATHS[dialect], large_path]  # the small tier first, then up
+    output = json.loads(out)["outputs"]["a"]
+    assert output["json"] == {"answer": "yes"}, output
