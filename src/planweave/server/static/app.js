@@ -225,6 +225,8 @@
     $("login").hidden = true;
     $("main").hidden = false;
     $("logout").hidden = false;
+    // The run in the address loads at once, beside the runs list (a busy server answers the list slowly).
+    if (location.hash.startsWith("#/runs/")) route();
     try {
       await loadRuns();
     } catch (err) {
