@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 import typer.main
 
+from planweave.cli.common import UsageError
 from planweave.cli.main import COMMAND_GROUPS, GOAL_ALIAS_NOTE, build_app
+from planweave.cli.run_cmd import _resume_mode_flags
 from planweave.cli.run_config import COMMAND_KEYS, KEYS, ConfigError, load_config
 from tests.cli.test_cli import cli_command, invoke, subprocess_env, write_plan
 
@@ -133,3 +135,11 @@ def test_run_goal_is_forwarded_to_goal_with_a_note(tmp_path: Path) -> None:
     assert new.returncode == 0, new.stderr
     assert GOAL_ALIAS_NOTE not in new.stderr
     assert json.loads(new.stdout)["outputs"] == report["outputs"]
+
+
+def test_a_goal_runs_resume_reads_its_config_file_again_but_refuses_a_tiers_pair(tmp_path: Path) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text('tiers = "tiers.yaml"\ncascade = true\n')
+    _resume_mode_flags("g1", "m", False, None, load_config([str(config)], "resume"))  # the file it started with
+    with pytest.raises(UsageError, match=r"--config tiers=t.yaml: key .tiers. applies to plan files"):
+        _resume_mode_flags("g1", "m", False, None, load_config(["tiers=t.yaml"], "resume"))

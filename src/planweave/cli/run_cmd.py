@@ -213,8 +213,10 @@ def _resume_mode_flags(run_id: str, model: str | None, ask_human: bool, max_repl
                              "plan file: leave it out (or give --model NAME to plan with one)")
     if model is None:
         return
+    # A goal run's tiers are journaled (speculation never applies to it): the config file it was started with, given
+    # again, is read without them; a KEY=VALUE pair given for this resume asks for something it cannot do.
     for key in ("tiers", "speculate", "predictor_model"):
-        if getattr(config.values, key) is not None:
+        if getattr(config.values, key) is not None and config.sources.get(key, "").startswith("--config "):
             raise UsageError(f"{config.where(key)} applies to plan files: run '{run_id}' is a goal run, whose steps "
                              "its planner writes (its tiers are journaled)")
 
