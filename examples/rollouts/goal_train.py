@@ -108,7 +108,8 @@ async def main(steps: int, batch: int, kind: str) -> list[float]:
                 for s in outcome.samples]
 
     history = []
-    async with sampler(kind) as (url, dialect), Gateway(url, dialect=dialect) as gateway, \
+    async with sampler(kind) as (url, dialect), \
+            Gateway(url, dialect=dialect, chat_format="gemma" if kind == "local" else None) as gateway, \
             open_engine("memory://") as engine, \
             GoalRollouts(gateway, engine, episodes_from=episode_for(kind), reward=reward, episodes=steps * batch,
                          concurrency=batch if kind == "toy" else 1, max_staleness=1) as rollouts:

@@ -1,7 +1,8 @@
 """The gateway in front of the real llama.cpp server (llama-cpp-python, the ``[local]`` extra: Gemma 3 270M): a plan
 run with three parallel ``llm`` steps as an episode gives one sample per call whose completion ids are the server's
 own tokens of the reply (checked against the tokens it sampled, and detokenised back to the text by the server),
-with the sampled logprob per token; prompt ids are absent and the sample says why. Skipped without
+with the sampled logprob per token; prompt ids are the server's tokenisation of the prompt rendered in its chat
+format (gemma), kept because it has as many tokens as the server read. Skipped without
 llama-cpp-python, except in CI (CI=true), where that is a failure."""
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ async def test_a_plan_episode_on_llama_cpp_gives_one_sample_per_call_with_the_se
     _require_local_model()
     from planweave.models.local import local_server
 
-    async with local_server() as upstream, Gateway(upstream, dialect="llama-cpp-python") as gateway, \
+    async with local_server() as upstream, \
+            Gateway(upstream, dialect="llama-cpp-python", chat_format="gemma") as gateway, \
             open_engine("memory://") as engine, GoalRollouts(
                 gateway, engine, episodes_from=lambda seed: EpisodeSpec(plan=PLAN, model="local", deadline=300),
                 episodes=1, concurrency=1) as rollouts:
@@ -36,6 +38,9 @@ async def test_a_plan_episode_on_llama_cpp_gives_one_sample_per_call_with_the_se
             decoded = [None if s.completion_token_ids is None else (await http.post(
                 f"{root}/extras/detokenize", json={"tokens": list(s.completion_token_ids)})).json()["text"]
                 for s in episode.samples]
+            prompts = [(await http.post(f"{root}/extras/detokenize",
+                                        json={"tokens": list(s.prompt_token_ids or ())})).json()["text"]
+                       for s in episode.samples]
     assert episode.meta["status"] == "succeeded", episode.meta
     samples = episode.samples
     assert len(samples) == 3 and sorted(str(s.step) for s in samples) == ["s0", "s1", "s2"]
@@ -47,8 +52,9 @@ async def test_a_plan_episode_on_llama_cpp_gives_one_sample_per_call_with_the_se
         assert sample.ids_from == "tokenize-checked" and sample.dialect == "llama-cpp-python"
         assert sample.logprobs is not None and len(sample.logprobs) == len(sample.completion_token_ids or ())
         assert all(lp <= 0.0 for lp in sample.logprobs)
-    for sample in samples:
-        assert sample.prompt_token_ids is None
-        assert sample.token_ids_missing is not None and "returns no prompt ids" in sample.token_ids_missing
+    for sample, prompt in zip(samples, prompts, strict=True):
+        assert sample.prompt_token_ids is not None and sample.prompt_ids_from == "rendered-checked"
+        asked = str(sample.messages[-1]["content"])
+        assert prompt.endswith(f"user\n{asked}\nmodel\n")  # its detokeniser leaves out the turn markers
         if sample.completion_token_ids is None:  # the reply's tokenisation differed from the sampled tokens
-            assert "were sampled" in sample.token_ids_missing
+            assert sample.token_ids_missing is not None and "were sampled" in sample.token_ids_missing

@@ -50,11 +50,31 @@ Dialect = Literal["vllm", "llama-cpp-python", "openai"]
 - ``llama-cpp-python``: its chat endpoint returns logprobs with each sampled token's *text* but no ids, and renders
   the chat template server-side. Completion ids are the server's own tokenisation of the reply
   (``/extras/tokenize``), kept only when it has exactly the sampled tokens (as many, the same text each:
-  ``ids_from = "tokenize-checked"``), else None with the reason; prompt ids are None (``token_ids_missing`` says so).
+  ``ids_from = "tokenize-checked"``), else None with the reason. Prompt ids need the server's chat format
+  (``chat_format=``, :data:`CHAT_FORMATS`: ``gemma``, the local model's): the gateway renders the messages as that
+  format does, the server tokenises the text (``/extras/tokenize``, with BOS, as its chat handler does), and the ids
+  are kept only when they are as many as the server says it read (``usage.prompt_tokens``): ``prompt_ids_from =
+  "rendered-checked"``; without a chat format, or when the count differs, None (``token_ids_missing`` says why).
 - ``openai``: no ids at all (None, with the reason); logprobs if the server returns them.
 """
 
 DIALECTS: tuple[Dialect, ...] = ("vllm", "llama-cpp-python", "openai")
+
+
+def _render_gemma(messages: list[Mapping[str, Any]]) -> str:
+    """llama-cpp-python's ``gemma`` chat format (``llama_chat_format.format_gemma``): user and assistant turns only
+    (it drops system messages), then the model's turn opened."""
+    roles = {"user": "<start_of_turn>user\n", "assistant": "<start_of_turn>model\n"}
+    text = ""
+    for message in messages:
+        role, content = message.get("role"), message.get("content")
+        if role in roles:
+            text += roles[str(role)] + (content + "<end_of_turn>\n" if isinstance(content, str) and content else "")
+    return text + roles["assistant"]
+
+
+CHAT_FORMATS: dict[str, Callable[[list[Mapping[str, Any]]], str]] = {"gemma": _render_gemma}
+"""llama-cpp-python chat formats the gateway can render to get prompt ids (``Gateway(chat_format=...)``)."""
 POLICY_HEADER = "X-Policy-Version"
 RUN_HEADER = "X-Planweave-Run"
 STEP_HEADER = "X-Planweave-Step"
@@ -101,9 +121,13 @@ class Gateway:
 
     def __init__(self, upstream: str, *, dialect: Dialect = "vllm", api_key: str | None = None,
                  model: str | None = None, version: int = 0, timeout: float = 600.0,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
+                 host: str = "127.0.0.1", port: int = 0, chat_format: str | None = None) -> None:
         if dialect not in DIALECTS:
             raise GatewayError(f"gateway dialect {dialect!r} is not one of {', '.join(DIALECTS)}")
+        if chat_format is not None and chat_format not in CHAT_FORMATS:
+            raise GatewayError(f"gateway chat_format {chat_format!r} is not one the gateway can render "
+                               f"({', '.join(CHAT_FORMATS)})")
+        self.chat_format = chat_format
         require("server", "the rollout gateway")
         self.upstream = upstream.rstrip("/")
         self.dialect: Dialect = dialect
@@ -308,8 +332,8 @@ class Gateway:
                 prompt_ids = completion_ids = None
         elif self.dialect == "llama-cpp-python":
             completion_ids, why = await self._llama_completion_ids(text, [str(i.get("token", "")) for i in items])
-            missing = ("llama-cpp-python renders the chat template server-side and returns no prompt ids"
-                       + ("" if why is None else f"; {why}"))
+            prompt_ids, why_prompt = await self._llama_prompt_ids(list(body.get("messages") or ()), reply)
+            missing = "; ".join(w for w in (why_prompt, why) if w) or None
         else:
             missing = "the 'openai' dialect returns no token ids"
         if logprobs is not None and completion_ids is not None and len(logprobs) != len(completion_ids):
@@ -326,7 +350,29 @@ class Gateway:
             prompt_token_ids=prompt_ids, completion_token_ids=completion_ids, logprobs=logprobs,
             token_ids_missing=missing, dialect=self.dialect, resampled=resampled,
             ids_from=None if completion_ids is None else (
-                "server" if self.dialect == "vllm" else "tokenize-checked"))
+                "server" if self.dialect == "vllm" else "tokenize-checked"),
+            prompt_ids_from=None if prompt_ids is None else (
+                "server" if self.dialect == "vllm" else "rendered-checked"))
+
+    async def _llama_prompt_ids(self, messages: list[Mapping[str, Any]], reply: Mapping[str, Any]
+                                ) -> tuple[tuple[int, ...] | None, str | None]:
+        """The server's tokenisation of the prompt as its chat format renders it, if it has as many tokens as the
+        server read, else why not."""
+        if self.chat_format is None:
+            return None, ("llama-cpp-python renders the chat template server-side and returns no prompt ids (give "
+                          "the gateway its chat_format to render it)")
+        assert self._http is not None
+        root = self.upstream.removesuffix("/v1")
+        answer = await self._http.post(f"{root}/extras/tokenize",
+                                       json={"input": CHAT_FORMATS[self.chat_format](messages)}, headers=self._headers)
+        ids = _int_list(answer.json().get("tokens")) if answer.status_code == 200 else None
+        if ids is None:
+            return None, f"/extras/tokenize answered HTTP {answer.status_code} for the prompt: prompt ids not given"
+        read = (reply.get("usage") or {}).get("prompt_tokens")
+        if read != len(ids):
+            return None, (f"the prompt rendered as {self.chat_format} tokenises to {len(ids)} tokens where the server "
+                          f"read {read}: prompt ids not given")
+        return ids, None
 
     async def _llama_completion_ids(self, text: str, pieces: list[str]) -> tuple[tuple[int, ...] | None, str | None]:
         """The server's tokenisation of ``text`` if it is exactly the sampled tokens ``pieces``, else why not."""

@@ -62,7 +62,8 @@ class Sample:
     completion_token_ids: tuple[int, ...] | None
     logprobs: tuple[float, ...] | None
     token_ids_missing: str | None = None
-    ids_from: str | None = None  # "server": the ids it sampled; "tokenize-checked": see gateway.Dialect
+    ids_from: str | None = None  # completion ids: "server" (the ids it sampled) or "tokenize-checked" (gateway.Dialect)
+    prompt_ids_from: str | None = None  # "server" or "rendered-checked" (gateway.Dialect)
     dialect: str = "vllm"
     reward: float | None = None
     trainable: bool = True
@@ -80,7 +81,8 @@ class Sample:
                 "finish_reason": self.finish_reason, "policy_version": self.policy_version,
                 "prompt_token_ids": _list(self.prompt_token_ids),
                 "completion_token_ids": _list(self.completion_token_ids), "logprobs": _list(self.logprobs),
-                "token_ids_missing": self.token_ids_missing, "ids_from": self.ids_from, "dialect": self.dialect,
+                "token_ids_missing": self.token_ids_missing, "ids_from": self.ids_from,
+                "prompt_ids_from": self.prompt_ids_from, "dialect": self.dialect,
                 "reward": self.reward, "trainable": self.trainable, "resampled": self.resampled}
 
     @classmethod
@@ -102,7 +104,8 @@ class Sample:
                 completion_token_ids=_ints(obj.get("completion_token_ids")),
                 logprobs=None if obj.get("logprobs") is None else tuple(float(x) for x in obj["logprobs"]),
                 token_ids_missing=_opt_str(obj.get("token_ids_missing")),
-                ids_from=_opt_str(obj.get("ids_from")), dialect=str(obj.get("dialect", "vllm")),
+                ids_from=_opt_str(obj.get("ids_from")), prompt_ids_from=_opt_str(obj.get("prompt_ids_from")),
+                dialect=str(obj.get("dialect", "vllm")),
                 reward=None if reward is None else float(reward), trainable=bool(obj.get("trainable", True)),
                 resampled=int(obj.get("resampled", 0)))
         except (KeyError, TypeError, ValueError) as exc:
