@@ -6,8 +6,9 @@
 Each episode is a planweave run through the rollout gateway: with ``--sampler toy`` a goal run (the planner writes
 three parallel ``llm`` steps, each names a colour, the joiner answers) on the toy vLLM-dialect server; with
 ``--sampler local`` a plan run of three parallel ``llm`` steps on the llama.cpp server (a 270M base model writes no
-usable plan; its exact completion ids come from the ``llama-cpp-python`` dialect). The reward hook gives each step's
-call 1 when its reply starts like "blue" would, else 0 (planner and joiner calls 0).
+usable plan; its ids come from the ``llama-cpp-python`` dialect with the ``gemma`` chat format). The reward hook
+gives each step's call 1 when its reply starts with "blue" (toy) or names a rainbow colour (llama.cpp), else 0
+(planner and joiner calls 0).
 
 The sampler is never trained (it stays a sampler); the trained policy is a numpy softmax over the first completion
 token of a step's reply, learnt by REINFORCE with the batch's mean reward as baseline (GRPO-style) from the samples
@@ -30,7 +31,8 @@ from planweave.rollouts.gateway import Dialect, Gateway
 from planweave.rollouts.goals import EpisodeOutcome, EpisodeSpec, GoalRollouts, samples_of
 from planweave.rollouts.toy_policy import ToyPolicyServer, goal_replies
 
-PROMPT = "Name one colour, in one word."
+PROMPT = "Name one colour of the rainbow, in one word."
+RAINBOW = ("red", "orange", "yellow", "green", "blue", "indigo", "violet")
 
 
 class FirstTokenPolicy:
@@ -103,9 +105,12 @@ async def main(steps: int, batch: int, kind: str) -> list[float]:
     policy = FirstTokenPolicy()
     target: list[int | None] = [None]
 
+    def good(text: str) -> bool:  # the toy: a reply starting "blue"; llama.cpp: one naming a rainbow colour
+        said = text.strip().lower()
+        return said.startswith("blue") if kind == "toy" else any(c in said for c in RAINBOW)
+
     def reward(outcome: EpisodeOutcome) -> list[float]:
-        return [1.0 if s.role == "step" and s.text.strip().lower().startswith("blue") else 0.0
-                for s in outcome.samples]
+        return [1.0 if s.role == "step" and good(s.text) else 0.0 for s in outcome.samples]
 
     history = []
     async with sampler(kind) as (url, dialect), \

@@ -1,5 +1,6 @@
-"""The gateway in front of the real llama.cpp server (llama-cpp-python, the ``[local]`` extra: Gemma 3 270M): a plan
-run with three parallel ``llm`` steps as an episode gives one sample per call whose completion ids are the server's
+"""The gateway in front of the real llama.cpp server (llama-cpp-python, the ``[local]`` extra: Gemma 3 270M): a goal
+run (planned by a scripted planner: the 270M base model writes no usable plan) with three parallel ``llm`` steps on
+the policy, as an episode, gives one sample per policy call whose completion ids are the server's
 own tokens of the reply (checked against the tokens it sampled, and detokenised back to the text by the server),
 with the sampled logprob per token; prompt ids are the server's tokenisation of the prompt rendered in its chat
 format (gemma), kept because it has as many tokens as the server read. Skipped without
@@ -7,10 +8,14 @@ llama-cpp-python, except in CI (CI=true), where that is a failure."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
+import yaml
 
 from planweave.api import open_engine
+from planweave.models import resolve_model
 from planweave.rollouts.gateway import Gateway
 from planweave.rollouts.goals import EpisodeSpec, GoalRollouts
 from tests.models.test_local_model import _require_local_model
@@ -23,14 +28,18 @@ PLAN = {"name": "colours", "steps": [
     for i in range(3)]}
 
 
-async def test_a_plan_episode_on_llama_cpp_gives_one_sample_per_call_with_the_servers_token_ids() -> None:
+async def test_a_goal_episode_on_llama_cpp_gives_one_sample_per_call_with_the_servers_token_ids(
+        tmp_path: Path) -> None:
     _require_local_model()
     from planweave.models.local import local_server
 
-    async with local_server() as upstream, \
+    script = tmp_path / "planner.yaml"
+    script.write_text(yaml.safe_dump({"plan": PLAN["steps"], "answer": "three colours"}), encoding="utf-8")
+    async with local_server() as upstream, resolve_model(f"scripted:{script}") as planner, \
             Gateway(upstream, dialect="llama-cpp-python", chat_format="gemma") as gateway, \
             open_engine("memory://") as engine, GoalRollouts(
-                gateway, engine, episodes_from=lambda seed: EpisodeSpec(plan=PLAN, model="local", deadline=300),
+                gateway, engine, episodes_from=lambda seed: EpisodeSpec(
+                    goal="Name three colours of the rainbow.", planner=planner, model="local", deadline=300),
                 episodes=1, concurrency=1) as rollouts:
         [episode] = [t async for batch in rollouts.batches(size=1) for t in batch]
         root = upstream.removesuffix("/v1")

@@ -10,14 +10,17 @@ import random
 import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import pytest
+import yaml
 
 from planweave.api import open_engine
 from planweave.engine.runtime import Engine
+from planweave.models import resolve_model
 from planweave.rollouts import Trajectory
 from planweave.rollouts.gateway import Gateway
 from planweave.rollouts.goals import EpisodeOutcome, EpisodeSpec, GoalRollouts, samples_of
@@ -242,3 +245,21 @@ async def test_no_delivered_trainable_call_is_older_than_the_bound_across_update
     assert len({v for v, _, _ in seen}) >= 3  # the policy moved while episodes ran
     assert all(delivered - served <= max_staleness for delivered, served, trainable in seen if trainable)
     assert sum(trainable for _, _, trainable in seen) > 0
+
+
+async def test_a_goal_planned_by_a_fixed_planner_samples_only_the_policys_step_calls(tmp_path: Path) -> None:
+    """EpisodeSpec(planner=...): a scripted planner plans and joins, the three parallel llm steps call the policy
+    through the session; the samples are the policy's three calls, the planner's never reach the gateway."""
+    script = tmp_path / "planner.yaml"
+    script.write_text(yaml.safe_dump({"plan": [{"id": f"s{i}", "tool": "llm", "args": {"prompt": f"Colour {i}?"}}
+                                               for i in range(3)], "answer": "named"}), encoding="utf-8")
+    toy = ToyPolicyServer(lambda messages, rng: "blue", delay=0.05)
+    async with resolve_model(f"scripted:{script}") as planner, stack(toy) as (gateway, engine), GoalRollouts(
+            gateway, engine, episodes_from=lambda s: EpisodeSpec(goal="Name colours.", planner=planner,
+                                                                 budget_tokens=50_000),
+            episodes=1) as rollouts:
+        [episode] = await collect(rollouts, 1)
+    assert episode.meta["status"] == "succeeded" and episode.meta["answer"] == "named"
+    assert sorted((s.role, s.step, s.text) for s in episode.samples) == [
+        ("step", "s0", "blue"), ("step", "s1", "blue"), ("step", "s2", "blue")]
+    assert toy.calls == 3 and toy.max_in_flight == 3

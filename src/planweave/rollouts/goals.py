@@ -43,6 +43,7 @@ from planweave.rollouts.trajectory import Trajectory
 if TYPE_CHECKING:
     from planweave.core.clock import Clock
     from planweave.engine.runtime import Engine, RunResult
+    from planweave.models.base import ModelClient
     from planweave.tools.registry import Toolbox
 
 
@@ -50,7 +51,10 @@ if TYPE_CHECKING:
 class EpisodeSpec:
     """What one episode runs: ``goal`` (a goal run: the planner on the policy, ``tools`` plus ``llm``) or ``plan``
     (a plan document whose ``llm`` steps call the policy), its own ``budget_tokens``/``budget_usd`` and ``deadline``
-    (seconds), ``max_replans``, the ``model`` name sent, and ``headers`` for its endpoint."""
+    (seconds), ``max_replans``, the ``model`` name sent, and ``headers`` for its endpoint. ``planner`` (a goal
+    run only): another model client plans and joins (a fixed planner, e.g. ``scripted:FILE`` or an API model) while
+    the run's ``llm`` steps call the policy through the session, within the same budget; only the policy's calls
+    are samples."""
 
     goal: str | None = None
     plan: Mapping[str, Any] | None = None
@@ -61,10 +65,13 @@ class EpisodeSpec:
     max_replans: int | None = None
     model: str = "policy"
     headers: Mapping[str, str] = field(default_factory=dict)
+    planner: ModelClient | None = None
 
     def __post_init__(self) -> None:
         if (self.goal is None) == (self.plan is None):
             raise ValueError("an EpisodeSpec has a goal or a plan (exactly one)")
+        if self.planner is not None and self.goal is None:
+            raise ValueError("an EpisodeSpec planner plans a goal: give goal=, not plan=")
         if self.deadline is not None and self.deadline <= 0:
             raise ValueError(f"EpisodeSpec deadline must be positive seconds, got {self.deadline}")
 
@@ -205,7 +212,9 @@ class GoalRollouts(RolloutEngine):
         client = OpenAIChatClient(spec.model, **endpoint.client_options(), http=self._http, concurrency=None)
         run = None
         try:
-            if spec.goal is not None:
+            if spec.goal is not None and spec.planner is not None:
+                run = await self._start_goal_with_planner(spec, client, run_id)
+            elif spec.goal is not None:
                 from planweave.api import start_goal
 
                 run = await start_goal(self.engine, spec.goal, model=client, tools=spec.tools,
@@ -226,6 +235,22 @@ class GoalRollouts(RolloutEngine):
             if run is not None and not run.finished:
                 run.cancel("rollout episode dropped")
             raise
+
+    async def _start_goal_with_planner(self, spec: EpisodeSpec, client: Any, run_id: str) -> Any:
+        """The goal planned by ``spec.planner``, its ``llm`` steps on the policy's ``client``, one budget."""
+        from planweave.engine.limits import RunLimits
+        from planweave.planning import build_planning_loop
+        from planweave.planning.goal import launch_goal
+        from planweave.tools.builtins import builtin_tools
+        from planweave.tools.llm import llm_tool
+
+        assert spec.goal is not None and spec.planner is not None
+        limits = RunLimits(spec.budget_usd, spec.budget_tokens, spec.deadline, spec.max_replans)
+        spend = limits.budget()
+        base = spec.tools if spec.tools is not None else builtin_tools()
+        tools = base.merged({"llm": llm_tool(client, spend)})  # a catalog with its own llm keeps it
+        loop = build_planning_loop(self.engine, spec.planner, tools, limits, budget=spend)
+        return await launch_goal(loop, spec.goal, run_id=run_id)
 
     async def _start_plan(self, spec: EpisodeSpec, client: Any, run_id: str) -> Any:
         from planweave.engine.limits import RunLimits
