@@ -4,7 +4,8 @@ For each size a layered plan (ten steps a layer, each after two of the layer bef
 by an in-process ``planweave`` server on 127.0.0.1 and opened in headless chromium twice:
 
 - finished: the run has ended before the page opens (its events are replayed to the page);
-- live: the page opens as the run starts and watches it stream (``sleep`` steps) for ``--watch`` seconds.
+- live: the page opens as the run starts and watches it stream (``sleep`` steps) for ``--watch`` seconds, following
+  its frontier.
 
 Interactive means: every step of the plan is known to the page and drawn (as itself, or in the collapsed group
 that stands for it: plans above 500 steps open collapsed by layer), and the run's status is shown.
@@ -130,7 +131,8 @@ async def measure_page(page: Page, url: str, run_id: str, steps: int, *, live: b
         polling="raf", timeout=60_000)
     interactive = float(await ready.json_value()) / 1000
     load_tasks: list[float] = await page.evaluate("window.__longtasks.splice(0)")
-    if live:  # from here on: while the run streams
+    if live:  # from here on: while the run streams, the graph following its running steps
+        await page.check("#follow")
         await asyncio.sleep(watch)
     else:
         await asyncio.sleep(1.0)  # the replayed events settle

@@ -27,6 +27,7 @@
       if (v === null || v === undefined) continue;
       if (k === "class") node.className = v;
       else if (k === "text") node.textContent = v;
+      else if (k === "style") node.style.cssText = v; // through the CSSOM: the server's CSP refuses style attributes
       else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
       else node.setAttribute(k, v);
     }
@@ -39,6 +40,7 @@
     for (const [k, v] of Object.entries(attrs || {})) {
       if (v === null || v === undefined) continue;
       if (k === "text") node.textContent = v;
+      else if (k === "style") node.style.cssText = v;
       else node.setAttribute(k, String(v));
     }
     for (const child of children) if (child) node.append(child);
@@ -1039,9 +1041,15 @@
   }
 
   // Layered positions: x by depth, rows ordered by the mean row of their predecessors (one barycentre pass).
+  // Depths with nothing drawn (inside a collapsed band of layers) take no room: columns are the depths drawn, in order.
   function layeredPositions(graph) {
+    const depths = [...new Set([...graph.nodes.values()].map((node) => node.depth))].sort((a, b) => a - b);
+    const column = new Map(depths.map((d, i) => [d, i]));
     const layers = [];
-    for (const node of graph.nodes.values()) (layers[node.depth] = layers[node.depth] || []).push(node.id);
+    for (const node of graph.nodes.values()) {
+      const c = column.get(node.depth);
+      (layers[c] = layers[c] || []).push(node.id);
+    }
     const row = new Map();
     const pos = new Map();
     layers.forEach((layer, d) => {
@@ -1162,12 +1170,13 @@
   function fitView(current) {
     const cy = current.cy;
     if (!cy) return;
+    cy.resize(); // the page's layout may have changed since the graph was made (panels shown or hidden)
     const box = nodesBox(cy);
     if (!box) return;
     let zoom = Math.min(cy.width() / box.w, cy.height() / box.h, 1.2);
     let cx = (box.x1 + box.x2) / 2;
     // A long plan fitted whole is unreadable: start at its beginning, at a zoom where labels can be read.
-    if (zoom < 0.35 && cy.nodes().length > 200) {
+    if (zoom < 0.35) {
       zoom = 0.5;
       cx = box.x1 + cy.width() / 2 / zoom;
     }
@@ -1249,7 +1258,8 @@
     const ext = cy.extent();
     const inside = box.x1 >= ext.x1 && box.x2 <= ext.x2 && box.y1 >= ext.y1 && box.y2 <= ext.y2;
     if (inside) return;
-    const zoom = Math.min(1, Math.max(cy.zoom(), 0.3), (cy.width() - 40) / Math.max(box.w, 1), (cy.height() - 40) / Math.max(box.h, 1));
+    // As close as shows the whole frontier, at most 1:1, at least a zoom where a node is still a node.
+    const zoom = Math.max(0.3, Math.min(1, (cy.width() - 40) / Math.max(box.w, 1), (cy.height() - 40) / Math.max(box.h, 1)));
     cy.viewport({ zoom, pan: { x: cy.width() / 2 - ((box.x1 + box.x2) / 2) * zoom, y: cy.height() / 2 - ((box.y1 + box.y2) / 2) * zoom } });
   }
 
