@@ -41,9 +41,14 @@ async def test_the_dashboard_shows_a_run_progress_to_completion(live: Live, tmp_
     from playwright.async_api import expect
 
     errors: list[str] = []
+    refused: list[str] = []  # every answer of 400 or more the page got: none on load (favicon, /workers)
     async with browser_page(tmp_path / "profile", errors) as page:
+        page.on("response", lambda r: refused.append(f"{r.status} {r.url}") if r.status >= 400 else None)
         # Log in once: the token is kept in localStorage.
         await log_in(page, live.url, live.token)
+        # This server has no model: the form starts plans only (no goal choice), and has no queue (no workers).
+        await expect(page.locator("#submit-kind")).to_be_hidden()
+        await expect(page.locator("#workers")).to_be_hidden()
 
         # Start a run from the dashboard and follow it live.
         await page.click("#new-run summary")
@@ -77,6 +82,7 @@ async def test_the_dashboard_shows_a_run_progress_to_completion(live: Live, tmp_
             SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
             SCREENSHOT.write_bytes(shot)
     assert errors == []
+    assert refused == []
     result = await live.wait(run_id)
     assert result.ok
 

@@ -94,6 +94,12 @@ async def test_a_long_run_is_found_collapsed_approved_and_followed_in_the_dashbo
             assert await drawn(page, "node:selected") == {deep}
             assert await in_view(page, deep)
             await expect(page.locator(f'#step-list .list-row[data-step="{deep}"]')).to_have_count(1)
+            # The step list and the timeline hold the rows in view only, whatever the plan's size.
+            await page.fill("#dag-search", "")
+            await page.locator("#step-list").evaluate("(box) => { box.scrollTop = box.scrollHeight / 2; }")
+            await expect(page.locator("#step-list .list-row").first).to_be_visible()
+            assert await page.locator("#step-list .list-row").count() < 40
+            assert await page.locator("#gantt rect.bar").count() < 60
 
             # Collapse and expand: a group opens into its steps; collapsing again draws the groups only.
             await page.fill("#dag-search", "")
