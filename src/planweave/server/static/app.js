@@ -332,14 +332,26 @@
     renderRuns();
   }
 
-  // A child run (a sub-plan: planning/subplans.py names it PARENT.STEP) is listed under its parent when the parent
-  // is listed, folded until the parent's row is opened.
+  // A child run (a sub-plan) is listed under its parent when the parent is listed, folded until the parent's row is
+  // opened. Only an id with a dot can be a child's (planning/subplans.py names it PARENT.STEP): its parent is read
+  // once from GET /runs/{id}/subplans, as runtree.child_ids does, so that a run merely named "a.b" stays at the top.
   const openParents = new Set();
+  const parents = new Map(); // run id -> its parent's id, or null for a root; absent: not read yet
+  const parentsAsked = new Set();
+  const rerenderRuns = throttle(async () => renderRuns(), 100);
 
   function parentOf(runId) {
-    for (let i = runId.lastIndexOf("."); i > 0; i = runId.lastIndexOf(".", i - 1)) {
-      const parent = runId.slice(0, i);
-      if (runs.has(parent)) return parent;
+    if (!runId.includes(".")) return null;
+    if (parents.has(runId)) {
+      const parent = parents.get(runId);
+      return parent !== null && runs.has(parent) ? parent : null;
+    }
+    if (!parentsAsked.has(runId)) {
+      parentsAsked.add(runId);
+      api(`/runs/${encodeURIComponent(runId)}/subplans`).then(({ body }) => {
+        parents.set(runId, body.parent ? body.parent.run : null);
+        if (body.parent) rerenderRuns();
+      }).catch(() => { parentsAsked.delete(runId); });
     }
     return null;
   }

@@ -1,0 +1,56 @@
+"""The dashboard's runs list nests child runs (sub-plans) under their parent, folded; a run merely named like a child
+stays at the top (in a real browser, Debian's chromium, headless)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planweave import run_virtual
+from tests.planning.subplan_world import world
+from tests.planning.test_subplans import run_tree
+
+from .browser import browser_page, log_in, require_browser
+from .conftest import start_live
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A journal with the goal run ``root``, its child ``root.mid`` and grandchild ``root.mid.leaf``."""
+    monkeypatch.setenv("SUBPLAN_LOG", str(tmp_path / "calls.log"))
+    monkeypatch.delenv("SUBPLAN_GATE", raising=False)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    result, _ = run_virtual(run_tree(url, world()))
+    assert result.ok, result.error
+    return url
+
+
+async def test_child_runs_are_listed_under_their_parent_not_at_the_top(tree: str, tmp_path: Path) -> None:
+    require_browser()
+    from playwright.async_api import expect
+
+    errors: list[str] = []
+    async with start_live(tree, recover=False) as live, live.client() as client:
+        # A root run whose id only looks like a child's.
+        created = await client.post("/runs", json={"plan": {"steps": [{"id": "a", "tool": "noop"}]},
+                                                   "run_id": "root.lookalike"})
+        assert created.status_code == 201, created.text
+        await live.wait("root.lookalike")
+        async with browser_page(tmp_path / "profile", errors) as page:
+            await log_in(page, live.url, live.token)
+            rows = page.locator("#runs tbody tr")
+            await expect(page.locator('tr[data-run="root"] .fold')).to_have_text("▸1")
+            await expect(page.locator('tr[data-run="root.mid"]')).to_have_count(0)  # folded under root
+            await expect(page.locator('tr[data-run="root.lookalike"]')).not_to_have_attribute("data-parent", "root")
+            await page.click('tr[data-run="root"] .fold')
+            await expect(page.locator('tr[data-run="root.mid"]')).to_have_attribute("data-parent", "root")
+            await expect(page.locator('tr[data-run="root.mid.leaf"]')).to_have_count(0)
+            await page.click('tr[data-run="root.mid"] .fold')
+            await expect(page.locator('tr[data-run="root.mid.leaf"]')).to_have_attribute("data-parent", "root.mid")
+            # In order: each child right under its parent; the look-alike at the top level.
+            order = [await r.get_attribute("data-run") for r in await rows.all()]
+            assert order.index("root.mid") == order.index("root") + 1, order
+            assert order.index("root.mid.leaf") == order.index("root.mid") + 1, order
+            assert await page.locator('tr[data-run="root.lookalike"]').get_attribute("data-parent") is None
+    assert errors == []
