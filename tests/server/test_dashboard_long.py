@@ -146,8 +146,12 @@ async def test_a_long_run_is_found_collapsed_approved_and_followed_in_the_dashbo
             # Some running step drawn in view; later (other steps running) again in view, the view having moved.
             first = await page.wait_for_function(FRONTIER_IN_VIEW, arg=[], timeout=10_000)
             before = await first.json_value()
+            # Incremental: what is drawn is the same Cytoscape elements, their statuses changed in place.
+            await page.evaluate("() => { window.__drawn = window.planweave.view.cy.nodes()[0]; }")
             moved = await page.wait_for_function(FRONTIER_IN_VIEW, arg=before, timeout=10_000)
             assert set(await moved.json_value()).isdisjoint(before)
+            assert await page.evaluate("() => window.planweave.view.cy.nodes()[0] === window.__drawn "
+                                       "&& !window.__drawn.removed()")
             await client.post("/runs/stream/cancel", json={})
 
             # Start a goal from the form: a budget is refused for a model without a price, a deadline is taken.
