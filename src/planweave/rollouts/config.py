@@ -9,6 +9,15 @@
     concurrency: 64
     journal: sqlite:///rollouts.db             # optional: resumable
     sink: trajectories.jsonl                   # .jsonl, .parquet (a directory) or redis://host:6379/0#stream
+
+Goal-run episodes through the rollout gateway (docs/rollouts.md) take ``episodes_from`` instead of ``env``:
+
+    policy: {base_url: http://127.0.0.1:8000/v1, api_key_env: VLLM_KEY}   # the policy server (the upstream)
+    gateway: {dialect: vllm}                   # or llama-cpp-python (chat_format: gemma), openai
+    episodes_from: my_tasks:episode            # module:callable, seed -> rollouts.goals.EpisodeSpec
+    reward: my_tasks:score                     # optional: module:callable, EpisodeOutcome -> float or one per call
+    episodes: 256
+    ...
 """
 
 from __future__ import annotations
@@ -38,10 +47,19 @@ class PolicyConfig(BaseModel):
     temperature: float | None = Field(default=None, ge=0)
 
 
+class GatewayConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    dialect: Literal["vllm", "llama-cpp-python", "openai"] = "vllm"
+    chat_format: Literal["gemma"] | None = None
+
+
 class RolloutConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     policy: PolicyConfig
-    env: str
+    env: str | None = None
+    episodes_from: str | None = None
+    reward: str | None = None
+    gateway: GatewayConfig | None = None
     episodes: int = Field(ge=1)
     batch: int = Field(default=16, ge=1)
     max_staleness: int = Field(default=1, ge=0)
@@ -66,22 +84,35 @@ def load_config(path: Path) -> RolloutConfig:
     if not isinstance(data, dict):
         raise RolloutConfigError(f"{path}: a rollouts config is a mapping (policy, env, episodes, sink, ...)")
     try:
-        return RolloutConfig.model_validate(data)
+        config = RolloutConfig.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise RolloutConfigError(f"{path}: {problems}") from None
+    if (config.env is None) == (config.episodes_from is None):
+        raise RolloutConfigError(f"{path}: give env (reset/step environments) or episodes_from (goal-run episodes "
+                                 f"through the gateway), exactly one")
+    if config.env is not None and (config.gateway is not None or config.reward is not None):
+        raise RolloutConfigError(f"{path}: gateway and reward go with episodes_from, not env (an environment's "
+                                 f"rewards are its own)")
+    return config
+
+
+def load_callable(spec: str, where: str, field: str = "env",
+                  example: str = "planweave.rollouts.toy:Corridor") -> Any:
+    """The ``module:callable`` named by config field ``field``; a :class:`RolloutConfigError` naming it if not."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise RolloutConfigError(f"{where}: {field} {spec!r} is not module:callable (e.g. {example})")
+    try:
+        target = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError) as exc:
+        raise RolloutConfigError(f"{where}: {field} {spec!r} cannot be imported ({exc})") from None
+    if not callable(target):
+        raise RolloutConfigError(f"{where}: {field} {spec!r} is not callable")
+    return target
 
 
 def load_env(spec: str, where: str) -> EnvFactory:
     """The ``module:callable`` environment factory ``spec``."""
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise RolloutConfigError(f"{where}: env {spec!r} is not module:callable (e.g. planweave.rollouts.toy:Corridor)")
-    try:
-        target = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise RolloutConfigError(f"{where}: env {spec!r} cannot be imported ({exc})") from None
-    if not callable(target):
-        raise RolloutConfigError(f"{where}: env {spec!r} is not callable")
-    factory: EnvFactory = target
+    factory: EnvFactory = load_callable(spec, where)
     return factory

@@ -77,6 +77,18 @@ def goal_replies(steps: int = 3, *, words: Sequence[str] = WORDS) -> Replies:
     return reply
 
 
+def colour_episode(seed: int) -> Any:
+    """An ``episodes_from`` for :func:`goal_replies`: the goal run "Name three colours (episode SEED)."."""
+    from planweave.rollouts.goals import EpisodeSpec
+
+    return EpisodeSpec(goal=f"Name three colours (episode {seed}).", budget_tokens=100_000, deadline=120)
+
+
+def blue_reward(outcome: Any) -> list[float]:
+    """A per-call reward for :func:`goal_replies`' episodes: 1 for a step's call that answered "blue"."""
+    return [1.0 if s.role == "step" and s.text == "blue" else 0.0 for s in outcome.samples]
+
+
 class ToyPolicyServer:
     """See the module docstring. ``calls`` and ``completion_tokens`` count what it served."""
 
