@@ -46,7 +46,7 @@ async def collect(rollouts: GoalRollouts, size: int) -> list[Trajectory]:
 
 
 async def test_a_goal_run_with_three_parallel_steps_gives_one_sample_per_model_call_with_exact_tokens() -> None:
-    toy = ToyPolicyServer(goal_replies(steps=3), delay=0.05)
+    toy = ToyPolicyServer(goal_replies(steps=3), delay=0.2)  # long enough for the three steps to overlap
     async with stack(toy) as (gateway, engine), \
             GoalRollouts(gateway, engine, episodes_from=goal, episodes=1, concurrency=1) as rollouts:
         [episode] = await collect(rollouts, 1)
@@ -253,7 +253,7 @@ async def test_a_goal_planned_by_a_fixed_planner_samples_only_the_policys_step_c
     script = tmp_path / "planner.yaml"
     script.write_text(yaml.safe_dump({"plan": [{"id": f"s{i}", "tool": "llm", "args": {"prompt": f"Colour {i}?"}}
                                                for i in range(3)], "answer": "named"}), encoding="utf-8")
-    toy = ToyPolicyServer(lambda messages, rng: "blue", delay=0.05)
+    toy = ToyPolicyServer(lambda messages, rng: "blue", delay=0.2)
     async with resolve_model(f"scripted:{script}") as planner, stack(toy) as (gateway, engine), GoalRollouts(
             gateway, engine, episodes_from=lambda s: EpisodeSpec(goal="Name colours.", planner=planner,
                                                                  budget_tokens=50_000),
