@@ -42,6 +42,8 @@ from planweave.models import (
     Message,
     ModelClient,
     Reservation,
+    ToolCallDelta,
+    ToolSpec,
     Usage,
     call_context,
 )
@@ -52,14 +54,20 @@ from planweave.models.pricing import PriceTable, approx_prompt_tokens, worst_cas
 from planweave.planning import prompts
 from planweave.planning.context import ContextLimits, RedactedOutputs, ReferenceBook, bounded_context
 from planweave.planning.draft import DraftOptions, DraftPlanner, DraftSession, draft_options
-from planweave.planning.lines import LineParser
+from planweave.planning.lines import Line, LineParser
 from planweave.planning.subplans import SUBPLAN_TOOL
+from planweave.planning.tool_calls import StepCalls, calls_as_lines, planner_tools
 from planweave.tools import Toolbox
 from planweave.tools.context import context_read_tool, referencing_llm_tool
 
 _NO_PRICES = PriceTable({})  # a client without a price table: calls cost nothing in dollars
 NO_STEP_LINE = ("the reply has no step line: write each step as a JSON object on its own line, or [] if no step "
                 "is needed")
+
+
+PlanVia = Literal["auto", "tools", "text"]
+#: Statuses with which an endpoint that cannot take ``tools`` refuses the request (``auto`` then plans in text).
+_TOOLS_REFUSED = (400, 404, 422, 501)
 
 
 @dataclass(frozen=True)
@@ -93,6 +101,11 @@ class PlanningOptions:
     # repair) ahead of the planner, whose lines verify it; agreeing safe draft steps start early. None: the planner
     # plans alone.
     draft: ModelClient | DraftOptions | None = None
+    # How the planner writes its plans, re-plans and repairs: "tools" (one native add_step call per step, each
+    # admitted when its arguments complete: planning/tool_calls.py), "text" (JSON Lines in the reply) or "auto"
+    # (tools when the client speaks a dialect with tool calls, text otherwise or when the endpoint refuses them).
+    # A reply in text while tools were offered is read as JSON Lines in every mode.
+    plan_via: PlanVia = "auto"
 
 
 @dataclass(frozen=True)
@@ -182,6 +195,7 @@ class PlanningLoop:
             given, wrapped = self.tools, referencing_llm_tool(self.tools["llm"], self.engine.get, self._describe)
             self.tools = Toolbox({n: wrapped if n == "llm" else t for n, t in given.items()})
             self.tools.on_close(given.aclose)  # what the given toolbox holds open is closed with this one
+        self._via_tools = plans_via_tools(options.plan_via, client)
         drafting = draft_options(options.draft)
         self._draft = None if drafting is None else DraftPlanner(
             drafting, self.tools, engine.clock, budget=budget, planner=client,
@@ -362,7 +376,8 @@ class PlanningLoop:
         return self._book.note(sid, run.plan.steps[sid].tool, outputs.get(sid)).line().removeprefix("- ")
 
     def _system(self) -> str:
-        return prompts.planner_system(self.tools.values(), report=self.options.context == "references")
+        return prompts.planner_system(self.tools.values(), report=self.options.context == "references",
+                                      via_tools=self._via_tools)
 
     def _plan_lines(self, sids: list[str]) -> str:
         """Steps ``sids`` of the live plan as the planner's JSON Lines, with the engine's secrets hidden."""
@@ -591,8 +606,8 @@ class PlanningLoop:
             if not errors:
                 self._planner_signal("succeeded")
                 return
-            messages = [*messages, Message("assistant", completion.text),
-                        Message("user", prompts.repair_lines_prompt(errors, accepted))]
+            messages = [*messages, Message("assistant", _answer(completion)),
+                        Message("user", prompts.repair_lines_prompt(errors, accepted, via_tools=self._via_tools))]
             run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000],
                                       "attempt": attempt + 1})
             self._planner_signal("failed", "; ".join(errors))
@@ -601,24 +616,41 @@ class PlanningLoop:
         self, purpose: str, messages: list[Message],
         admit: Callable[[tuple[dict[str, Any], ...], int], None], errors: list[str],
     ) -> Completion:
-        parser = LineParser()
+        """One planner call: its steps admitted as each JSON line (text) or ``add_step`` call (tools) completes;
+        lines and calls that are not steps are added to ``errors`` for the repair prompt."""
+        parser, calls = LineParser(), StepCalls()
 
-        def feed(text: str) -> None:
-            for line in parser.feed(text):
+        def take(lines: list[Line]) -> None:
+            for line in lines:
                 if line.error:
                     errors.append(line.error)
                 else:
                     self._admit_or_note(line.steps, line.number, admit)
 
-        completion = await self._call(purpose, messages, max_tokens=self.options.plan_max_tokens,
-                                      floor_tokens=self.options.plan_min_tokens, on_text=feed)
-        for line in parser.close():
-            if line.error:
-                errors.append(line.error)
-            else:
-                self._admit_or_note(line.steps, line.number, admit)
-        if parser.step_lines == 0 and not errors:  # prose only: not a plan (an empty plan is written `[]`)
-            errors.append(NO_STEP_LINE)
+        def feed(text: str) -> None:
+            take(parser.feed(text))
+
+        def feed_call(delta: ToolCallDelta) -> None:
+            take(calls.feed(delta))
+
+        tools = planner_tools(self.tools, report=self.options.context == "references") if self._via_tools else ()
+        try:
+            completion = await self._call(purpose, messages, max_tokens=self.options.plan_max_tokens,
+                                          floor_tokens=self.options.plan_min_tokens, on_text=feed,
+                                          tools=tools, on_tool=feed_call)
+        except ProviderError as exc:
+            # An endpoint without tool calls refuses the request before writing anything: plan in text from now on.
+            if not (tools and self.options.plan_via == "auto" and exc.status in _TOOLS_REFUSED
+                    and parser.step_lines == calls.step_calls == 0 and not errors):
+                raise
+            self._via_tools = False
+            self._active.record("escalation", {"rung": "plan_via_text", "reason": f"tool calls refused: {exc}"[:500]})
+            messages[0] = Message("system", self._system()) if messages[0].role == "system" else messages[0]
+            return await self._stream_lines(purpose, messages, admit, errors)
+        take(calls.close(completion.tool_calls))
+        take(parser.close())
+        if parser.step_lines == 0 and calls.step_calls == 0 and not errors:  # prose only: not a plan
+            errors.append(NO_STEP_LINE)  # (an empty plan is written `[]`)
         return completion
 
     def _admit_or_note(self, steps: tuple[dict[str, Any], ...], number: int,
@@ -690,14 +722,14 @@ class PlanningLoop:
                         return False
                     summary = self._summary()
                     again = f"That plan is stale: {exc}. The state now:\n{summary}\nWrite the remaining plan again."
-                    messages = [*messages, Message("assistant", completion.text), Message("user", again)]
+                    messages = [*messages, Message("assistant", _answer(completion)), Message("user", again)]
                     continue
                 except PlanInvalid as exc:
                     errors.extend(str(p) for p in exc.problems)
             run.record("escalation", {"rung": "repair_lines", "reason": "; ".join(errors)[:2000]})
             self._planner_signal("failed", "; ".join(errors))
-            messages = [*messages, Message("assistant", completion.text),
-                        Message("user", prompts.repair_lines_prompt(errors, []))]
+            messages = [*messages, Message("assistant", _answer(completion)),
+                        Message("user", prompts.repair_lines_prompt(errors, [], via_tools=self._via_tools))]
         return False
 
     def _remaining(self, exclude: set[str]) -> list[dict[str, Any]]:
@@ -897,6 +929,7 @@ class PlanningLoop:
     async def _call(
         self, purpose: str, messages: list[Message], *, max_tokens: int, floor_tokens: int,
         schema: Mapping[str, Any] | None = None, on_text: Callable[[str], None] | None = None,
+        tools: tuple[ToolSpec, ...] = (), on_tool: Callable[[ToolCallDelta], None] | None = None,
     ) -> Completion:
         """Call the model within the budget: wait for room, the reply lowered down to ``floor_tokens`` when nothing
         in flight can free more; the reservation is settled the moment the call ends, a cut stream charged (and
@@ -906,7 +939,7 @@ class PlanningLoop:
             await self.cascade.choose(run, purpose)
         model = self.cascade.model(run.id) if self.cascade is not None else self.client.model
         request = CompletionRequest(messages=tuple(messages), max_tokens=max_tokens, schema=schema,
-                                    model=None if self.cascade is None else model)
+                                    model=None if self.cascade is None else model, tools=tools)
         prices = getattr(self.client, "prices", None)
         reservation, reservation_id = None, None
         if self.budget is not None:
@@ -927,7 +960,7 @@ class PlanningLoop:
                 if on_text is None:
                     completion = await self.client.complete(request)
                 else:
-                    completion = await _consume(self.client.stream(request), on_text, open_call.meter)
+                    completion = await _consume(self.client.stream(request), on_text, open_call.meter, on_tool)
         except BaseException as exc:
             self._charge_cut(open_call, type(exc).__name__)
             raise
@@ -1004,18 +1037,40 @@ async def _journal_reservation(run: Run, budget: Budget, reservation: Reservatio
 
 
 async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[[str], None],
-                   meter: StreamMeter) -> Completion:
+                   meter: StreamMeter, on_tool: Callable[[ToolCallDelta], None] | None = None) -> Completion:
     completion: Completion | None = None
     async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
         async for chunk in stream:
             meter.feed(chunk)
             if isinstance(chunk, Delta):
+                if chunk.tool_call is not None and on_tool is not None:
+                    on_tool(chunk.tool_call)
                 on_text(chunk.text)
             else:
                 completion = chunk
     if completion is None:
         raise ModelError("the model stream ended without a completion", model="?", base_url="?")
     return completion
+
+
+def plans_via_tools(plan_via: PlanVia, client: ModelClient) -> bool:
+    """Whether the planner is offered ``add_step`` calls: ``tools`` always, ``text`` never, ``auto`` when ``client``
+    speaks a dialect with tool calls (Chat Completions, Responses, Anthropic Messages: the clients of
+    :mod:`planweave.models.dialects`, or a client that says ``supports_tools``)."""
+    if plan_via != "auto":
+        return plan_via == "tools"
+    says = getattr(client, "supports_tools", None)
+    if isinstance(says, bool):
+        return says
+    from planweave.models.openai import OpenAIChatClient  # the dialects' clients all build on it
+
+    return isinstance(client, OpenAIChatClient)
+
+
+def _answer(completion: Completion) -> str:
+    """A planner's reply as it is shown back to it in a repair: its text, then its tool calls one per line."""
+    calls = calls_as_lines(completion.tool_calls)
+    return "\n".join(part for part in (completion.text, calls) if part)
 
 
 def plan_written(state: RunState) -> bool:

@@ -67,12 +67,20 @@ REPORT = """- Finished steps are shown by reference (id, size, summary); to see 
   matter); it is all you will remember of the run besides the frontier and the recent references."""
 
 
-def planner_system(tools: Iterable[ToolSpec], *, report: bool = False) -> str:
+# Tool-call planning (planning/tool_calls.py): the same rules, each step the arguments of one add_step call.
+FORMAT_TOOLS = ("Give the plan by calling the function add_step once per step, in order; its arguments are one step\n"
+                + FORMAT.split("\n", 1)[1].replace("on an earlier line", "in an earlier call")
+                .replace(" and nothing else (no prose, no code fences).", ".")
+                + "\n- If no step is needed, call nothing and answer [] as text.")
+REPORT_TOOLS = REPORT.replace('a line {"report": "<notes>"}', "a write_report call")
+
+
+def planner_system(tools: Iterable[ToolSpec], *, report: bool = False, via_tools: bool = False) -> str:
     """The planner's system message: the catalog and the format (with ``report``: outputs by reference, the report
-    line)."""
-    extra = f"\n{REPORT}" if report else ""
+    line; with ``via_tools``: the plan is given as ``add_step`` calls instead of JSON Lines)."""
+    extra = f"\n{REPORT_TOOLS if via_tools else REPORT}" if report else ""
     return ("You plan tasks for an asynchronous executor that runs tool calls in parallel as soon as their inputs "
-            f"exist.\nTools:\n{tool_catalog(tools)}\n\n{FORMAT}{extra}")
+            f"exist.\nTools:\n{tool_catalog(tools)}\n\n{FORMAT_TOOLS if via_tools else FORMAT}{extra}")
 
 
 def initial_prompt(goal: str, memory: str = "") -> str:
@@ -107,9 +115,10 @@ def repair_region_prompt(goal: str, summary: str, failed: Sequence[str], error: 
             f"{what} Finished steps are frozen: refer to them by id. Write only the replacement steps.")
 
 
-def repair_lines_prompt(errors: Iterable[str], accepted: Iterable[str]) -> str:
+def repair_lines_prompt(errors: Iterable[str], accepted: Iterable[str], *, via_tools: bool = False) -> str:
+    again = "Call add_step again" if via_tools else "Write corrected lines"
     return ("Some lines of your plan were rejected:\n" + "\n".join(f"- {e}" for e in errors)
-            + f"\nAccepted so far: {', '.join(accepted) or 'none'}. Write corrected lines for the rejected steps only.")
+            + f"\nAccepted so far: {', '.join(accepted) or 'none'}. {again} for the rejected steps only.")
 
 
 HUMAN_ACTIONS = ("retry", "skip", "abort")

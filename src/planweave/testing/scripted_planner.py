@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from planweave.core.errors import PlanweaveError
+from planweave.testing.scripted_dialects import Call
 from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
 
 PREFIX = "scripted:"
@@ -124,21 +125,21 @@ class ScriptedPlanner:
         """The script's answer to one request of the planning loop."""
         asked = purpose(request)
         if asked == "plan":
-            return self._lines(self.plan)
+            return self._lines(self.plan, request)
         if asked == "continue":  # the run was killed while the plan streamed: the steps it had not written yet
             written = " ".join(str(m.get("content", "")) for m in request.messages if m.get("role") == "assistant")
             return self._lines([s for s in self.plan if f'"id": "{s.get("id")}"' not in written
-                                and f'"id":"{s.get("id")}"' not in written])
+                                and f'"id":"{s.get("id")}"' not in written], request)
         if asked == "replan":
             if self._replans_given < len(self.replans):
                 self._replans_given += 1
-                return self._lines(self.replans[self._replans_given - 1])
+                return self._lines(self.replans[self._replans_given - 1], request)
             return self._lines([])
         if asked == "repair":
             last = str(request.messages[-1].get("content", ""))
             for sid, steps in self.repairs.items():
                 if f"Step '{sid}' failed for good" in last:
-                    return self._lines(steps)
+                    return self._lines(steps, request)
             return self._lines([])
         if asked == "fix_lines":
             return self._lines([])
@@ -146,8 +147,22 @@ class ScriptedPlanner:
             return Text(json.dumps({"answer": self.answer}), ttft=self.ttft)
         return Text(self.llm, ttft=self.ttft, tokens_per_second=self.tokens_per_second)
 
-    def _lines(self, steps: Sequence[Mapping[str, Any]]) -> Text:
+    def _lines(self, steps: Sequence[Mapping[str, Any]], request: RecordedRequest | None = None) -> Text:
+        if steps and request is not None and offers_add_step(request):  # tool-call planning: one call per step
+            return Text("", tool_calls=step_calls(steps), ttft=self.ttft, tokens_per_second=self.tokens_per_second)
         return Text(plan_lines(steps) if steps else "[]\n", ttft=self.ttft, tokens_per_second=self.tokens_per_second)
+
+
+def offers_add_step(request: RecordedRequest) -> bool:
+    """Whether the planning loop offered ``request`` the ``add_step`` function (tool-call planning), in any dialect."""
+    tools = request.body.get("tools") if isinstance(request.body, dict) else None
+    return isinstance(tools, list) and '"add_step"' in json.dumps(tools)
+
+
+def step_calls(steps: Sequence[Mapping[str, Any]], *, start: int = 0) -> tuple[Call, ...]:
+    """``steps`` as the planner's ``add_step`` calls (ids ``call_<n>`` from ``start``)."""
+    return tuple(Call(f"call_{start + i}", "add_step", json.dumps(dict(s), separators=(",", ":")))
+                 for i, s in enumerate(steps))
 
 
 def script_path(model: str) -> str | None:
@@ -155,4 +170,4 @@ def script_path(model: str) -> str | None:
     return model[len(PREFIX):] if model.startswith(PREFIX) else None
 
 
-__all__ = ["PREFIX", "ScriptError", "ScriptedPlanner", "purpose", "script_path"]
+__all__ = ["PREFIX", "ScriptError", "ScriptedPlanner", "offers_add_step", "purpose", "script_path", "step_calls"]

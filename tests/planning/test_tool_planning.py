@@ -1,0 +1,178 @@
+"""Tool-call planning: the planner's ``add_step`` calls stream into execution one step at a time.
+
+A scripted server on loopback speaks Chat Completions and Anthropic Messages, streaming each ``add_step`` call's
+arguments in pieces at 20 tokens/s after 0.5 s to the first token. Everything runs on the virtual clock, so "the first
+step started before the planner's stream ended" is an exact ordering of clock readings, not a race. Tools record when
+they ran; assertions come after the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from planweave import Engine, Toolbox, VirtualClock, builtin_tools
+from planweave.engine.runtime import RunResult
+from planweave.journal.memory import MemoryJournal
+from planweave.models import ToolCallDelta
+from planweave.models.anthropic import AnthropicClient
+from planweave.models.openai import OpenAIChatClient
+from planweave.planning import PlanningLoop, PlanningOptions
+from planweave.planning.tool_calls import StepCalls, planner_tools
+from planweave.testing.scripted_dialects import Call
+from planweave.testing.scripted_llm import HttpError, RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
+from planweave.testing.scripted_planner import offers_add_step, purpose, step_calls
+from tests.timing import on_virtual_clock
+
+GOAL = "compare the weather in Paris and Rome"
+PLAN = [
+    {"id": "paris", "tool": "fetch", "args": {"city": "Paris"}},
+    {"id": "rome", "tool": "fetch", "args": {"city": "Rome"}},
+    {"id": "pick", "tool": "noop", "args": {"p": "${paris.temp}", "r": "${rome.temp}"}, "after": ["paris"]},
+]
+ANSWER = json.dumps({"answer": "Rome is warmer"})
+SLOW = {"ttft": 0.5, "tokens_per_second": 20.0}
+CLIENTS: dict[str, type[OpenAIChatClient]] = {"chat": OpenAIChatClient, "anthropic": AnthropicClient}
+
+
+def tools_of(clock: VirtualClock, fetched: list[tuple[str, float]]) -> Toolbox:
+    box = builtin_tools()
+
+    async def fetch(city: str) -> dict[str, Any]:
+        """Fetch the weather of a city."""
+        fetched.append((city, clock.now()))
+        await asyncio.sleep(0.1)
+        return {"city": city, "temp": len(city) * 3}
+
+    box.add(fetch, idempotent=True)
+    return box
+
+
+Script = Callable[[RecordedRequest], Reply]
+
+
+def planner(plan_reply: Callable[[RecordedRequest], Reply], fix: Reply | None = None) -> Script:
+    def reply(req: RecordedRequest) -> Reply:
+        asked = purpose(req)
+        if asked == "join":
+            return Text(ANSWER)
+        if asked == "fix_lines":
+            return fix if fix is not None else Text("[]")
+        return plan_reply(req)
+
+    return reply
+
+
+async def run_goal(dialect: str, script: Script, *, plan_via: str = "auto",
+                   fetched: list[tuple[str, float]] | None = None) -> tuple[RunResult, ScriptedLLM]:
+    clock = VirtualClock()
+    seen: list[tuple[str, float]] = [] if fetched is None else fetched
+    tools = tools_of(clock, seen)
+    server = ScriptedLLM(script)
+    async with server as base_url, CLIENTS[dialect]("scripted", base_url=base_url, api_key="k") as client, \
+            Engine(MemoryJournal(), tools=tools, clock=clock) as engine:
+        options = PlanningOptions(plan_via=plan_via)  # type: ignore[arg-type]
+        loop = PlanningLoop(engine, client, tools, options=options)
+        result = await asyncio.wait_for(loop.run(GOAL), 60)
+    return result, server
+
+
+def plan_call(result: RunResult) -> dict[str, Any]:
+    return next(c for c in result.state.model_calls if c["purpose"] == "plan")
+
+
+@pytest.mark.parametrize("dialect", ["chat", "anthropic"])
+@on_virtual_clock
+async def test_the_first_step_starts_before_the_planner_has_finished_its_tool_calls(dialect: str) -> None:
+    fetched: list[tuple[str, float]] = []
+    script = planner(lambda req: Text("", tool_calls=step_calls(PLAN), **SLOW)  # type: ignore[arg-type]
+                     if offers_add_step(req) else Text("no tools were offered"))
+    result, server = await run_goal(dialect, script, fetched=fetched)
+    assert result.ok, result.error
+    assert result.state.answer == "Rome is warmer"
+    call = plan_call(result)
+    first = min(t for _, t in fetched)
+    # 0.5 s to the first token, then three calls of ~15 tokens each at 20 tokens/s: the stream ends after ~2.5 s.
+    assert call["started_at"] + 0.5 < first < call["finished_at"] - 1.0
+    assert result.state.records["pick"].started_at is not None
+    assert sorted(c for c, _ in fetched) == ["Paris", "Rome"]
+    first_request = server.model_requests[0]
+    assert offers_add_step(first_request) and "add_step" in str(first_request.messages[0].get("content", ""))
+
+
+@pytest.mark.parametrize("dialect", ["chat", "anthropic"])
+@on_virtual_clock
+async def test_an_invalid_call_is_rejected_with_its_number_and_repaired_by_a_second_call(dialect: str) -> None:
+    broken = [PLAN[0], {"id": "rome", "tool": "fetch_weather", "args": {"city": "Rome"}}]
+    calls = (*step_calls(broken), Call("call_x", "add_step", '{"id": "half", "tool": '))
+    fixed = Text("", tool_calls=step_calls(PLAN[1:], start=5))
+    script = planner(lambda req: Text("", tool_calls=calls), fix=fixed)
+    result, server = await run_goal(dialect, script)
+    assert result.ok, result.error
+    repairs = [e for e in result.state.escalations if e.get("rung") == "repair_lines"]
+    assert len(repairs) == 1
+    assert "line 2" in repairs[0]["reason"] and "fetch_weather" in repairs[0]["reason"]
+    assert "add_step call 3: arguments are not valid JSON" in repairs[0]["reason"]
+    assert set(result.state.plan.steps) == {"paris", "rome", "pick"}
+    fix_request = server.model_requests[1]
+    assert purpose(fix_request) == "fix_lines" and offers_add_step(fix_request)
+    shown = " ".join(str(m.get("content", "")) for m in fix_request.messages)
+    assert 'add_step {"id":"rome","tool":"fetch_weather"' in shown  # its own calls, shown back as text
+
+
+@pytest.mark.parametrize("dialect", ["chat", "anthropic"])
+@on_virtual_clock
+async def test_a_reply_in_text_is_read_as_json_lines_even_when_tools_were_offered(dialect: str) -> None:
+    fetched: list[tuple[str, float]] = []
+    result, server = await run_goal(dialect, planner(lambda req: Text(plan_lines(PLAN), **SLOW)),  # type: ignore[arg-type]
+                                    fetched=fetched)
+    assert result.ok, result.error
+    assert offers_add_step(server.model_requests[0])
+    assert min(t for _, t in fetched) < plan_call(result)["finished_at"] - 1.0
+
+
+@on_virtual_clock
+async def test_text_mode_offers_no_tools_and_tool_mode_forces_them() -> None:
+    result, server = await run_goal("chat", planner(lambda req: Text(plan_lines(PLAN))), plan_via="text")
+    assert result.ok, result.error
+    assert not offers_add_step(server.model_requests[0])
+    assert "JSON Lines" in str(server.model_requests[0].messages[0].get("content", ""))
+    result, server = await run_goal("chat", planner(lambda req: Text("", tool_calls=step_calls(PLAN))),
+                                    plan_via="tools")
+    assert result.ok, result.error
+    assert offers_add_step(server.model_requests[0])
+
+
+@on_virtual_clock
+async def test_an_endpoint_that_refuses_tools_is_planned_with_in_text() -> None:
+    def plan(req: RecordedRequest) -> Reply:
+        return HttpError(400, "tools are not supported") if offers_add_step(req) else Text(plan_lines(PLAN))
+
+    result, server = await run_goal("chat", planner(plan))
+    assert result.ok, result.error
+    assert [offers_add_step(r) for r in server.model_requests[:2]] == [True, False]
+    assert [e["rung"] for e in result.state.escalations] == ["plan_via_text"]
+
+
+def test_a_call_is_parsed_the_moment_its_top_level_object_closes() -> None:
+    calls = StepCalls()
+    text = '{"id": "a", "tool": "t", "args": {"s": "} { \\" ]"}}'
+    out = []
+    for i, piece in enumerate([text[:10], text[10:30], text[30:]]):
+        out.append(calls.feed(ToolCallDelta(0, "c0" if i == 0 else None, "add_step" if i == 0 else None, piece)))
+    assert [len(o) for o in out] == [0, 0, 1]
+    assert out[2][0].steps == ({"id": "a", "tool": "t", "args": {"s": "} { \" ]"}},)
+    assert calls.feed(ToolCallDelta(1, "c1", "other", "{}"))[0].error == \
+        "other call 2: unknown function 'other' (call add_step once per step)"
+    assert calls.close() == []
+
+
+def test_the_add_step_schema_names_the_catalog_tools() -> None:
+    add = planner_tools(["fetch", "noop"])[0]
+    assert add.name == "add_step"
+    assert add.parameters["properties"]["tool"]["enum"] == ["fetch", "noop"]
+    assert add.parameters["required"] == ["id", "tool"]
