@@ -35,6 +35,22 @@ class ReservationSink(Protocol):
     def step_released(self, step_id: str, release: Mapping[str, Any]) -> None: ...
 
 
+@runtime_checkable
+class ToolCallSink(Protocol):
+    """A sink through which a step calls other tools of its run as steps of their own (the run; the ``llm`` tool's
+    native tool calls): each call a child step with the tool's own limits and journal entries."""
+
+    def step_tool(self, name: str) -> tuple[str, Mapping[str, Any]] | None:
+        """The description and argument schema of the run's tool ``name``; None when the run has no such tool."""
+        ...
+
+    async def step_call(self, step_id: str, child: Mapping[str, Any]) -> Any:
+        """Add ``child`` (a step document, with its own id) to the run unless it is there already, wait for it to
+        end without holding ``step_id``'s concurrency slot, and return its output (StepFailed when it did not
+        succeed)."""
+        ...
+
+
 class StepContext(NamedTuple):
     """Who is calling a tool: run, step, attempt number (1-based), the engine's clock, and where reports go.
 
@@ -86,6 +102,22 @@ class StepContext(NamedTuple):
         """Journal progress (``fraction`` in [0, 1] and/or a message); also a heartbeat."""
         if self.sink is not None:
             self.sink.step_progress(self.step_id, fraction, message)
+
+    def tool(self, name: str) -> tuple[str, Mapping[str, Any]] | None:
+        """The run's tool ``name``: its description and argument schema (None: no such tool, or no run that can call
+        tools for a step)."""
+        return self.sink.step_tool(name) if isinstance(self.sink, ToolCallSink) else None
+
+    async def call(self, child: Mapping[str, Any]) -> Any:
+        """Run ``child`` (a step document) as a step of this run and return its output (:class:`ToolCallSink`).
+
+        Raises :class:`~planweave.core.errors.RunError` where the step has no run that can add steps (outside a run,
+        a speculative attempt, a Ray worker)."""
+        if not isinstance(self.sink, ToolCallSink):
+            from planweave.core.errors import RunError
+
+            raise RunError(f"step '{self.step_id}' has no run to call tool '{child.get('tool')}' through")
+        return await self.sink.step_call(self.step_id, child)
 
     async def ask(self, prompt: str, schema: Mapping[str, Any] | None = None) -> Any:
         """Wait for a person to give this step a value (``waiting_input``); return it (call from the loop's thread).

@@ -18,12 +18,12 @@ reads and writes priced at their own rates. Stop reasons are given in Chat Compl
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
-from planweave.models.base import CompletionRequest, StructuredMode, ToolCall
+from planweave.models.base import CompletionRequest, Message, StructuredMode, ToolCall
 from planweave.models.dialects import Dialect, wire_name
 from planweave.models.openai import OpenAIChatClient, Reply, ServerCompat, _StreamState, _text
 from planweave.models.pricing import DEFAULT_MAX_TOKENS
@@ -62,7 +62,7 @@ class AnthropicClient(OpenAIChatClient):
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
         if system:
             body["system"] = system
-        body["messages"] = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
+        body["messages"] = _messages(request.messages)
         tools = [{"name": t.name, "description": t.description, "input_schema": dict(t.parameters)}
                  for t in request.tools]
         mode: StructuredMode | None = None
@@ -208,3 +208,28 @@ def chat_usage(usage: Any) -> dict[str, Any] | None:
     prompt = fresh + read + written
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": read}, "cache_write_tokens": written}
+
+
+def _messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The non-system messages as Messages API turns: an assistant's tool calls as ``tool_use`` blocks, tool results
+    as ``tool_result`` blocks of one user turn (consecutive results together, as the API wants them)."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        if m.role == "system":
+            continue
+        if m.role == "tool":
+            block = {"type": "tool_result", "tool_use_id": m.tool_call_id, "content": m.content}
+            last = out[-1] if out else None
+            if last is not None and last["role"] == "user" and isinstance(last["content"], list) and all(
+                    b.get("type") == "tool_result" for b in last["content"]):
+                last["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif m.tool_calls:
+            blocks: list[dict[str, Any]] = [{"type": "text", "text": m.content}] if m.content else []
+            blocks += [{"type": "tool_use", "id": c.id, "name": c.name, "input": orjson.loads(c.arguments or "{}")}
+                       for c in m.tool_calls]
+            out.append({"role": m.role, "content": blocks})
+        else:
+            out.append({"role": m.role, "content": m.content})
+    return out

@@ -11,7 +11,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 UsageSource = Literal["server", "estimated"]
 StructuredMode = Literal["json_schema", "json_object", "prompt", "tool"]
 """How structured output was asked for: ``response_format`` json_schema (Chat Completions; ``text.format`` in the
@@ -21,10 +21,13 @@ Messages). The reply is checked against the schema client-side in every mode."""
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One chat message."""
+    """One chat message. An assistant message may carry the ``tool_calls`` the model made; a ``tool`` message is
+    the result of the call ``tool_call_id`` (each dialect writes these in its own shape)."""
 
     role: Role
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

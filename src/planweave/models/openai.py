@@ -352,7 +352,7 @@ class OpenAIChatClient:
                 if mode == "json_object":
                     body["response_format"] = {"type": "json_object", "schema": schema}
                 messages = _with_instruction(messages, _schema_instruction(schema))
-        body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
+        body["messages"] = [_chat_message(m) for m in messages]
         if request.max_tokens is not None:
             body[compat.max_tokens_field] = request.max_tokens
         if request.temperature is not None:
@@ -874,6 +874,17 @@ def _text(data: bytes) -> str:
 def _excerpt(text: str, limit: int = BODY_EXCERPT) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _chat_message(m: Message) -> dict[str, Any]:
+    """A message as Chat Completions writes it: an assistant's tool calls, a tool result by its call id."""
+    if m.role == "tool":
+        return {"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content}
+    if m.tool_calls:
+        return {"role": m.role, "content": m.content or None, "tool_calls": [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in m.tool_calls]}
+    return {"role": m.role, "content": m.content}
 
 
 def _fold_system(messages: list[Message]) -> list[Message]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from planweave.models.base import CompletionRequest, StructuredMode, ToolCall
+from planweave.models.base import CompletionRequest, Message, StructuredMode, ToolCall
 from planweave.models.dialects import Dialect, wire_name
 from planweave.models.openai import OpenAIChatClient, Reply, ServerCompat, _StreamState, _text
 
@@ -37,7 +37,7 @@ class OpenAIResponsesClient(OpenAIChatClient):
         system = "\n\n".join(m.content for m in request.messages if m.role == "system")
         if system:
             body["instructions"] = system
-        body["input"] = [{"role": m.role, "content": m.content} for m in request.messages if m.role != "system"]
+        body["input"] = [item for m in request.messages if m.role != "system" for item in _input_items(m)]
         mode: StructuredMode | None = None
         if request.schema is not None:
             mode = "json_schema"
@@ -152,3 +152,14 @@ def chat_usage(usage: Any) -> dict[str, Any] | None:
     if isinstance(reasoning, int):
         shaped["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return shaped
+
+
+def _input_items(m: Message) -> list[dict[str, Any]]:
+    """A message as Responses API ``input`` items: an assistant's tool calls as ``function_call`` items, a tool
+    result as a ``function_call_output``."""
+    if m.role == "tool":
+        return [{"type": "function_call_output", "call_id": m.tool_call_id, "output": m.content}]
+    items: list[dict[str, Any]] = [{"role": m.role, "content": m.content}] if m.content or not m.tool_calls else []
+    items += [{"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
+              for c in m.tool_calls]
+    return items

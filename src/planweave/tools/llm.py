@@ -42,6 +42,7 @@ from planweave.models import (
     check_schema,
     worst_case,
 )
+from planweave.tools.llm_calls import DEFAULT_TOOL_ROUNDS, Conversation, RejectedReply, converse
 from planweave.tools.registry import Tool
 
 
@@ -108,6 +109,14 @@ def _journal_release(call_id: str | None, reason: str) -> None:
     """Journal that the reserved call ``call_id`` cost nothing (no resume counts it)."""
     if call_id is not None:
         current_step().report_release({"reservation": call_id, "reason": reason})
+
+
+def call_figures(completion: Completion) -> dict[str, Any]:
+    """A call's ``tokens`` (prompt, completion, total, estimated), ``cost_usd`` and ``model``, as a step returns
+    them."""
+    return {"tokens": {"prompt": completion.prompt_tokens, "completion": completion.completion_tokens,
+                       "total": completion.total_tokens, "estimated": completion.usage_source == "estimated"},
+            "cost_usd": completion.cost_usd, "model": completion.model}
 
 
 def llm_tool(  # noqa: C901 (builds the tool and its nested call)
@@ -194,13 +203,18 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
         select: Literal["vote", "first_valid", "verifier"] | None = None,
         verifier: str | None = None,
         cascade: bool | dict[str, Any] | None = None,
+        tools: list[str | dict[str, Any]] | None = None,
+        max_tool_rounds: int = DEFAULT_TOOL_ROUNDS,
     ) -> dict[str, Any]:
         """Ask a language model; with ``schema`` (a JSON schema) the reply is parsed JSON matching it.
 
         Returns ``text`` (or ``json``), ``tokens`` (prompt, completion, total, estimated), ``cost_usd`` and
         ``model``. ``model: auto`` lets the allocator choose among ``tiers`` (and, with ``samples: auto``, how many
         parallel samples, picked by ``select``); ``model: cascade`` runs the cheapest of ``tiers`` first and
-        escalates when a monitor fires (``cascade:`` its settings); see docs/allocation.md.
+        escalates when a monitor fires (``cascade:`` its settings); see docs/allocation.md. ``tools`` (names of the
+        run's tools, or ``{tool: name, <step keys>}``) are offered to the model as functions: each call it makes
+        runs as a step of the run, for at most ``max_tool_rounds`` rounds; a reply not matching ``schema`` gets one
+        repair round trip (docs/tools.md, "The llm tool: tools and schema").
         """
         if max_tokens is not None and max_tokens < 1:
             raise ToolError(f"max_tokens must be at least 1, got {max_tokens}", kind="arguments", retryable=False)
@@ -212,6 +226,18 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                 check_schema(schema)
             except ValueError as exc:
                 raise ToolError(f"schema: {exc}", kind="arguments", retryable=False) from None
+        plain = (model not in ("auto", "cascade") and cascade in (None, False) and samples is None
+                 and select is None and verifier is None)
+        if tools is not None or (schema is not None and plain):
+            if tools is not None and (model in ("auto", "cascade") or samples is not None or cascade not in (
+                    None, False)):
+                raise ToolError("tools cannot be combined with model auto/cascade, samples or cascade: give the "
+                                "step a model", kind="arguments", retryable=False)
+            chosen = model or default_model or client.model
+            return await converse(
+                ask, Conversation(prompt=prompt, system=system, schema=schema, model=chosen,
+                                  max_tokens=max_tokens or default_max_tokens, temperature=temperature,
+                                  tools=tools or [], max_rounds=max_tool_rounds))
         if model == "cascade" or (model in (None, "auto") and cascade not in (None, False)) or (
                 model == "auto" and cascade is None and cascade_seam is not None and cascade_seam.auto):
             return await cascaded_call(
@@ -244,6 +270,18 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             prompt, system=system, model=chosen, max_tokens=max_tokens or default_max_tokens,
             temperature=temperature, schema=schema, logprobs=logprobs,
         )
+        completion = await ask(request, on_chunk=on_chunk)
+        result: dict[str, Any] = {"json": completion.parsed} if schema is not None else {"text": completion.text}
+        result.update(call_figures(completion))
+        if logprobs is not None:
+            result["logprobs"] = [list(top) for top in completion.logprobs or ()]
+        return result
+
+    async def ask(request: CompletionRequest, *, on_chunk: Callable[[], None] | None = None,
+                  malformed: bool = False) -> Completion:
+        """Run ``request`` as one budgeted, journaled call and return its completion; ``malformed``: a reply not
+        matching the request's schema raises :class:`RejectedReply` (the caller repairs it), not a ToolError."""
+        chosen = request.model or client.model
         try:
             reservation, request = await reserve(request, chosen)
         except BudgetExceeded as exc:
@@ -268,6 +306,13 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
                         on_chunk()
                     if not isinstance(chunk, Delta):
                         completion = chunk
+        except MalformedOutput as exc:
+            cut = exc
+            if malformed:
+                spent = meter.spent()
+                raise RejectedReply(str(exc), exc.text, spent,
+                                    table.cost(chosen, spent.prompt_tokens, spent.completion_tokens)) from None
+            raise tool_error(exc) from None
         except ModelError as exc:
             cut = exc
             raise tool_error(exc) from None
@@ -278,20 +323,9 @@ def llm_tool(  # noqa: C901 (builds the tool and its nested call)
             settle(reservation, request, meter, completion, cut, call_id)
         if completion is None:
             raise ToolError(f"model '{chosen}': the stream ended without a completion", kind="provider_error")
-        result: dict[str, Any] = {"json": completion.parsed} if schema is not None else {"text": completion.text}
-        result["tokens"] = {
-            "prompt": completion.prompt_tokens,
-            "completion": completion.completion_tokens,
-            "total": completion.total_tokens,
-            "estimated": completion.usage_source == "estimated",
-        }
-        result["cost_usd"] = completion.cost_usd
-        result["model"] = completion.model
-        if logprobs is not None:
-            result["logprobs"] = [list(top) for top in completion.logprobs or ()]
         _report(completion.model, Usage(completion.prompt_tokens, completion.completion_tokens,
                                         completion.usage_source), completion.cost_usd, reservation=call_id)
-        return result
+        return completion
 
     return Tool.from_function(llm, name=name, idempotent=True)
 
