@@ -4,7 +4,7 @@ cancelled, failed on purpose, interrupted, or stopped by a journal that lost a w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine, Mapping
+from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from planweave.core.errors import EventNotRecorded, JournalError, RunError
@@ -103,13 +103,36 @@ class Lifecycle:
 
     async def _drive(self, kind: EventKind, data: Mapping[str, Any]) -> None:
         """The run inside its TaskGroup: its first event, then until no step is active (or it is stopped)."""
+        emission = self._emission
+        on_ready = emission.on_ready
+        # A new run on a durable journal is committed before any of its steps is handed on: an idempotent step does
+        # not wait for the journal before its tool is called, and a process killed after its effect must leave a run
+        # that a resume can find (docs/comparison.md, "Where planweave is worse"). One commit per run started.
+        holding = kind == "run_created" and self._host.journal.durable
+        held: list[tuple[Sequence[str], float]] = []  # what the first event made ready, handed on once it is durable
+        if holding:
+            emission.on_ready = lambda ready, now: held.append((ready, now))
         try:
-            self._emission.emit(kind, None, data)
+            emission.emit(kind, None, data)
         except EventNotRecorded as exc:
+            emission.on_ready = on_ready
             self._refused = exc
             return
         finally:
             self._ready.set()
+        if holding:
+            try:
+                await self._host.journal.flush()
+            except JournalError as exc:  # the run may not exist for a resume: stopped before anything ran
+                self.stop_unrecordable(exc)
+                await asyncio.sleep(0)  # where the cancellation stop_unrecordable asked for arrives
+            finally:
+                emission.on_ready = on_ready
+            records = self.state.records
+            for ready, now in held:  # a plan change meanwhile may have replaced or removed some of them
+                still = [sid for sid in ready if (rec := records.get(sid)) is not None and rec.status == "ready"]
+                if still:
+                    on_ready(still, now)
         if kind != "run_created":  # a new run has nobody to wait for yet
             self.people.rewait()
         attempts = self.attempts
