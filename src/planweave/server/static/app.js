@@ -1,11 +1,16 @@
-// planweave dashboard: plain JavaScript, no build step, nothing loaded from elsewhere.
+// planweave dashboard: plain JavaScript, no build step, nothing loaded from elsewhere (Cytoscape.js is vendored in
+// static/vendor/ by scripts/vendor-dashboard.sh).
 //
 // Data flow: the runs list comes from GET /runs and stays current through the global event stream (GET /events,
-// followed from the list's X-Journal-Position). A selected run's state (GET /runs/{id}) and plan graph
-// (GET /runs/{id}/plan) are re-read when its event stream (GET /runs/{id}/events) says something happened; the
-// timeline and the errors are built from the events themselves. Clicking a step opens its panel
-// (GET /runs/{id}/steps/{step}: inputs, output, attempts, errors), re-read when an event of that step arrives. Streams are read with fetch() so that they can
-// carry the Authorization header (EventSource cannot), and resume with Last-Event-ID after a disconnect.
+// followed from the list's X-Journal-Position). A selected run's state (GET /runs/{id}) is re-read when its event
+// stream (GET /runs/{id}/events) says something happened, and only the drawn nodes whose status changed are updated;
+// its plan graph (GET /runs/{id}/plan) is re-read, and the graph rebuilt, only on a new plan version. The plan is drawn
+// by Cytoscape.js on a canvas, laid out in layers from the plan's depths (dagre for small graphs), collapsed by layer
+// above 500 steps. The timeline, the model calls and the errors are built from the events themselves; the step list
+// and the timeline draw only the rows in view. Clicking a step opens its panel beside the graph
+// (GET /runs/{id}/steps/{step}: inputs, output, attempts, errors), re-read when an event of that step arrives. Streams
+// are read with fetch() so that they can carry the Authorization header (EventSource cannot), and resume with
+// Last-Event-ID after a disconnect.
 "use strict";
 
 (() => {
@@ -982,12 +987,10 @@
     return style;
   }
 
-  // The plan's shape, computed once per plan: depth (longest chain of dependencies), plan order, the version that
-  // added each step, and the dependents of each step.
+  // The plan's shape, computed once per plan: each step's depth (longest chain of dependencies), the version that
+  // added it, the number of layers and the band of layers a collapsed group holds.
   function planShape(plan) {
     const depth = new Map();
-    const index = new Map();
-    plan.steps.forEach((step, i) => index.set(step.id, i));
     for (const step of plan.steps) { // plan order is topological: dependencies come first
       let d = 0;
       for (const dep of step.deps) d = Math.max(d, (depth.get(dep) ?? -1) + 1);
@@ -998,7 +1001,7 @@
     let layers = 0;
     for (const d of depth.values()) layers = Math.max(layers, d + 1);
     const band = Math.max(1, Math.ceil(layers / LAYER_GROUPS));
-    return { depth, index, addedIn, layers, band, byId: new Map(plan.steps.map((s) => [s.id, s])) };
+    return { depth, addedIn, layers, band, byId: new Map(plan.steps.map((s) => [s.id, s])) };
   }
 
   // Collapsed by layer, a long plan's layers go in bands, so that at most LAYER_GROUPS groups are drawn.
@@ -1147,7 +1150,6 @@
       cy.add(elements);
     });
     if (useDagre) cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 18, rankSep: 60, fit: false }).run();
-    current.dagEdgesCritical = new Set();
     markCritical(current);
     markMatches(current);
     if (current.step && cy.getElementById(current.step).nonempty()) cy.getElementById(current.step).select();
