@@ -9,6 +9,7 @@ callback per step (-8.6 % of a no-op step's instructions, layered DAG; docs/benc
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,10 @@ class Attempts:
         self.timers: dict[str, asyncio.Task[None]] = {}  # per step: a retry delay or the deadline of an approval
         self.watchdogs: Watchdogs = {}
         self._loop = asyncio.get_running_loop()
+        # Each attempt's task runs in a copy of the context the run was created in, not of whichever task launched
+        # it: a step admitted while the planner's model call is streaming (inside its call context) must not
+        # inherit that call's class (run, purpose, priority), nor another run's.
+        self._context = contextvars.copy_context()
         self._durable = host.journal.durable
         self.cache = StepCache(host.journal, host.clock.now, lookup=host.cache, redact=host.redact)
         self._caching = StepCache.declared_in(tools)  # else only a step saying cache: may be cached
@@ -114,8 +119,9 @@ class Attempts:
         # (~2 %; docs/benchmarks.md, "the fields of a step").
         loop = self._loop
         coro = self._execute(rec, attempt, claims)
-        task = (asyncio.Task(coro, loop=loop, name=sid) if loop.get_task_factory() is None
-                else loop.create_task(coro, name=sid))
+        context = self._context.copy()
+        task = (asyncio.Task(coro, loop=loop, name=sid, context=context) if loop.get_task_factory() is None
+                else loop.create_task(coro, name=sid, context=context))
         # Emitted before the task first runs, so no second launch can see it ready. Event data is never mutated:
         # shared dicts are safe.
         self._emit_step("step_started", sid, _STARTED[attempt] if attempt < 4 else {"attempt": attempt})
