@@ -832,6 +832,13 @@ def resume(
         typer.Option("--retry-unknown", rich_help_panel=PANEL_SCHEDULING,
                      help="Run again the non-idempotent steps that were running when the run was interrupted."),
     ] = False,
+    done: Annotated[
+        list[str] | None,
+        typer.Option("--done", rich_help_panel=PANEL_SCHEDULING, metavar="STEP[=OUTPUT]",
+                     help="First record that STEP (not idempotent, running when the run was interrupted) had its "
+                          "effect, with OUTPUT (JSON, default null) as its output: it succeeds without running again. "
+                          "Repeatable."),
+    ] = None,
     json_output: JsonOption = False,
     tools: ToolsOption = None,
     mcp: McpOption = None,
@@ -864,6 +871,15 @@ def resume(
         url = journal or default_journal_url()
         if journal_file_missing(url):
             raise RunNotFound(f"no run '{run_id}': the journal {url} does not exist")
+        import json
+
+        settled: list[tuple[str, object]] = []  # --done: (step, output)
+        for flag in done or ():
+            step, given_output, raw = flag.partition("=")
+            try:
+                settled.append((step, json.loads(raw) if given_output else None))
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"--done {flag}: OUTPUT is not JSON ({exc})") from None
         toolbox = load_tools(tools or (), Confinement(workdir, tuple(allow_exec) if allow_exec else None,
                                                       tuple(Path(r) for r in values.roots or ()),
                                                       tuple(values.allow_env or ())))
@@ -894,6 +910,12 @@ def resume(
                              access, loaded)
 
         async def begin(engine: Engine, stack: AsyncExitStack) -> Run:
+            if settled:  # a person's word, journaled before the resume reads the run
+                from planweave.cli.reply_cmd import author
+                from planweave.engine.runtime import mark_done
+
+                for step, output in settled:
+                    await mark_done(engine.journal, run_id, step, output, by=author())
             events = await engine.journal.read(run_id)
             # A --goal run's planner and joiner need their model: the one given, else the one it was started with.
             planner_model = model if model is not None else _goal_model(run_id, events)

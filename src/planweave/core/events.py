@@ -112,6 +112,8 @@ class StepSucceededData(TypedDict):
     output: NotRequired[str | None]  # the blob reference of the output
     cache_key: NotRequired[str]  # a cacheable step's key: the journal indexes the output under it
     cache: NotRequired[CacheHitData]  # the output was reused from the cache, not produced by a tool call
+    done: NotRequired[bool]  # a person said the step's effect happened (resume --done): no tool call produced it
+    by: NotRequired[str | None]  # who said so (with done)
 
 
 class StepFailedData(TypedDict):

@@ -55,7 +55,7 @@ TRANSITIONS: Mapping[StepStatus, frozenset[StepStatus]] = {
     "running": frozenset({"succeeded", "failed", "ready", "cancelled", "unknown", "waiting_input"}),
     # a value given -> running; timed out -> failed or ready (retry); interrupted -> ready or unknown on resume
     "waiting_input": frozenset({"running", "failed", "ready", "cancelled", "unknown"}),
-    "unknown": frozenset({"ready", "cancelled"}),
+    "unknown": frozenset({"ready", "cancelled", "succeeded"}),  # succeeded: a person marked it done
     "succeeded": frozenset(),
     "failed": frozenset(),
     "cancelled": frozenset(),
@@ -284,7 +284,7 @@ class RunState:
         return self.step_succeeded(event.step, event.at, data)  # type: ignore[arg-type]
 
     # The fold of the two events every attempt has, callable without the event: a run whose events nobody can see
-    # (a journal that keeps nothing, no listener) folds them without building them (Run._emit_step).
+    # (a journal that keeps nothing, no listener) folds them without building them (Emission.emit_step).
     def step_started(self, sid: str, at: float, data: StepStartedData) -> Sequence[str]:
         """Fold a ``step_started`` event of step ``sid`` at ``at``."""
         rec = self.records[sid]
@@ -693,7 +693,8 @@ class RunState:
             names = ", ".join(f"'{u}'" for u in unknown)
             return "failed", (
                 f"step(s) {names} were running when the run was interrupted and are not idempotent: their outcome is "
-                f"unknown. Check their effects, then run `planweave resume {self.run_id} --retry-unknown`."
+                f"unknown. Check their effects, then run `planweave resume {self.run_id} --retry-unknown` (to run "
+                "them again) or `--done STEP[=OUTPUT]` (their effect happened)."
             )
         blocked = [r.id for r in left if r.status == "pending"]
         if blocked:

@@ -50,13 +50,14 @@ from planweave.engine.people import People, check_value
 from planweave.engine.protocols import Closable, PlanSeal
 from planweave.engine.sink import RunSink
 from planweave.engine.speculative import Speculator, resolve_policy
-from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_reply
+from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_reply, canonical_output
 
 if TYPE_CHECKING:
     from planweave.engine.limits import LimitsRecord
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_OUTPUT_BYTES", "Engine", "EventListener", "Run", "RunHost", "RunResult",
-           "cancel_at_deadline", "check_value", "process_alive", "request_cancel", "send_approval", "send_input"]
+           "cancel_at_deadline", "check_value", "mark_done", "process_alive", "request_cancel", "send_approval",
+           "send_input"]
 
 #: The default bound on a step's encoded output (``Engine(max_output_bytes=...)``).
 DEFAULT_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
@@ -817,6 +818,38 @@ async def send_input(journal: Journal, run_id: str, step: str, value: Any, *, by
     step keeps waiting) if the value fails the step's schema.
     """
     return await _send_reply(journal, run_id, step, "waiting_input", {"value": value}, by, run, confirm_s)
+
+
+async def mark_done(journal: Journal, run_id: str, step: str, output: Any = None, *, by: str | None = None) -> None:
+    """Record a person's word that step ``step`` of an interrupted run had its effect, with ``output`` (a JSON value,
+    None by default) as its output: the step succeeds, and a resume goes on from it without calling its tool again.
+
+    For a non-idempotent step whose outcome is unknown (it was running when its process died: ``resume`` would stop
+    short of it, ``resume --retry-unknown`` would repeat its effect). Journaled as ``step_succeeded`` with ``done``
+    and ``by`` (who said so; the event's time says when). Raises :class:`RunNotFound`, :class:`RunError` if the run
+    ended succeeded or cancelled, a live process runs it, it has no such step, or the step's outcome is not unknown,
+    and :class:`OutputNotSerialisable` if ``output`` is no JSON value.
+    """
+    events = await journal.read(run_id)
+    if not events:
+        raise RunNotFound(f"no run '{run_id}' in the journal {journal.url}")
+    state = RunState.from_events(run_id, events)
+    if state.status in ("succeeded", "cancelled"):
+        raise RunError(f"run '{run_id}' already ended: {state.status}; there is no step to mark done")
+    owner = _owner_of(events)
+    if state.status == "running" and process_alive(owner):
+        raise RunError(f"run '{run_id}' is running (process {owner.get('pid')} on {owner.get('host')}): a step is "
+                       "marked done only while no process runs its run")
+    rec = state.records.get(step)
+    if rec is None:
+        raise RunError(f"run '{run_id}' has no step '{step}'{did_you_mean(step, state.records)}")
+    if not (rec.status == "unknown" or (rec.status in ("running", "waiting_input") and step not in state.idempotent)):
+        raise RunError(f"step '{step}' of run '{run_id}' is {rec.status}, not of unknown outcome: only a "
+                       "non-idempotent step that was running when its run was interrupted can be marked done")
+    ref = journal.put_blob(canonical_output(output, step=step, limit=None))
+    journal.append(Event(run_id, "step_succeeded", RealClock().now(), step,
+                         {"attempt": rec.attempts, "output": ref, "done": True, "by": by}))
+    await journal.flush()
 
 
 def _journaled_priority(events: Sequence[Event]) -> float:
