@@ -683,6 +683,8 @@ async def get_plan(
 ) -> dict[str, Any]:
     """The run's plan as a graph: steps with dependencies and status, the critical path, and the plan versions."""
     run = active_run(state.engine, run_id)
+    if run is not None and version in (None, run.state.plan.version):  # the index is not needed: its state is here
+        return _shown(state, plan_view(run.state, run.state.plan))
     await state.index.refresh()
     found = state.index.get(run_id)
     if run is not None:
