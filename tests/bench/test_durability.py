@@ -38,7 +38,7 @@ def _assert_planweave_kept_its_promise(summary: dict[str, Any]) -> None:
     assert summary["killed"] >= (summary["runs"] + 1) // 2 >= 1
     assert (summary["duplicated_plain"], summary["duplicated_keyed"], summary["lost"]) == (0, 0, 0)
     outcomes = {outcome for _, outcome, _ in summary["outcomes"]}
-    assert outcomes <= {"completed", "needs_person", "not_recorded", "not_killed"}, summary["outcomes"]
+    assert outcomes <= {"completed", "marked_done", "not_recorded", "not_killed"}, summary["outcomes"]
     assert "planweave" in summary["versions"]
 
 

@@ -12,6 +12,8 @@ same program then resumes the run as its system documents, and the files say:
 - **could not resume**: runs the resume did not finish (left for a person, failed, timed out, or nothing recorded
   although effects had happened); a run killed before its system recorded it and before any effect is counted
   apart (*not recorded*: there is nothing to resume and nothing was done);
+- **marked done**: runs finished once a step whose outcome was unknown and whose effect the file shows was marked done
+  (planweave: ``resume --done``, a person's word the benchmark gives after reading the file), apart from *resumed*;
 - **re-executed**: steps whose body ended in the killed process and began again in the resuming one;
 - **resume time**: from spawning the resuming process to its report (interpreter, imports, store), and within it
   from the resume call to the end.
@@ -123,7 +125,7 @@ class RunRecord:
     index: int
     kill: str
     killed: bool  # False: the run ended before the kill was due, so there was nothing to resume
-    outcome: str  # completed, not_recorded, not_found, needs_person, failed, timeout, not_killed
+    outcome: str  # completed, marked_done, not_recorded, not_found, needs_person, failed, timeout, not_killed
     detail: str = ""
     duplicated_plain: int = 0
     duplicated_keyed: int = 0
@@ -152,12 +154,17 @@ class SystemResult:
         return sum(1 for r in self.runs if r.killed and r.outcome == "completed")
 
     @property
+    def marked_done(self) -> int:
+        """Runs finished once a person (the benchmark reading the effects file) marked a step done."""
+        return sum(1 for r in self.runs if r.killed and r.outcome == "marked_done")
+
+    @property
     def not_recorded(self) -> int:
         return sum(1 for r in self.runs if r.killed and r.outcome == "not_recorded")
 
     @property
     def not_resumed(self) -> int:
-        return self.killed - self.resumed - self.not_recorded
+        return self.killed - self.resumed - self.marked_done - self.not_recorded
 
     def total(self, name: str) -> int:
         return sum(int(getattr(r, name)) for r in self.runs)
@@ -169,9 +176,9 @@ class SystemResult:
     def summary(self) -> dict[str, Any]:
         """The figures of the table, as JSON data."""
         reasons = Counter(r.outcome for r in self.runs
-                          if r.killed and r.outcome not in ("completed", "not_recorded"))
+                          if r.killed and r.outcome not in ("completed", "marked_done", "not_recorded"))
         return {"runs": len(self.runs), "killed": self.killed, "not_recorded": self.not_recorded,
-                "resumed": self.resumed,
+                "resumed": self.resumed, "marked_done": self.marked_done,
                 "not_resumed": self.not_resumed, "not_resumed_by_reason": dict(reasons),
                 "duplicated_plain": self.total("duplicated_plain"), "duplicated_keyed": self.total("duplicated_keyed"),
                 "lost": self.total("lost"), "reexecuted": self.total("reexecuted"),
@@ -299,7 +306,7 @@ def _count(record: RunRecord, run_dir: Path, fan_out: int, killed_pid: int) -> N
             record.duplicated_keyed += extra
         else:
             record.duplicated_plain += extra
-    if record.outcome == "completed":
+    if record.outcome in ("completed", "marked_done"):
         record.lost = sum(1 for sid in steps if lines[sid] == 0)
     elif record.outcome == "not_found" and not lines:
         record.outcome = "not_recorded"  # killed before the system recorded the run, and before any effect
@@ -409,18 +416,18 @@ def table(result: DurabilityResult) -> str:
         f"durability: {result.runs} runs per system, fan-out {result.fan_out} (half keyed) + join, seed "
         f"{result.seed}; {result.platform}; PostgreSQL {result.postgres or 'not reachable'}",
         "",
-        "| system | killed | not recorded | resumed | not resumed | dup. plain | dup. keyed | lost | re-executed "
-        "| resume s (process) | resume s (call) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| system | killed | not recorded | resumed | marked done | not resumed | dup. plain | dup. keyed | lost "
+        "| re-executed | resume s (process) | resume s (call) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     notes = []
     for s in result.systems:
         if s.skipped is not None:
-            lines.append(f"| {s.label} | skipped: {s.skipped} ||||||||||")
+            lines.append(f"| {s.label} | skipped: {s.skipped} |||||||||||")
             continue
         m = s.summary()
         lines.append(f"| {s.label} | {m['killed']}/{m['runs']} | {m['not_recorded']} | {m['resumed']} | "
-                     f"{m['not_resumed']} | "
+                     f"{m['marked_done']} | {m['not_resumed']} | "
                      f"{m['duplicated_plain']} | {m['duplicated_keyed']} | {m['lost']} | {m['reexecuted']} | "
                      f"{_seconds(m['resume_s_median'])} | {_seconds(m['resume_call_s_median'])} |")
         if m["not_resumed_by_reason"]:

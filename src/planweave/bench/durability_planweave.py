@@ -4,8 +4,9 @@
 journal (SQLite file or PostgreSQL URL). Resume (README, "Crash and resume"): ``Engine.resume(run_id)``, which re-runs
 the idempotent steps that were running and stops short of the others (``unknown``); then, as documented, "check
 their effects, then ``--retry-unknown``": if none of the unknown steps' effects is in the effects file, the run is
-resumed again with ``retry_unknown=True``; if one is there, planweave offers no way to mark that step done, so the
-run is left for a person (``needs_person``) rather than repeat an effect.
+resumed again with ``retry_unknown=True``; if one is there, the steps whose effect is there are marked done first, as
+a person would with ``planweave resume RUN --done STEP`` (:func:`~planweave.engine.runtime.mark_done`), and the run
+is counted apart (``marked_done``: it needed a person's word, not only a resume).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from planweave.bench.durability_effects import (
 from planweave.core.errors import RunError, RunNotFound
 from planweave.core.state import RunState
 from planweave.engine import Engine, RunResult
+from planweave.engine.runtime import mark_done
 from planweave.journal import open_journal
 from planweave.tools.registry import Toolbox
 
@@ -87,10 +89,12 @@ async def _resume(engine: Engine, spec: ChildSpec, toolbox: Toolbox) -> dict[str
     # The documented check: an unknown step whose effect happened cannot be retried without repeating it.
     done = set(read_lines(Path(spec.run_dir) / EFFECTS))
     happened = sorted(sid for sid in unknown if sid in done)
-    if happened:
-        return {"outcome": "needs_person", "unknown": unknown,
-                "detail": f"unknown step(s) {', '.join(happened)} already had their effect"}
+    for sid in happened:  # as a person would, having read the effects file: `planweave resume RUN --done STEP`
+        await mark_done(engine.journal, spec.run_id, sid, sid, by="bench durability (the effects file shows it)")
     result = await (await engine.resume(spec.run_id, tools=toolbox, retry_unknown=True)).wait()
+    if happened:
+        return {"outcome": "marked_done" if result.ok else "failed", "unknown": unknown,
+                "detail": f"unknown step(s) {', '.join(happened)} already had their effect: marked done"}
     return {"outcome": "completed" if result.ok else "failed", "detail": result.error or "",
             "retried_unknown": unknown}
 
