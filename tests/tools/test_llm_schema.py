@@ -41,7 +41,8 @@ def asked_structure(dialect: str, req: RecordedRequest) -> bool:
     if dialect == "anthropic":
         return req.body.get("tool_choice") == {"type": "tool", "name": "result"} and any(
             t["name"] == "result" and t["input_schema"] == SCHEMA for t in req.body["tools"])
-    return req.body["response_format"] == {"type": "json_schema", "json_schema": {"name": "result", "schema": SCHEMA}}
+    return bool(req.body["response_format"] == {"type": "json_schema",
+                                                "json_schema": {"name": "result", "schema": SCHEMA}})
 
 
 def last_user_text(dialect: str, req: RecordedRequest) -> str:

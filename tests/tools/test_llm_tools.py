@@ -1,9 +1,10 @@
 """``llm`` steps with ``tools``: the model's calls run as steps of the run (journaled, limited, approved), in parallel,
 their results sent back as tool messages in the dialect's shape; a resumed step does not call a finished tool again.
-Against the scripted server in Chat Completions and Anthropic Messages."""
+Against the scripted server in Chat Completions, the Responses API and Anthropic Messages."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +22,8 @@ from planweave.testing import Call, RecordedRequest, Reply, ScriptedLLM, Text
 from planweave.tools.llm import llm_tool
 from planweave.tools.llm_calls import child_step_id
 
-MODELS = {"openai": "openai:gpt-4o-mini", "anthropic": "anthropic:claude-3-5-haiku-latest"}
+MODELS = {"openai": "openai:gpt-4o-mini", "responses": "openai-responses:gpt-4o-mini",
+          "anthropic": "anthropic:claude-3-5-haiku-latest"}
 PRICES = PriceTable({"gpt-4o-mini": Price(input=1.0, output=4.0),
                      "claude-3-5-haiku-latest": Price(input=0.8, output=4.0)})
 TWO_CITIES = (Call("call_a", "lookup", '{"city": "Paris"}'), Call("call_b", "lookup", '{"city": "Lyon"}'))
@@ -35,6 +37,8 @@ def tool_results(req: RecordedRequest) -> list[tuple[str, str]]:
     if req.dialect == "anthropic":
         return [(b["tool_use_id"], b["content"]) for m in body["messages"] if m["role"] == "user"
                 and isinstance(m["content"], list) for b in m["content"] if b.get("type") == "tool_result"]
+    if req.dialect == "responses":
+        return [(i["call_id"], i["output"]) for i in body["input"] if i.get("type") == "function_call_output"]
     return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
 
 
@@ -79,9 +83,10 @@ def toolbox(client: OpenAIChatClient, lookups: Lookups) -> Toolbox:
 
 
 async def until(run: Run, kind: str, step: str | None = None) -> Event:
-    async for event in run.events():
-        if event.kind == kind and (step is None or event.step == step):
-            return event
+    async with asyncio.timeout(20):  # a missing event fails the test, not hangs it
+        async for event in run.events():
+            if event.kind == kind and (step is None or event.step == step):
+                return event
     raise AssertionError(f"the run ended without a {kind} event")
 
 
@@ -93,7 +98,7 @@ async def test_two_parallel_tool_calls_run_as_their_own_steps_then_the_model_ans
         # concurrency 1: the llm step lends its slot while it waits, or its tool calls could never run
         async with open_engine("memory://", tools=toolbox(client, lookups), concurrency=1) as engine:
             run = await engine.start(plan)
-            result = await run.wait()
+            result = await asyncio.wait_for(run.wait(), 20)  # a deadlock fails, not hangs
             events = [e async for e in run.events()]
     assert result.ok, result.error
     out = result.outputs["ask"]
@@ -120,6 +125,9 @@ async def test_two_parallel_tool_calls_run_as_their_own_steps_then_the_model_ans
     if dialect == "anthropic":  # the calls echoed as tool_use blocks, the results in one user turn
         assert [b["type"] for b in second.body["messages"][1]["content"]] == ["tool_use", "tool_use"]
         assert len(second.body["messages"]) == 3
+    elif dialect == "responses":  # the calls echoed as function_call items
+        assert [(i.get("type"), i.get("call_id")) for i in second.body["input"][1:3]] == [
+            ("function_call", "call_a"), ("function_call", "call_b")]
     else:
         assert [c["id"] for c in second.body["messages"][1]["tool_calls"]] == ["call_a", "call_b"]
     assert [t["function"]["name"] if dialect == "openai" else t["name"]

@@ -121,9 +121,10 @@ class RunSink:
                 if not self._lent[step_id]:  # the last call it waited on: take a slot again
                     del self._lent[step_id]
                     await self._take_slot(step_id)
-        if rec.status == "succeeded":
+        status: str = rec.status  # changed by the events awaited
+        if status == "succeeded":
             return self._attempts.outputs[sid]
-        raise StepFailed(sid, rec.error or rec.status)
+        raise StepFailed(sid, rec.error or status)
 
     def _lend_slot(self, step_id: str) -> bool:
         """Give ``step_id``'s concurrency slot (not its claims) to the run's other steps while it waits."""
