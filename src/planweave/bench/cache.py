@@ -133,7 +133,7 @@ async def _overhead(urls: Callable[[str], str], n: int, repeats: int) -> list[di
 
 
 def _hook_ns() -> dict[str, float]:
-    """ns per attempt of the run's cache hook (the expression ``Run._execute`` evaluates) on a step that is not
+    """ns per attempt of the run's cache hook (the expression ``Attempts._execute`` evaluates) on a step that is not
     cacheable: in a run whose tools declare no cache (every plan without cache), and in one whose tools do."""
     tools = _toolbox([0])
     plan = validate_plan(PlanSpec.model_validate(_fan("plain", 1, 0)), tools)
