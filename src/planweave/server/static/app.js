@@ -496,6 +496,10 @@
       stream: null,
       step: null, // the step whose panel is open
       group: null, // the collapsed group whose panel is open
+      subplanRuns: new Map(), // a plan step -> its child run (GET /runs/{id}/subplans)
+      subExpanded: new Set(), // plan steps whose child run is drawn inside the graph (collapsed by default)
+      childPlans: new Map(), // child run -> its plan (GET /runs/{child}/plan), read when expanded
+      childNodes: new Map(), // drawn node id of a child's step -> {run, step}
     };
     const current = view;
     current.stepRefresh = throttle(() => refreshStep(current), 200);
@@ -827,6 +831,10 @@
     markCritical(current);
     renderAttention(current);
     if (current.group) renderGroup(current);
+    if (current.subExpanded.size && !current.childRefreshing) {
+      current.childRefreshing = true;
+      refreshChildren(current).finally(() => { current.childRefreshing = false; });
+    }
     if (changed.length || plan) {
       if ($("dag-search").value.trim()) markMatches(current); else renderStepList(current);
       redrawMinimapDots();
@@ -839,6 +847,9 @@
   // -- sub-plans: the parent of a child run, and the tree of a run's child runs (docs/subplans.md) ---------------
   function renderSubplans(current, tree) {
     if (view !== current) return;
+    const known = current.subplanRuns.size;
+    for (const child of tree.children) current.subplanRuns.set(child.step, child.run);
+    if (current.subplanRuns.size !== known) markSubplans(current);
     const items = [];
     if (tree.parent) {
       items.push(el("p", { class: "subplan-parent" }, "sub-plan of ",
@@ -856,6 +867,101 @@
     box.hidden = !items.length;
     box.replaceChildren(...items);
   }
+
+  // -- a plan step's child run drawn inside the parent's graph: a group after the step, collapsed by default --------
+  // The plan steps with a child run show it in their label (▸ collapsed, ▾ expanded).
+  function markSubplans(current) {
+    if (!current.cy) return;
+    current.cy.batch(() => {
+      for (const stepId of current.subplanRuns.keys()) {
+        const node = current.cy.getElementById(stepId);
+        const step = current.shape && current.shape.byId.get(stepId);
+        if (node.nonempty() && step) node.data("label", stepLabel(step, current));
+      }
+    });
+    if (current.step && current.subplanRuns.has(current.step)) renderStepModels(current, current.step);
+  }
+
+  async function toggleSubplan(current, stepId) {
+    const childRun = current.subplanRuns.get(stepId);
+    if (!childRun) return;
+    if (current.subExpanded.has(stepId)) {
+      current.subExpanded.delete(stepId);
+      if (current.childNodes.has(current.step)) closeStep();
+      buildDag(current);
+      return;
+    }
+    // The step's collapsed group (if it is in one) opens first: the child is drawn after the step's own node.
+    const g = groupOf(current, stepId);
+    if (g !== null) current.expanded.add(g);
+    current.subExpanded.add(stepId);
+    await loadChildPlan(current, childRun);
+    if (view !== current || !current.subExpanded.has(stepId)) return;
+    buildDag(current);
+  }
+
+  async function loadChildPlan(current, childRun) {
+    try {
+      const { body } = await api(`/runs/${encodeURIComponent(childRun)}/plan`);
+      current.childPlans.set(childRun, body);
+    } catch (err) {
+      if (err instanceof Unauthorized) return;
+      current.childPlans.set(childRun, { error: String(err.message), steps: [] });
+    }
+  }
+
+  // Adds the expanded child runs to the drawn graph: a compound node after its plan step, holding the child's steps
+  // laid out in layers below it (node ids `sub:RUN/STEP`; their panels read the child run's steps).
+  function addSubplanGroups(current) {
+    const cy = current.cy;
+    current.childNodes = new Map();
+    const elements = [];
+    for (const stepId of current.subExpanded) {
+      const childRun = current.subplanRuns.get(stepId);
+      const plan = childRun && current.childPlans.get(childRun);
+      const anchor = cy.getElementById(stepId);
+      if (!plan || anchor.empty()) continue;
+      const groupId = `subplan:${childRun}`;
+      elements.push({ group: "nodes", data: { id: groupId, label: plan.error ? `${childRun}: ${plan.error}` : `sub-plan ${childRun} · ${plan.steps.length} steps`, step: stepId },
+        classes: "subplan-group" });
+      const base = anchor.position();
+      const shape = planShape(plan);
+      const rows = new Map();
+      for (const step of plan.steps) {
+        const d = shape.depth.get(step.id);
+        const row = rows.get(d) || 0;
+        rows.set(d, row + 1);
+        const id = `sub:${childRun}/${step.id}`;
+        current.childNodes.set(id, { run: childRun, step: step.id, tool: step.tool });
+        elements.push({ group: "nodes", data: { id, parent: groupId, label: stepLabel(step), status: step.status, tool: step.tool },
+          position: { x: base.x + d * X_GAP * 0.9, y: base.y + (row + 1.6) * Y_GAP }, classes: "child-step" });
+      }
+      for (const step of plan.steps) {
+        for (const dep of step.deps) {
+          elements.push({ group: "edges", data: { id: `e:sub:${childRun}/${dep}>${step.id}`, source: `sub:${childRun}/${dep}`, target: `sub:${childRun}/${step.id}` } });
+        }
+      }
+      elements.push({ group: "edges", data: { id: `e:${stepId}>${groupId}`, source: stepId, target: groupId }, classes: "subplan-edge" });
+    }
+    if (elements.length) cy.add(elements);
+  }
+
+  // A live child run's statuses follow the parent's refreshes (its plan re-read while it has not ended).
+  async function refreshChildren(current) {
+    for (const stepId of current.subExpanded) {
+      const childRun = current.subplanRuns.get(stepId);
+      const plan = childRun && current.childPlans.get(childRun);
+      if (!plan || plan.error || plan.steps.every((s) => ENDED_STEP.includes(s.status))) continue;
+      await loadChildPlan(current, childRun);
+      if (view !== current || !current.cy) return;
+      const fresh = current.childPlans.get(childRun);
+      if (fresh.steps.length !== plan.steps.length) { buildDag(current); return; }
+      current.cy.batch(() => {
+        for (const step of fresh.steps) current.cy.getElementById(`sub:${childRun}/${step.id}`).data("status", step.status);
+      });
+    }
+  }
+  const ENDED_STEP = ["succeeded", "failed", "cancelled", "skipped"];
 
   function subplanList(children) {
     return el("ul", { class: "subplan-list" }, ...children.map((child) => el("li", { class: "subplan" },
@@ -972,6 +1078,10 @@
       { selector: "node.group.has-waiting", style: { "background-color": "#fff3bf" } },
       { selector: "node.group.has-running", style: { "border-color": COLORS.running } },
       { selector: "node.subplan", style: { "border-style": "double", "border-width": 4 } },
+      { selector: "node.subplan-group", style: { shape: "round-rectangle", "background-color": "#f1f3f5", "background-opacity": 0.6,
+        "border-style": "dashed", "border-width": 2, "border-color": "#7048e8", "text-valign": "top", "text-halign": "center",
+        "font-size": 11, color: "#5f3dc4", padding: 12 } },
+      { selector: "edge.subplan-edge", style: { "line-style": "dashed", "line-color": "#7048e8", "target-arrow-color": "#7048e8" } },
       { selector: "edge", style: { width: 1.4, "line-color": "#adb5bd", "curve-style": large ? "haystack" : "bezier",
         "target-arrow-shape": large ? "none" : "triangle", "target-arrow-color": "#adb5bd", "arrow-scale": 0.8 } },
       { selector: "edge.critical", style: { width: 3, "line-color": "#d9480f", "target-arrow-color": "#d9480f", "z-index": 2 } },
@@ -1095,9 +1205,11 @@
     return { text: `${node.group} · ${node.members.length} steps\n${parts.join(" · ") || "pending"}`, counts };
   }
 
-  function stepLabel(step) {
+  function stepLabel(step, current = null) {
     const id = step.id.length > 24 ? `${step.id.slice(0, 23)}…` : step.id;
-    return `${id}\n${step.tool}`;
+    const sub = current && step.tool === "plan" && current.subplanRuns.has(step.id)
+      ? (current.subExpanded.has(step.id) ? " ▾ sub-plan" : " ▸ sub-plan") : "";
+    return `${id}\n${step.tool}${sub}`;
   }
 
   function buildDag(current) {
@@ -1118,7 +1230,9 @@
       const cy = current.cy;
       cy.on("tap", "node", (event) => {
         const id = event.target.id();
-        if (id.startsWith("group:")) openGroup(current, id); else openStep(current, id, { center: false });
+        if (id.startsWith("group:")) openGroup(current, id);
+        else if (id.startsWith("subplan:")) return; // a child run's box (a tap on its step bubbles up to it too)
+        else openStep(current, id, { center: false });
       });
       cy.on("viewport", () => current.minimapView && current.minimapView());
       current.minimapView = throttleFrame(() => drawMinimap(current, false));
@@ -1135,7 +1249,7 @@
         elements.push({ group: "nodes", data: { id: node.id, label: text, status: "group" }, classes: classes.join(" ") });
       } else {
         const step = current.shape.byId.get(node.id);
-        elements.push({ group: "nodes", data: { id: node.id, label: stepLabel(step), status: current.status.get(node.id) || step.status, tool: step.tool },
+        elements.push({ group: "nodes", data: { id: node.id, label: stepLabel(step, current), status: current.status.get(node.id) || step.status, tool: step.tool },
           classes: step.tool === "plan" ? "subplan" : "" });
       }
     }
@@ -1150,6 +1264,7 @@
       cy.add(elements);
     });
     if (useDagre) cy.layout({ name: "dagre", rankDir: "LR", nodeSep: 18, rankSep: 60, fit: false }).run();
+    if (current.subExpanded.size) addSubplanGroups(current);
     markCritical(current);
     markMatches(current);
     if (current.step && cy.getElementById(current.step).nonempty()) cy.getElementById(current.step).select();
@@ -1549,7 +1664,8 @@
     for (const id of ["step-args-box", "step-output-box"]) $(id).hidden = false;
     $("step-attempts").hidden = false;
     $("step-panel").hidden = false;
-    $("step-title").textContent = stepId;
+    const child = current.childNodes.get(stepId);
+    $("step-title").textContent = child ? `${child.run} › ${child.step}` : stepId;
     renderStepModels(current, stepId);
     renderStepList(current);
     const row = $("graph-row").getBoundingClientRect();
@@ -1564,8 +1680,17 @@
     const step = current.shape && current.shape.byId.get(stepId);
     const links = $("step-links");
     links.replaceChildren();
-    if (step && step.tool === "plan") { // a sub-plan: its child run (planning/subplans.py names it run.step)
-      links.append("sub-plan: ", el("a", { href: `#/runs/${encodeURIComponent(`${current.id}.${stepId}`)}`, text: `${current.id}.${stepId}` }));
+    const child = current.childNodes.get(stepId);
+    if (child) { // a step of an expanded child run
+      links.append("step of the sub-plan ", el("a", { href: `#/runs/${encodeURIComponent(child.run)}`, text: child.run }));
+    } else if (step && step.tool === "plan") { // a sub-plan: its child run (planning/subplans.py names it run.step)
+      const childRun = current.subplanRuns.get(stepId) || `${current.id}.${stepId}`;
+      links.append("sub-plan: ", el("a", { href: `#/runs/${encodeURIComponent(childRun)}`, text: childRun }));
+      if (current.subplanRuns.has(stepId)) {
+        const open = current.subExpanded.has(stepId);
+        links.append(" ", el("button", { type: "button", class: "expand-subplan", text: open ? "Collapse in the graph" : "Expand in the graph",
+          onclick: async () => { await toggleSubplan(current, stepId); if (view === current && current.step === stepId) renderStepModels(current, stepId); } }));
+      }
     }
   }
 
@@ -1578,7 +1703,9 @@
   async function refreshStep(current) {
     const stepId = current.step;
     if (!stepId) return;
-    const path = `/runs/${encodeURIComponent(current.id)}/steps/${encodeURIComponent(stepId)}`;
+    const child = current.childNodes.get(stepId); // a step of an expanded child run: read from that run
+    const path = child ? `/runs/${encodeURIComponent(child.run)}/steps/${encodeURIComponent(child.step)}`
+      : `/runs/${encodeURIComponent(current.id)}/steps/${encodeURIComponent(stepId)}`;
     let detail;
     try {
       ({ body: detail } = await api(current.fullOutput ? `${path}?full=true` : path));
@@ -1590,6 +1717,7 @@
     }
     if (view !== current || current.step !== stepId) return;
     renderStep(detail);
+    if (child) $("step-title").textContent = `${child.run} › ${child.step}`;
   }
 
   const pretty = (value) => JSON.stringify(value, null, 2);
