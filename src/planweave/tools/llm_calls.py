@@ -23,7 +23,6 @@ import orjson
 from planweave.core.context import current_step
 from planweave.core.errors import PlanweaveError, RunError, ToolError
 from planweave.models import Completion, CompletionRequest, Message, ToolCall, ToolSpec, Usage
-from planweave.models.dialects import dialect_of
 
 DEFAULT_TOOL_ROUNDS = 8
 """Rounds of tool calls an llm step may make before it must answer (``max_tool_rounds``)."""
@@ -212,9 +211,6 @@ async def converse(ask: Ask, conv: Conversation) -> dict[str, Any]:  # noqa: C90
     specs = tuple(o.spec for o in offered.values())
     messages: list[Message] = [Message("system", conv.system)] if conv.system else []
     messages.append(Message("user", conv.prompt))
-    # Anthropic forces a tool for structured output, which leaves the model no choice of the offered ones: while
-    # tools are offered, the schema is checked here and asked for (forced) only by a repair.
-    send_schema = conv.schema if not specs or dialect_of(conv.model) != "anthropic" else None
     tally = _Tally()
     rounds = 0
     model = conv.model
@@ -239,7 +235,10 @@ async def converse(ask: Ask, conv: Conversation) -> dict[str, Any]:  # noqa: C90
     error: str | None = None
     while True:
         last = rounds >= conv.max_rounds
-        completion, error = await answer(send_schema if not specs or last else None, "none" if last else "auto")
+        # While tools are offered the schema is not sent: a client checks a reply against it even when the model
+        # calls tools, and Anthropic's forced tool would leave the model no choice of the offered ones. The answer
+        # is checked here instead, and a miss repaired with the schema asked of the endpoint.
+        completion, error = await answer(conv.schema if not specs or last else None, "none" if last else "auto")
         if completion is None:
             break  # a schema miss: repaired below
         model = completion.model
