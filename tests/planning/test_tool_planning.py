@@ -95,6 +95,7 @@ async def test_the_first_step_starts_before_the_planner_has_finished_its_tool_ca
     assert result.ok, result.error
     assert result.state.answer == "Rome is warmer"
     call = plan_call(result)
+    assert call["plan_via"] == "tools"
     first = min(t for _, t in fetched)
     # 0.5 s to the first token, then three calls of ~15 tokens each at 20 tokens/s: the stream ends after ~2.5 s.
     assert call["started_at"] + 0.5 < first < call["finished_at"] - 1.0
@@ -141,6 +142,7 @@ async def test_text_mode_offers_no_tools_and_tool_mode_forces_them() -> None:
     assert result.ok, result.error
     assert not offers_add_step(server.model_requests[0])
     assert "JSON Lines" in str(server.model_requests[0].messages[0].get("content", ""))
+    assert plan_call(result)["plan_via"] == "text"
     result, server = await run_goal("chat", planner(lambda req: Text("", tool_calls=step_calls(PLAN))),
                                     plan_via="tools")
     assert result.ok, result.error
@@ -176,3 +178,16 @@ def test_the_add_step_schema_names_the_catalog_tools() -> None:
     assert add.name == "add_step"
     assert add.parameters["properties"]["tool"]["enum"] == ["fetch", "noop"]
     assert add.parameters["required"] == ["id", "tool"]
+
+
+def test_the_benchmark_compares_both_modes_on_the_same_goal() -> None:
+    from planweave import run_virtual
+    from planweave.bench.planning import make_goals
+    from planweave.bench.tool_planning import measure
+
+    data = run_virtual(measure(make_goals(1, 3, mean_ms=100), dialect="anthropic", ttft=0.3, tps=30))
+    text, tools = data["modes"]["text"], data["modes"]["tools"]
+    for mode in (text, tools):
+        assert mode["valid_replies"] == mode["replies"] >= 1 and mode["rejected"] == 0
+        assert 0.3 < mode["first_call"] < 1.5  # the first step of ~10 starts after one line or call, not the plan
+    assert tools["prompt_tokens"] > text["prompt_tokens"]  # add_step's schema rides along with every planner call

@@ -31,7 +31,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import typer
@@ -229,13 +229,16 @@ async def measure(goals: Sequence[Goal], *, ttft: float, tps: float) -> dict[str
     """Run every system on every goal; return the contract's JSON (sums over goals) plus per-goal detail."""
     systems: dict[str, list[Measured]] = {k: [] for k in
                                           ("streaming", "whole_plan", "synchronous", "react", "global_replan")}
+    # JSON Lines in text, as the figures in docs/benchmarks.md were measured; tool-call planning against it:
+    # planweave.bench.tool_planning.
+    text = PlanningOptions(plan_via="text")
     for goal in goals:
-        systems["streaming"].append(await _planweave(goal, PlanningOptions(), ttft=ttft, tps=tps))
-        systems["whole_plan"].append(await _planweave(goal, PlanningOptions(stream_admission=False), ttft=ttft,
+        systems["streaming"].append(await _planweave(goal, text, ttft=ttft, tps=tps))
+        systems["whole_plan"].append(await _planweave(goal, replace(text, stream_admission=False), ttft=ttft,
                                                       tps=tps))
-        systems["synchronous"].append(await _planweave(goal, PlanningOptions(synchronous=True), ttft=ttft,
+        systems["synchronous"].append(await _planweave(goal, replace(text, synchronous=True), ttft=ttft,
                                                        tps=tps))
-        systems["global_replan"].append(await _planweave(goal, PlanningOptions(local_repair=False), ttft=ttft,
+        systems["global_replan"].append(await _planweave(goal, replace(text, local_repair=False), ttft=ttft,
                                                          tps=tps))
         systems["react"].append(await _react(goal, ttft=ttft, tps=tps))
 

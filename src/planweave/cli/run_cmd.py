@@ -86,6 +86,7 @@ class AgentFlags:
     context: ContextMode | None = None  # --context: what the planner sees of the run (None: the loop's default)
     subplans: bool = True  # --no-subplans: no `plan` tool, so no step runs a child run
     access: Endpoint | None = None  # --api-key-env and --header (its base_url: base_url above)
+    plan_via: Literal["auto", "tools", "text"] | None = None  # config plan_via: add_step calls or JSON Lines
 
     @property
     def endpoint(self) -> Endpoint:
@@ -128,7 +129,7 @@ class AgentFlags:
                                    ask_human=self.ask_human, budget=spend, tiers=self.tiers, draft=draft,
                                    context=self.context, subplans=self.subplans,
                                    endpoint=endpoint if not endpoint.default else None, pressure=pressure,
-                                   memory=recall, planner=planner)
+                                   memory=recall, planner=planner, plan_via=self.plan_via)
 
     def limits(self) -> RunLimits:
         """The run's limits as the server gets them from a request (a zero budget is a budget)."""
@@ -800,7 +801,8 @@ def goal(
         agent = AgentFlags(model or DEFAULT_GOAL_MODEL, base_url, budget_usd, budget_tokens, deadline,
                            5 if max_replans is None else max_replans, values.plan_max_tokens or 2048, ask_human,
                            tiers=goal_tiers, draft_model=values.draft_model, planner_auto=model == "auto",
-                           context=values.context, subplans=values.subplans is not False, access=access)
+                           context=values.context, subplans=values.subplans is not False, access=access,
+                           plan_via=values.plan_via)
 
         async def begin_goal(engine: Engine, stack: AsyncExitStack) -> Run:
             from planweave.planning.goal import launch_goal

@@ -77,6 +77,8 @@ class RunConfig(BaseModel):
                                         "2048).")
     draft_model: str | None = Field(None, description="A small model that drafts the plan ahead of the planner.")
     context: Literal["references", "summary"] | None = Field(None, description="What the planner sees of the run.")
+    plan_via: Literal["auto", "tools", "text"] | None = Field(None, description="How the planner writes plans: "
+                                                          "add_step tool calls, JSON Lines text, or auto (default).")
     subplans: bool | None = Field(None, description="false: no 'plan' tool (no child runs).")
     memory_model: str | None = Field(None, description="With --memory: the model that distils the run.")
     memory_embed: bool | None = Field(None, description="With --memory: rank entries by embeddings too.")
@@ -118,7 +120,8 @@ KEYS = tuple(RunConfig.model_fields)
 _SHARED = ("api_key_env", "headers", "model_limits", "prices", "priority", "tiers", "cascade", "deadline_pressure",
            "capacities", "executor", "ray_address", "cache", "allow_env", "roots", "port")
 _PLAN_ONLY = ("speculate", "predictor_model", "forecast")
-_GOAL_ONLY = ("plan_max_tokens", "draft_model", "context", "subplans", "memory_model", "memory_embed")
+_GOAL_ONLY = ("plan_max_tokens", "draft_model", "context", "plan_via", "subplans", "memory_model",
+              "memory_embed")
 
 COMMAND_KEYS: dict[str, tuple[str, ...]] = {
     "run": (*_SHARED, *_PLAN_ONLY),

@@ -17,7 +17,7 @@ from planweave.allocate.model import TierTable
 from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine
 from planweave.models import Budget, Endpoint, ModelClient
-from planweave.planning.loop import PlanningLoop, PlanningOptions
+from planweave.planning.loop import PlanningLoop, PlanningOptions, PlanVia
 from planweave.planning.subplans import DEFAULT_MAX_DEPTH, SUBPLAN_TOOL, SubplanSeam, plan_tool
 from planweave.tools import Tool, Toolbox
 from planweave.tools.llm import llm_tool
@@ -64,6 +64,7 @@ def build_planning_loop(
     origin: str | None = None,
     parent: Mapping[str, Any] | None = None,
     planner: PlannerCascade | None = None,
+    plan_via: PlanVia | None = None,
 ) -> PlanningLoop:
     """A planning loop on ``engine`` that plans with ``client`` and may call ``tools`` plus ``llm`` on ``client``.
 
@@ -84,6 +85,8 @@ def build_planning_loop(
     ``pressure`` (a deadline-pressure threshold), ``origin`` (who started the run) and ``parent`` (a sub-plan's
     link to its parent) are journaled too (:class:`PlanningLoop`). ``planner`` takes the place of the tiers' planner
     cascade (an allocated planner, :class:`planweave.allocate.planner_alloc.PlannerAllocation`, on ``budget``).
+    ``plan_via`` is how the planner writes plans: ``add_step`` tool calls, JSON Lines text, or (None, ``auto``) tool
+    calls when ``client`` speaks a dialect that has them (planning/tool_calls.py); a sub-plan plans the same way.
     """
     spend = budget if budget is not None else limits.budget()
     steps_cascade = None if tiers is None else CascadeSeam(tiers, engine.get)
@@ -91,12 +94,14 @@ def build_planning_loop(
                                                                                cascade=steps_cascade)}))
     if subplans and SUBPLAN_TOOL not in catalog:  # steps saying tool: plan run as child runs (planning/subplans.py)
         catalog = catalog.merged(Toolbox({SUBPLAN_TOOL: _subplan_tool(
-            engine, client, tools, limits, spend, plan_max_tokens, max_depth, subplan_depth, context)}))
+            engine, client, tools, limits, spend, plan_max_tokens, max_depth, subplan_depth, context, plan_via)}))
     options = planning_options(limits, plan_max_tokens=plan_max_tokens, ask_human=ask_human)
     if context is not None:
         options = dataclasses.replace(options, context=context)
     if draft is not None:
         options = dataclasses.replace(options, draft=draft)
+    if plan_via is not None:
+        options = dataclasses.replace(options, plan_via=plan_via)
     if planner is None and tiers is not None:
         planner = PlannerCascade(tiers)
     return PlanningLoop(engine, client, catalog, budget=spend, options=options, limits=limits, cascade=planner,
@@ -105,7 +110,7 @@ def build_planning_loop(
 
 def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: RunLimits, spend: Budget | None,
                   plan_max_tokens: int | None, max_depth: int, depth: int,
-                  context: Literal["references", "summary"] | None = None) -> Tool:
+                  context: Literal["references", "summary"] | None = None, plan_via: PlanVia | None = None) -> Tool:
     """The ``plan`` tool of a goal run at ``depth``: each child is built here too, one level deeper, on the same
     client, with the tools it is given and its slice of ``spend``."""
 
@@ -113,7 +118,7 @@ def _subplan_tool(engine: Engine, client: ModelClient, tools: Toolbox, limits: R
               child_depth: int, parent: Mapping[str, Any]) -> PlanningLoop:
         return build_planning_loop(engine, client, child_tools, child_limits, plan_max_tokens=plan_max_tokens,
                                    budget=child_budget, max_depth=max_depth, subplan_depth=child_depth,
-                                   context=context, parent=parent)
+                                   context=context, parent=parent, plan_via=plan_via)
 
     # the parent's deadline is read from its journal when a child starts: the loop may be built before the clock
     # runs (a VirtualClock needs its event loop), and a resumed parent keeps the end it was started with

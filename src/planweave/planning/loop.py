@@ -971,7 +971,8 @@ class PlanningLoop:
         self._journal_call(purpose, open_call.started, model=completion.model,
                            usage=Usage(completion.prompt_tokens, completion.completion_tokens,
                                        completion.usage_source), cost=completion.cost_usd,
-                           reservation=open_call.reservation_id)
+                           reservation=open_call.reservation_id,
+                           via=None if on_text is None else "tools" if tools else "text")
         return completion
 
     def _planner_signal(self, kind: SignalKind, detail: str = "", *, key: str = "") -> None:
@@ -1004,7 +1005,8 @@ class PlanningLoop:
                            cut=cut, reservation=call.reservation_id)
 
     def _journal_call(self, purpose: str, started: float, *, model: str, usage: Usage,
-                      cost: float | None, cut: str | None = None, reservation: str | None = None) -> None:
+                      cost: float | None, cut: str | None = None, reservation: str | None = None,
+                      via: str | None = None) -> None:
         run = self._active
         data: dict[str, Any] = {
             "purpose": purpose, "model": model, "prompt_tokens": usage.prompt_tokens,
@@ -1018,6 +1020,8 @@ class PlanningLoop:
             data["report"] = self._report_journaled = self.report
         if reservation is not None:
             data["reservation"] = reservation  # settles the call's model_reserved
+        if via is not None:
+            data["plan_via"] = via  # a planner call: offered add_step (tools) or asked for JSON Lines (text)
         run.record("model_call", data)
 
 
@@ -1062,9 +1066,11 @@ def plans_via_tools(plan_via: PlanVia, client: ModelClient) -> bool:
     says = getattr(client, "supports_tools", None)
     if isinstance(says, bool):
         return says
+    from planweave.models.local import LOCAL_MODEL
     from planweave.models.openai import OpenAIChatClient  # the dialects' clients all build on it
 
-    return isinstance(client, OpenAIChatClient)
+    # ``--model local`` (llama-cpp-python's Gemma chat format) ignores ``tools`` unless one is forced: text there.
+    return isinstance(client, OpenAIChatClient) and client.model != LOCAL_MODEL
 
 
 def _answer(completion: Completion) -> str:

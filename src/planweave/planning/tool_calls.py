@@ -23,26 +23,31 @@ from planweave.planning.lines import Line
 
 ADD_STEP = "add_step"
 WRITE_REPORT = "write_report"
-# The keys of Step a planner writes (the prompt's format names them); others still pass to the plan's validator.
-_STEP_KEYS = ("id", "tool", "args", "after", "observe", "approval", "timeout", "retries", "estimate", "fallback",
-              "description", "verifies", "optional")
+# The keys of Step named in add_step's schema: the ones most steps use. The rarer ones (retries, estimate, fallback,
+# verifies, ...) are described by the prompt's format and pass through ``additionalProperties`` to the plan's own
+# validator; naming them all would send ~1,000 more prompt tokens with every planner call.
+_STEP_KEYS = ("id", "tool", "args", "after", "observe", "approval")
+
+
+def _lean(schema: Any) -> Any:
+    """``schema`` without pydantic's titles and defaults (tokens the model does not need)."""
+    if isinstance(schema, dict):
+        return {k: _lean(v) for k, v in schema.items() if k not in ("title", "default")}
+    if isinstance(schema, list):
+        return [_lean(v) for v in schema]
+    return schema
 
 
 def step_schema(tool_names: Iterable[str] = ()) -> dict[str, Any]:
-    """The JSON schema of ``add_step``'s arguments: the plan model's step, its ``tool`` one of ``tool_names`` (when
-    given). Extra keys are allowed: the plan's own validator checks them, and says what is wrong, per call."""
+    """The JSON schema of ``add_step``'s arguments: the plan model's step (its common keys), its ``tool`` one of
+    ``tool_names`` (when given). Extra keys are allowed: the plan's own validator checks them, and says what is
+    wrong, per call."""
     full = Step.model_json_schema()
-    properties = {k: v for k, v in full["properties"].items() if k in _STEP_KEYS}
+    properties = {k: _lean(v) for k, v in full["properties"].items() if k in _STEP_KEYS}
     names = sorted(set(tool_names))
     if names:
         properties["tool"] = {**properties["tool"], "enum": names}
-    used = json.dumps(properties)
-    defs = {k: v for k, v in full.get("$defs", {}).items() if f"#/$defs/{k}" in used}
-    schema: dict[str, Any] = {"type": "object", "properties": properties, "required": ["id", "tool"],
-                              "additionalProperties": True}
-    if defs:
-        schema["$defs"] = defs
-    return schema
+    return {"type": "object", "properties": properties, "required": ["id", "tool"], "additionalProperties": True}
 
 
 def planner_tools(tool_names: Iterable[str], *, report: bool = False) -> tuple[ToolSpec, ...]:
