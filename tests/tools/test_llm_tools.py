@@ -190,3 +190,65 @@ async def test_a_resumed_llm_step_reuses_a_finished_tool_call(dialect: str, tmp_
     assert lookups.calls == ["Paris", "deploy prod"]  # the lookup was not called again
     assert result.outputs["ask"]["text"] == "both done"
     assert len(server.model_requests) == 3  # the first turn, asked again on resume, the answer
+
+
+async def test_arguments_the_tool_refuses_go_back_to_the_model_which_calls_again(dialect: str) -> None:
+    def script(req: RecordedRequest) -> Reply:
+        results = tool_results(req)
+        if not results:
+            return Text("", tool_calls=(Call("c1", "lookup", '{"town": "Paris"}'),))
+        if len(results) == 1:
+            return Text("", tool_calls=(Call("c2", "lookup", '{"city": "Paris"}'),))
+        return Text("21")
+
+    lookups = Lookups()
+    async with served(dialect, script) as (server, client):
+        plan = {"steps": [{"id": "ask", "tool": "llm", "args": {"prompt": "Paris?", "tools": ["lookup"]}}]}
+        async with open_engine("memory://", tools=toolbox(client, lookups)) as engine:
+            result = await asyncio.wait_for((await engine.start(plan)).wait(), 20)
+    assert result.ok, result.error
+    assert lookups.calls == ["Paris"]
+    refused = tool_results(server.model_requests[1])[0][1]
+    assert refused.startswith("error: ") and "city" in refused
+    out = result.outputs["ask"]
+    assert out["rounds"] == 2 and [c.get("error") for c in out["tool_calls"]] == ["invalid arguments", None]
+
+
+async def test_a_rejected_tool_call_fails_the_llm_step_naming_it(dialect: str) -> None:
+    def script(req: RecordedRequest) -> Reply:
+        return Text("", tool_calls=(Call("c1", "deploy", '{"target": "prod"}'),))
+
+    lookups = Lookups()
+    async with served(dialect, script) as (server, client):
+        # on_failure continue: the llm step sees its call fail (with the default, stop, the run stops at the call)
+        plan = {"on_failure": "continue", "steps": [{"id": "ship", "tool": "llm", "args": {
+            "prompt": "Ship.", "tools": [{"tool": "deploy", "approval": True}]}}]}
+        async with open_engine("memory://", tools=toolbox(client, lookups)) as engine:
+            run = await engine.start(plan)
+            child = child_step_id("ship", "deploy", {"target": "prod"})
+            await until(run, "approval_requested", child)
+            await run.approve(child, False, "not today")
+            result = await asyncio.wait_for(run.wait(), 20)
+    assert not result.ok and lookups.calls == []
+    error = result.state.records["ship"].error or ""
+    assert f"tool call 'deploy' (step '{child}')" in error and "not today" in error
+    assert result.state.records["ship"].error_kind == "tool_call"
+    assert len(server.model_requests) == 1
+
+
+async def test_an_unknown_tool_or_key_fails_before_the_model_is_called(dialect: str) -> None:
+    lookups = Lookups()
+    async with served(dialect, lambda req: Text("never")) as (server, client):
+        plans = [{"tools": ["lookup", "nope"]}, {"tools": [{"tool": "lookup", "timeot": 3}]},
+                 {"tools": [{"tool": "lookup", "timeout": -1}]}, {"tools": ["llm"]}]
+        errors = []
+        async with open_engine("memory://", tools=toolbox(client, lookups)) as engine:
+            for args in plans:
+                plan = {"steps": [{"id": "ask", "tool": "llm", "args": {"prompt": "x", **args}}]}
+                result = await (await engine.start(plan)).wait()
+                errors.append(result.state.records["ask"].error or "")
+    assert "tools[1]: the run has no tool 'nope'" in errors[0]
+    assert "unknown key(s) timeot" in errors[1]
+    assert "tools[0] ('lookup')" in errors[2] and "timeout" in errors[2]
+    assert "cannot offer the llm tool" in errors[3]
+    assert server.model_requests == []

@@ -120,7 +120,11 @@ class RunSink:
                 self._lent[step_id] -= 1
                 if not self._lent[step_id]:  # the last call it waited on: take a slot again
                     del self._lent[step_id]
-                    await self._take_slot(step_id)
+                    task = asyncio.current_task()
+                    if task is not None and task.cancelling():  # ending: the slot its attempt's end gives back
+                        self._host.dispatch.scheduler.running += 1
+                    else:
+                        await self._take_slot(step_id)
         status: str = rec.status  # changed by the events awaited
         if status == "succeeded":
             return self._attempts.outputs[sid]

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 
 from planweave.core.context import current_step
-from planweave.core.errors import PlanweaveError, RunError, ToolError
+from planweave.core.errors import PlanError, PlanInvalid, PlanweaveError, RunError, ToolError
+from planweave.core.plan.graph import parse_step
 from planweave.models import Completion, CompletionRequest, Message, ToolCall, ToolSpec, Usage
 
 DEFAULT_TOOL_ROUNDS = 8
@@ -133,6 +134,10 @@ def _offer(entries: Sequence[str | Mapping[str, Any]]) -> dict[str, _Offered]:
         found = ctx.tool(name)
         if found is None:
             raise _arguments_error(f"tools[{i}]: the run has no tool '{name}'")
+        try:
+            parse_step({**keys, "id": "call", "tool": name})
+        except PlanError as exc:
+            raise _arguments_error(f"tools[{i}] ('{name}'): {exc}") from None
         description, schema = found
         function = function_name(name)
         if function in offered:
@@ -172,6 +177,9 @@ async def _run_call(call: ToolCall, offered: Mapping[str, _Offered], rounds: int
     child.setdefault("description", f"called by '{ctx.step_id}' (tool call {call.id})")
     try:
         output = await ctx.call(child)
+    except PlanInvalid as exc:  # the model's arguments do not fit the tool: it is told, and may call again
+        record["error"] = "invalid arguments"
+        return f"error: {exc}", record
     except RunError as exc:  # no run to add steps to (outside a run, a speculative attempt)
         raise ToolError(f"tool call '{target.tool}': {exc}", kind="tool_call", retryable=False) from None
     except PlanweaveError as exc:  # the step is invalid (PlanInvalid: bad arguments) or failed for good
