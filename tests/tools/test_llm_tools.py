@@ -239,7 +239,7 @@ async def test_a_rejected_tool_call_fails_the_llm_step_naming_it(dialect: str) -
 async def test_an_unknown_tool_or_key_fails_before_the_model_is_called(dialect: str) -> None:
     lookups = Lookups()
     async with served(dialect, lambda req: Text("never")) as (server, client):
-        plans = [{"tools": ["lookup", "nope"]}, {"tools": [{"tool": "lookup", "timeot": 3}]},
+        plans: list[dict[str, Any]] = [{"tools": ["lookup", "nope"]}, {"tools": [{"tool": "lookup", "timeot": 3}]},
                  {"tools": [{"tool": "lookup", "timeout": -1}]}, {"tools": ["llm"]}]
         errors = []
         async with open_engine("memory://", tools=toolbox(client, lookups)) as engine:
