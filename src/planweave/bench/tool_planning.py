@@ -57,7 +57,7 @@ def tool_script(goal: Goal) -> Any:
     text_reply = script_for(goal)
 
     def reply(req: RecordedRequest) -> Reply:
-        answer = text_reply(req)
+        answer: Reply = text_reply(req)
         if not isinstance(answer, Text):
             return answer
         prompt = _prompt_tokens(req)
