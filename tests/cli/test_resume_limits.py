@@ -70,12 +70,12 @@ async def test_a_resume_after_kill_9_calls_the_runs_model_within_what_is_left_of
         await killed_while(tmp_path, b'"gate"', "plan.yaml", "--run-id", "r1", "--model", "scripted", "--base-url",
                            base_url, "--budget-tokens", "550", env=KEY)
         # No --model: the run's model is journaled; the endpoint is this machine's (here --base-url).
-        code, out, err = await planweave("resume", "r1", "--base-url", base_url, "--deadline", "1",
+        code, out, err = await planweave("resume", "r1", "--base-url", base_url, "--deadline", "5",
                                          "--journal", journal(tmp_path), "--json", cwd=tmp_path, env=KEY)
     assert code == 1, err
     report = json.loads(out)
     assert report["steps"]["first"]["status"] == "succeeded"
-    assert report["error"] == "deadline of 1s reached"  # --deadline replaces the journaled one (none)
+    assert report["error"] == "deadline of 5s reached"  # --deadline replaces the journaled one (none)
     assert report["steps"]["gate"]["status"] == "cancelled"
 
 
