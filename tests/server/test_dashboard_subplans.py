@@ -63,37 +63,36 @@ async def test_a_plan_steps_child_run_expands_inside_the_parents_graph_and_its_s
     from playwright.async_api import expect
 
     errors: list[str] = []
-    async with start_live(tree, recover=False) as live:
-        async with browser_page(tmp_path / "profile", errors) as page:
-            await page.goto(f"{live.url}#token={live.token}")
-            await page.goto(f"{live.url}#/runs/root")
-            await until_drawn(page, '[id = "mid"]', 1)
-            # Collapsed by default: the plan step says it has a sub-plan, none of the child's steps is drawn.
-            await page.wait_for_function(
-                "() => window.planweave.view.cy.getElementById('mid').data('label').includes('▸ sub-plan')")
-            assert await drawn(page, "node.child-step") == set()
-            await click_node(page, "mid")
-            await expect(page.locator("#step-title")).to_have_text("mid")
-            await page.click("#step-links .expand-subplan")
-            await until_drawn(page, "node.child-step", 2)
-            assert await drawn(page, "node.child-step") == {"sub:root.mid/m1", "sub:root.mid/leaf"}
-            # Inside the child run's box, after the plan step (an edge from it), in the child's own order.
-            assert await page.evaluate(
-                "() => { const cy = window.planweave.view.cy; const m1 = cy.getElementById('sub:root.mid/m1'); "
-                "return m1.parent().id() + ' ' + cy.getElementById('mid').outgoers('node').map((n) => n.id()).sort()"
-                ".join(','); }") == "subplan:root.mid subplan:root.mid,top"
-            assert await drawn(page, "edge") >= {"e:sub:root.mid/m1>leaf", "e:mid>subplan:root.mid"}
-            assert "▾ sub-plan" in await page.evaluate(
-                "() => window.planweave.view.cy.getElementById('mid').data('label')")
-            # A child's step opens its panel, read from the child run.
-            await click_node(page, "sub:root.mid/m1")
-            await expect(page.locator("#step-title")).to_have_text("root.mid › m1")
-            await expect(page.locator("#step-status")).to_have_text("succeeded")
-            await expect(page.locator("#step-args")).to_contain_text('"m1"')
-            await expect(page.locator("#step-links a")).to_have_text("root.mid")
-            # And the group collapses again from the plan step's panel.
-            await click_node(page, "mid")
-            await page.click("#step-links .expand-subplan")
-            await until_drawn(page, "node.child-step", 0)
-            assert await drawn(page, "node.subplan-group") == set()
+    async with start_live(tree, recover=False) as live, browser_page(tmp_path / "profile", errors) as page:
+        await page.goto(f"{live.url}#token={live.token}")
+        await page.goto(f"{live.url}#/runs/root")
+        await until_drawn(page, '[id = "mid"]', 1)
+        # Collapsed by default: the plan step says it has a sub-plan, none of the child's steps is drawn.
+        await page.wait_for_function(
+            "() => window.planweave.view.cy.getElementById('mid').data('label').includes('▸ sub-plan')")
+        assert await drawn(page, "node.child-step") == set()
+        await click_node(page, "mid")
+        await expect(page.locator("#step-title")).to_have_text("mid")
+        await page.click("#step-links .expand-subplan")
+        await until_drawn(page, "node.child-step", 2)
+        assert await drawn(page, "node.child-step") == {"sub:root.mid/m1", "sub:root.mid/leaf"}
+        # Inside the child run's box, after the plan step (an edge from it), in the child's own order.
+        assert await page.evaluate(
+            "() => { const cy = window.planweave.view.cy; const m1 = cy.getElementById('sub:root.mid/m1'); "
+            "return m1.parent().id() + ' ' + cy.getElementById('mid').outgoers('node').map((n) => n.id()).sort()"
+            ".join(','); }") == "subplan:root.mid subplan:root.mid,top"
+        assert await drawn(page, "edge") >= {"e:sub:root.mid/m1>leaf", "e:mid>subplan:root.mid"}
+        assert "▾ sub-plan" in await page.evaluate(
+            "() => window.planweave.view.cy.getElementById('mid').data('label')")
+        # A child's step opens its panel, read from the child run.
+        await click_node(page, "sub:root.mid/m1")
+        await expect(page.locator("#step-title")).to_have_text("root.mid \u203a m1")
+        await expect(page.locator("#step-status")).to_have_text("succeeded")
+        await expect(page.locator("#step-args")).to_contain_text('"m1"')
+        await expect(page.locator("#step-links a")).to_have_text("root.mid")
+        # And the group collapses again from the plan step's panel.
+        await click_node(page, "mid")
+        await page.click("#step-links .expand-subplan")
+        await until_drawn(page, "node.child-step", 0)
+        assert await drawn(page, "node.subplan-group") == set()
     assert errors == []
