@@ -47,3 +47,21 @@ def test_a_flag_shows_no_value_and_a_text_option_its_name() -> None:
     assert rows["--json"] == "Print"  # the help text follows at once: no value between
     assert rows["--help"] == "Show"
     assert rows["--journal"] == "URL"
+
+
+def test_the_benchmarks_own_help_shows_real_value_types_too() -> None:
+    """``bench planning`` and the others parse their own options (bench/cli.py): their --help is labelled the same."""
+    app = build_app()
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    own = sorted(name for name, sub in bench.commands.items() if not sub.add_help_option)
+    assert own, "no benchmark parses its own options"
+    runner = CliRunner()
+    bad: dict[str, list[str]] = {}
+    for name in own:
+        shown = runner.invoke(app, ["bench", name, "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+        assert shown.exit_code == 0, (name, shown.output)
+        assert "--" in shown.output, (name, shown.output)
+        lines = [line for line in shown.output.splitlines() if PLACEHOLDERS.search(line)]
+        if lines:
+            bad[name] = lines
+    assert bad == {}

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 import typer
 import typer.main
 
+from planweave.cli.help_types import show_value_types
+
 T = TypeVar("T")
 
 __all__ = ["parse_command_line"]
@@ -36,7 +38,9 @@ def parse_command_line(command: Callable[..., T], argv: Sequence[str] | None, pr
     app.command()(call)
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        typer.main.get_command(app).main(args=args, prog_name=prog, standalone_mode=True)
+        cmd = typer.main.get_command(app)
+        show_value_types(cmd)  # flags without ``<bool>``, text options named (as every planweave command)
+        cmd.main(args=args, prog_name=prog, standalone_mode=True)
     except SystemExit as exc:
         if got and exc.code in (0, None):
             return got[0]
