@@ -1,6 +1,6 @@
 """The Python API's entry points: an engine on a journal, a model, and a goal run (docs/api.md).
 
-``open_engine`` opens a journal by URL and an engine on it. ``run_goal`` is the whole of ``planweave run --goal`` in
+``open_engine`` opens a journal by URL and an engine on it. ``run_goal`` is the whole of ``planweave goal`` in
 one call: an engine, a model, a planning loop built by :func:`planweave.planning.build_planning_loop` and started by
 :func:`planweave.planning.goal.launch_goal`, as the CLI and the server start theirs (with the live forecast).
 ``start_goal`` starts one on an engine of your own and returns the :class:`~planweave.Run` handle (``await
@@ -109,7 +109,7 @@ async def run_goal(
     max_replans: int | None = None,
     run_id: str | None = None,
 ) -> RunResult:
-    """Plan and run ``goal`` to its end and return how it ended, as ``planweave run --goal`` does.
+    """Plan and run ``goal`` to its end and return how it ended, as ``planweave goal`` does.
 
     ``model`` is a name ``--model`` takes (opened with :func:`open_model` and closed at the end) or an open
     :class:`~planweave.models.ModelClient`; ``journal`` a journal URL or an open :class:`~planweave.Journal` (None:

@@ -1,4 +1,4 @@
-"""The planner itself allocated (``planweave run --goal G --model auto --tiers FILE``): before each planner call.
+"""The planner itself allocated (``planweave goal G --model auto --config tiers=FILE``): before each planner call.
 
 :class:`PlannerAllocation` takes the place of a :class:`~planweave.allocate.cascade_seam.PlannerCascade` in the
 planning loop (the same interface; ``planning/loop.py`` asks :meth:`choose` before each of its calls: plan,

@@ -1,4 +1,4 @@
-"""Memory for one ``--goal`` run from the CLI: recall before planning, learn after the run ends.
+"""Memory for one goal run from the CLI (``planweave goal``): recall before planning, learn after the run ends.
 
 ``learn`` runs once the goal run has ended and its engine has closed: it opens the journal again (the same URL, so
 the memory store and the replay runs live beside the run), asks the distillation model for candidates and verifies

@@ -192,7 +192,7 @@ class ServerModel:
                       subplans: bool = True, origin: str | None = None,
                       pressure: float | None = None) -> PlanningLoop:
         """The planning loop of one goal run within ``limits``: :func:`planweave.planning.build_planning_loop`, as
-        ``planweave run --goal`` builds it (the same budget, deadline, re-plans and planning options; ``context``
+        ``planweave goal`` builds it (the same budget, deadline, re-plans and planning options; ``context``
         and ``subplans`` as its --context and --no-subplans)."""
         from planweave.planning import build_planning_loop
 
@@ -206,8 +206,8 @@ class ServerModel:
 
         With a deadline or a dollar budget the run's live forecast runs (the dashboard shows it), as a posted
         plan's does; with a deadline and ``pressure`` (journaled for a resume), a forecast below that chance of
-        ending in time makes the planner re-plan with the time left, as ``planweave run --goal
-        --deadline-pressure`` does."""
+        ending in time makes the planner re-plan with the time left, as ``planweave goal
+        --config deadline_pressure=P`` does."""
         refuse_unpriced(self.client, limits.budget_usd)  # 422 before the planner's first call
         model, stack = await self.on_endpoint(endpoint)
         try:
