@@ -116,7 +116,7 @@ async def test_an_invalid_call_is_rejected_with_its_number_and_repaired_by_a_sec
     assert result.ok, result.error
     repairs = [e for e in result.state.escalations if e.get("rung") == "repair_lines"]
     assert len(repairs) == 1
-    assert "line 2" in repairs[0]["reason"] and "fetch_weather" in repairs[0]["reason"]
+    assert "add_step call 2: step 'rome', tool: unknown tool 'fetch_weather'" in repairs[0]["reason"]
     assert "add_step call 3: arguments are not valid JSON" in repairs[0]["reason"]
     assert set(result.state.plan.steps) == {"paris", "rome", "pick"}
     fix_request = server.model_requests[1]

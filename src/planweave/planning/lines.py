@@ -23,6 +23,12 @@ class Line:
     text: str
     steps: tuple[dict[str, Any], ...] = ()
     error: str | None = None
+    kind: str = "line"  # what is numbered: a line of text, or an ``add_step call`` (planning/tool_calls.py)
+
+    @property
+    def where(self) -> str:
+        """``line 3``, or ``add_step call 3``: how a rejection names it to the planner."""
+        return f"{self.kind} {self.number}"
 
 
 def _unwrap(text: str) -> str:

@@ -571,9 +571,9 @@ class PlanningLoop:
             errors: list[str] = []
             started = self.engine.clock.now()
 
-            held: list[tuple[dict[str, Any], int]] = []
+            held: list[tuple[dict[str, Any], str]] = []
 
-            def admit_now(obj: dict[str, Any], number: int, _started: float = started,
+            def admit_now(obj: dict[str, Any], where: str, _started: float = started,
                           _errors: list[str] = errors) -> None:
                 if self._already_planned(obj) or obj.get("id") in known:
                     return  # a repair (or a resumed planner) restating a line it wrote already: nothing to do
@@ -583,21 +583,21 @@ class PlanningLoop:
                     accepted.extend(run.extend([self._claim_model(obj)], version=version, trigger="initial",
                                                model_started_at=_started))
                 except PlanInvalid as exc:
-                    _errors.extend(f"line {number}: {p}" for p in exc.problems)
+                    _errors.extend(f"{where}: {p}" for p in exc.problems)
                     if draft is not None:
                         draft.main_rejected()
 
-            def admit(steps: tuple[dict[str, Any], ...], number: int,
-                      _held: list[tuple[dict[str, Any], int]] = held) -> None:
+            def admit(steps: tuple[dict[str, Any], ...], where: str,
+                      _held: list[tuple[dict[str, Any], str]] = held) -> None:
                 for obj in steps:
                     if self.options.stream_admission:
-                        admit_now(obj, number)
+                        admit_now(obj, where)
                     else:
-                        _held.append((obj, number))
+                        _held.append((obj, where))
 
             completion = await self._stream_lines("plan", messages, admit, errors)
-            for obj, number in held:  # whole-plan mode: admit only once the model has finished
-                admit_now(obj, number)
+            for obj, where in held:  # whole-plan mode: admit only once the model has finished
+                admit_now(obj, where)
             if not errors or attempt == self.options.max_repairs:
                 # The plan is written: its end journaled after its last line, so a resume that finds it does not ask
                 # again (plan_written), and one that does not (killed mid-stream, or before a repair) finishes it.
@@ -614,7 +614,7 @@ class PlanningLoop:
 
     async def _stream_lines(
         self, purpose: str, messages: list[Message],
-        admit: Callable[[tuple[dict[str, Any], ...], int], None], errors: list[str],
+        admit: Callable[[tuple[dict[str, Any], ...], str], None], errors: list[str],
     ) -> Completion:
         """One planner call: its steps admitted as each JSON line (text) or ``add_step`` call (tools) completes;
         lines and calls that are not steps are added to ``errors`` for the repair prompt."""
@@ -625,7 +625,7 @@ class PlanningLoop:
                 if line.error:
                     errors.append(line.error)
                 else:
-                    self._admit_or_note(line.steps, line.number, admit)
+                    self._admit_or_note(line.steps, line.where, admit)
 
         def feed(text: str) -> None:
             take(parser.feed(text))
@@ -653,8 +653,8 @@ class PlanningLoop:
             errors.append(NO_STEP_LINE)  # (an empty plan is written `[]`)
         return completion
 
-    def _admit_or_note(self, steps: tuple[dict[str, Any], ...], number: int,
-                       admit: Callable[[tuple[dict[str, Any], ...], int], None]) -> None:
+    def _admit_or_note(self, steps: tuple[dict[str, Any], ...], where: str,
+                       admit: Callable[[tuple[dict[str, Any], ...], str], None]) -> None:
         """Admit a line's steps; a ``{"report": "..."}`` object (references context) rewrites the run's report
         instead (journaled with the model call that wrote it)."""
         if self.options.context == "references":
@@ -664,7 +664,7 @@ class PlanningLoop:
                 steps = tuple(s for s in steps if not (set(s) == {"report"} and isinstance(s["report"], str)))
                 if not steps:
                     return
-        admit(steps, number)
+        admit(steps, where)
 
     async def _propose(self, purpose: str, messages: list[Message],
                        keep: Callable[[frozenset[str]], list[dict[str, Any]]], trigger: str) -> bool:
@@ -1160,22 +1160,22 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return group.exceptions[0]
 
 
-def _drafting(collect: Callable[[tuple[dict[str, Any], ...], int], None],
-              draft: DraftSession) -> Callable[[tuple[dict[str, Any], ...], int], None]:
+def _drafting(collect: Callable[[tuple[dict[str, Any], ...], str], None],
+              draft: DraftSession) -> Callable[[tuple[dict[str, Any], ...], str], None]:
     """``collect``, telling ``draft`` each main line first (it verifies the draft's lines against them)."""
 
-    def admit(steps: tuple[dict[str, Any], ...], number: int) -> None:
+    def admit(steps: tuple[dict[str, Any], ...], where: str) -> None:
         for obj in steps:
             draft.main_step(obj)
-        collect(steps, number)
+        collect(steps, where)
 
     return admit
 
 
-def _collector(into: list[dict[str, Any]]) -> Callable[[tuple[dict[str, Any], ...], int], None]:
+def _collector(into: list[dict[str, Any]]) -> Callable[[tuple[dict[str, Any], ...], str], None]:
     """Collect streamed steps (a re-plan is spliced whole, once the model has finished)."""
 
-    def collect(steps: tuple[dict[str, Any], ...], _number: int) -> None:
+    def collect(steps: tuple[dict[str, Any], ...], _where: str) -> None:
         into.extend(steps)
 
 

@@ -149,8 +149,8 @@ class StepCalls:
             return Line(call.number, text, error=f"{where}: arguments are not a JSON object: {text[:120]}")
         self.step_calls += 1
         if call.name == WRITE_REPORT:
-            return Line(call.number, text, steps=({"report": str(value.get("report", ""))},))
-        return Line(call.number, text, steps=(dict(value),))
+            return Line(call.number, text, steps=({"report": str(value.get("report", ""))},), kind=f"{call.name} call")
+        return Line(call.number, text, steps=(dict(value),), kind=f"{call.name} call")
 
 
 def calls_as_lines(calls: Iterable[ToolCall]) -> str:
