@@ -4,7 +4,9 @@
 An idempotent step does not wait for the journal before its tool is called (only non-idempotent ones do); before the
 fix, its effect could come before ``run_created`` was committed, and the killed run was nowhere in the journal
 (docs/comparison.md, "Where planweave is worse"). Here the first step's tool writes its effect and then SIGKILLs its
-own process, the worst moment there is, so the test does not race the kill.
+own process, the worst moment there is. Without the fix that test fails only when the kill beats the journal's writer
+(most runs on SQLite, some on PostgreSQL, whose server may still commit what was sent before the kill); the tests
+with :class:`StoredOnFlush`, a journal that stores only what a flush asks for, fail every time without it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 import yaml
 
 from planweave import Event, Toolbox, open_engine
+from planweave.core.errors import JournalError, RunError
 from planweave.core.state import RunState
 from planweave.journal import Journal, open_journal
 from planweave.journal.base import CachedOutput
@@ -180,3 +183,36 @@ def test_no_idempotent_step_is_called_before_its_run_is_durable(durable: Backend
 
     assert asyncio.run(main()) == "succeeded"
     assert sorted(seen) == [("a", True), ("b", True), ("c", True)]
+
+
+class LosesWrites(StoredOnFlush):
+    """A journal whose storage is gone (a full disk, a lost connection): a flush with anything to store fails."""
+
+    async def flush(self) -> None:
+        if self._held:
+            raise JournalError(f"the journal {self.url} lost a write (test)")
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_run_whose_creation_cannot_be_committed_calls_no_tool_and_is_interrupted(durable: Backend) -> None:
+    called: list[str] = []
+
+    async def touch(step: str) -> str:
+        called.append(step)
+        return step
+
+    tools = Toolbox()
+    tools.add(touch, idempotent=True)
+
+    async def main() -> str:
+        async with open_journal(durable.url) as inner, open_engine(LosesWrites(inner), tools=tools) as engine:
+            run = await engine.start({"steps": [{"id": "a", "tool": "touch", "args": {"step": "a"}}]}, run_id="x")
+            with pytest.raises(RunError) as raised:
+                await run.wait()
+            return str(raised.value)
+
+    message = asyncio.run(main())
+    assert "lost a write (test)" in message and "interrupted" in message
+    assert called == []
