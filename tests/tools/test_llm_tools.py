@@ -5,6 +5,10 @@ Against the scripted server in Chat Completions, the Responses API and Anthropic
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -252,3 +256,85 @@ async def test_an_unknown_tool_or_key_fails_before_the_model_is_called(dialect: 
     assert "tools[0] ('lookup')" in errors[2] and "timeout" in errors[2]
     assert "cannot offer the llm tool" in errors[3]
     assert server.model_requests == []
+
+
+# -- a SIGKILLed process, resumed ------------------------------------------------------------------------------------
+ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def append(path: str, line: str) -> None:
+    with Path(path).open("a") as f:
+        f.write(line + "\n")
+
+
+def die_once(log: str, once: str) -> Tool:
+    """A tool that logs its call and, the first time, SIGKILLs its own process (no await before: nothing of the call
+    is journaled after its effect)."""
+    def die(reason: str) -> str:
+        """Stop here once."""
+        append(log, f"die {reason}")
+        if not Path(once).exists():
+            Path(once).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return "survived"
+
+    return Tool.from_function(die, name="die", idempotent=True)
+
+
+async def child(dialect: str, base_url: str, journal: str, log: str, once: str, resume: str | None) -> None:
+    """The killed process's program (run by the test in a subprocess): start the run, or resume ``resume``."""
+    name = MODELS[dialect]
+    async with client_class(name)(name, base_url=base_url, api_key="k", prices=PRICES) as client:
+        def lookup(city: str) -> str:
+            """Today's temperature in a city."""
+            append(log, f"lookup {city}")
+            return "21"
+
+        tools = Toolbox({"llm": llm_tool(client), "lookup": Tool.from_function(lookup, name="lookup"),
+                         "die": die_once(log, once)})
+        plan = {"steps": [{"id": "ask", "tool": "llm", "args": {"prompt": "Go.", "tools": ["lookup", "die"]}}]}
+        async with open_engine(journal, tools=tools) as engine:
+            run = await (engine.resume(resume) if resume else engine.start(plan))
+            result = await run.wait()
+            print(json.dumps({"run": run.id, "ok": result.ok, "error": result.error,
+                              "out": result.outputs.get("ask")}))
+
+
+async def test_a_sigkilled_run_resumed_does_not_call_a_finished_tool_again(dialect: str, tmp_path: Path) -> None:
+    if dialect != "anthropic":
+        pytest.skip("two processes per dialect: one dialect here, the in-process resume above runs in all three")
+    def script(req: RecordedRequest) -> Reply:
+        done = len(tool_results(req))  # one call per round: look up, then die, then answer
+        if done == 0:
+            return Text("", tool_calls=(Call("c1", "lookup", '{"city": "Paris"}'),))
+        if done == 1:
+            return Text("", tool_calls=(Call("c2", "die", '{"reason": "test"}'),))
+        return Text("all done")
+
+    log, once, journal = tmp_path / "effects.log", tmp_path / "once", f"sqlite:///{tmp_path / 'runs.db'}"
+    root = ROOT
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    env.pop("PLANWEAVE_JOURNAL", None)
+
+    async def program(base_url: str, resume: str | None) -> tuple[int, str]:
+        code = (f"import asyncio, tests.tools.test_llm_tools as t; asyncio.run(t.child({dialect!r}, {base_url!r}, "
+                f"{journal!r}, {str(log)!r}, {str(once)!r}, {resume!r}))")
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=root, env=env,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode() + err.decode()
+
+    async with ScriptedLLM(script) as base_url:
+        code, output = await program(base_url, None)
+        assert code == -signal.SIGKILL, output
+        assert log.read_text().split("\n")[:2] == ["lookup Paris", "die test"]
+        async with open_engine(journal) as engine:
+            (run_id,) = await engine.journal.run_ids()
+        code, output = await program(base_url, run_id)
+    assert code == 0, output
+    ended = json.loads(output.strip().splitlines()[-1])
+    assert ended["ok"], ended
+    assert ended["out"]["text"] == "all done"
+    # the finished lookup was not called again; the killed call (idempotent, running at the kill) ran again
+    assert log.read_text().split("\n") == ["lookup Paris", "die test", "die test", ""]
