@@ -19,7 +19,7 @@ import pytest
 from planweave import Tool, Toolbox, open_engine
 from planweave.core.events import Event
 from planweave.engine.runtime import Run
-from planweave.models import client_class
+from planweave.models import Budget, client_class
 from planweave.models.openai import Backoff, OpenAIChatClient
 from planweave.models.pricing import Price, PriceTable
 from planweave.testing import Call, RecordedRequest, Reply, ScriptedLLM, Text
@@ -73,7 +73,7 @@ async def served(dialect: str, script: Any) -> AsyncIterator[tuple[ScriptedLLM, 
         yield server, client
 
 
-def toolbox(client: OpenAIChatClient, lookups: Lookups) -> Toolbox:
+def toolbox(client: OpenAIChatClient, lookups: Lookups, budget: Budget | None = None) -> Toolbox:
     deploy_calls = lookups.calls
 
     async def deploy(target: str) -> str:
@@ -81,7 +81,7 @@ def toolbox(client: OpenAIChatClient, lookups: Lookups) -> Toolbox:
         deploy_calls.append(f"deploy {target}")
         return f"deployed {target}"
 
-    return Toolbox({"llm": llm_tool(client),
+    return Toolbox({"llm": llm_tool(client, budget, prices=PRICES),
                     "lookup": Tool.from_function(lookups.lookup, name="lookup"),
                     "deploy": Tool.from_function(deploy, name="deploy")})
 
@@ -136,6 +136,26 @@ async def test_two_parallel_tool_calls_run_as_their_own_steps_then_the_model_ans
         assert [c["id"] for c in second.body["messages"][1]["tool_calls"]] == ["call_a", "call_b"]
     assert [t["function"]["name"] if dialect == "openai" else t["name"]
             for t in server.model_requests[0].body["tools"]] == ["lookup"]
+
+
+async def test_every_round_is_reserved_and_settled_against_the_budget(dialect: str) -> None:
+    lookups = Lookups()
+    budget = Budget(usd=1.0, tokens=10_000)
+    async with served(dialect, two_lookups_then_answer) as (_, client):
+        tools = toolbox(client, lookups, budget)
+        plan = {"steps": [{"id": "ask", "tool": "llm", "args": {"prompt": "Weather?", "tools": ["lookup"],
+                                                                 "max_tokens": 100}}]}
+        async with open_engine("memory://", tools=tools) as engine:
+            run = await engine.start(plan)
+            result = await asyncio.wait_for(run.wait(), 20)
+            events = [e async for e in run.events()]
+    assert result.ok, result.error
+    reserved = [e.data["reservation"] for e in events if e.kind == "model_reserved"]
+    settled = [e.data["reservation"] for e in events if e.kind == "model_call"]
+    assert len(reserved) == 2 and settled == reserved  # each round's call reserved before it went out, settled
+    assert budget.spent_tokens == 168 == result.outputs["ask"]["tokens"]["total"]
+    assert budget.spent_usd == pytest.approx(result.outputs["ask"]["cost_usd"])
+    assert budget.reserved_tokens == 0
 
 
 async def test_a_tool_call_that_needs_approval_waits_for_it(dialect: str) -> None:
