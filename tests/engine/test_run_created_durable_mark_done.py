@@ -99,3 +99,18 @@ def test_done_right_after_the_kill_needs_no_resume_first_and_refuses_other_steps
     assert "charge has no key 'receipt' (a NoneType)" in resumed.stdout  # report ran, on the null given
     assert log.read_text().split() == ["charge"]
     assert [e.data.get("done") for e in events(url) if e.kind == "step_succeeded"] == [True]
+
+
+def test_a_secret_a_person_gives_with_done_is_journaled_hidden(tmp_path: Path) -> None:
+    """The output given with ``--done`` goes through the engine's redaction as a tool's output does."""
+    secret = "sk-planted-7f3a9c2e1b"
+    url, _ = killed_run(tmp_path)
+    env = env_with_root(DEMO_API_KEY=secret)
+    given = "charge=" + json.dumps({"receipt": secret})
+    resumed = subprocess.run(cli_command("resume", "crash", "--journal", url, "--json", "--done", given, *TOOLS),
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert secret not in resumed.stdout
+    stored = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix not in (".log", ".yaml")]
+    assert stored  # neither the output given nor what read it
+    assert not [p.name for p in stored if secret.encode() in p.read_bytes()]

@@ -917,7 +917,7 @@ def resume(
                 from planweave.engine.runtime import mark_done
 
                 for step, output in settled:
-                    await mark_done(engine.journal, run_id, step, output, by=author())
+                    await mark_done(engine.journal, run_id, step, output, by=author(), redact=engine.redact)
             events = await engine.journal.read(run_id)
             # A --goal run's planner and joiner need their model: the one given, else the one it was started with.
             planner_model = model if model is not None else _goal_model(run_id, events)

@@ -820,7 +820,8 @@ async def send_input(journal: Journal, run_id: str, step: str, value: Any, *, by
     return await _send_reply(journal, run_id, step, "waiting_input", {"value": value}, by, run, confirm_s)
 
 
-async def mark_done(journal: Journal, run_id: str, step: str, output: Any = None, *, by: str | None = None) -> None:
+async def mark_done(journal: Journal, run_id: str, step: str, output: Any = None, *, by: str | None = None,
+                    redact: Callable[[Any], Any] | None = None) -> None:
     """Record a person's word that step ``step`` of an interrupted run had its effect, with ``output`` (a JSON value,
     None by default) as its output: the step succeeds, and a resume goes on from it without calling its tool again.
 
@@ -828,7 +829,8 @@ async def mark_done(journal: Journal, run_id: str, step: str, output: Any = None
     short of it, ``resume --retry-unknown`` would repeat its effect). Journaled as ``step_succeeded`` with ``done``
     and ``by`` (who said so; the event's time says when). Raises :class:`RunNotFound`, :class:`RunError` if the run
     ended succeeded or cancelled, a live process runs it, it has no such step, or the step's outcome is not unknown,
-    and :class:`OutputNotSerialisable` if ``output`` is no JSON value.
+    and :class:`OutputNotSerialisable` if ``output`` is no JSON value. ``redact`` (the engine's, :attr:`Engine.redact`)
+    rewrites the output as a tool's is before it is journaled: a secret a person pastes is hidden like a tool's.
     """
     events = await journal.read(run_id)
     if not events:
@@ -846,7 +848,7 @@ async def mark_done(journal: Journal, run_id: str, step: str, output: Any = None
     if not (rec.status == "unknown" or (rec.status in ("running", "waiting_input") and step not in state.idempotent)):
         raise RunError(f"step '{step}' of run '{run_id}' is {rec.status}, not of unknown outcome: only a "
                        "non-idempotent step that was running when its run was interrupted can be marked done")
-    ref = journal.put_blob(canonical_output(output, step=step, limit=None))
+    ref = journal.put_blob(canonical_output(output if redact is None else redact(output), step=step, limit=None))
     journal.append(Event(run_id, "step_succeeded", RealClock().now(), step,
                          {"attempt": rec.attempts, "output": ref, "done": True, "by": by}))
     await journal.flush()
