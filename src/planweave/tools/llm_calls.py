@@ -257,8 +257,12 @@ async def converse(ask: Ask, conv: Conversation) -> dict[str, Any]:  # noqa: C90
                             kind="tool_rounds", retryable=False)
         rounds += 1
         messages.append(Message("assistant", completion.text, tool_calls=completion.tool_calls))
-        results = await asyncio.gather(*(_run_call(c, offered, rounds) for c in completion.tool_calls))
-        for call, (text, record) in zip(completion.tool_calls, results, strict=True):
+        try:  # in parallel; one failing cancels the others (their steps go on in the run)
+            async with asyncio.TaskGroup() as group:
+                running = [group.create_task(_run_call(c, offered, rounds)) for c in completion.tool_calls]
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None
+        for call, (text, record) in zip(completion.tool_calls, (t.result() for t in running), strict=True):
             messages.append(Message("tool", text, tool_call_id=call.id))
             tally.calls.append(record)
     value: Any = None
