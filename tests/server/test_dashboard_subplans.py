@@ -3,7 +3,9 @@ stays at the top (in a real browser, Debian's chromium, headless)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -13,6 +15,9 @@ from tests.planning.test_subplans import run_tree
 
 from .browser import browser_page, click_node, drawn, log_in, require_browser, until_drawn
 from .conftest import start_live
+
+if TYPE_CHECKING:
+    from playwright.async_api import Page
 
 
 @pytest.fixture
@@ -56,6 +61,17 @@ async def test_child_runs_are_listed_under_their_parent_not_at_the_top(tree: str
     assert errors == []
 
 
+async def open_node(page: Page, node_id: str, title: str) -> None:
+    """Click the drawn node ``node_id`` until the step panel shows ``title`` (boxes appearing above the graph as the
+    run's page fills in, such as its sub-plans, move the graph between reading a node's place and the click)."""
+    for _ in range(20):
+        await click_node(page, node_id)
+        if await page.locator("#step-title").text_content() == title:
+            return
+        await asyncio.sleep(0.25)  # the page settles; then click where the node is now
+    raise AssertionError(f"clicking node {node_id!r} did not open its panel ({title!r})")
+
+
 async def test_a_plan_steps_child_run_expands_inside_the_parents_graph_and_its_steps_open(
     tree: str, tmp_path: Path,
 ) -> None:
@@ -71,8 +87,7 @@ async def test_a_plan_steps_child_run_expands_inside_the_parents_graph_and_its_s
         await page.wait_for_function(
             "() => window.planweave.view.cy.getElementById('mid').data('label').includes('▸ sub-plan')")
         assert await drawn(page, "node.child-step") == set()
-        await click_node(page, "mid")
-        await expect(page.locator("#step-title")).to_have_text("mid")
+        await open_node(page, "mid", "mid")
         await page.click("#step-links .expand-subplan")
         await until_drawn(page, "node.child-step", 2)
         assert await drawn(page, "node.child-step") == {"sub:root.mid/m1", "sub:root.mid/leaf"}
@@ -85,13 +100,12 @@ async def test_a_plan_steps_child_run_expands_inside_the_parents_graph_and_its_s
         assert "▾ sub-plan" in await page.evaluate(
             "() => window.planweave.view.cy.getElementById('mid').data('label')")
         # A child's step opens its panel, read from the child run.
-        await click_node(page, "sub:root.mid/m1")
-        await expect(page.locator("#step-title")).to_have_text("root.mid \u203a m1")
+        await open_node(page, "sub:root.mid/m1", "root.mid \u203a m1")
         await expect(page.locator("#step-status")).to_have_text("succeeded")
         await expect(page.locator("#step-args")).to_contain_text('"m1"')
         await expect(page.locator("#step-links a")).to_have_text("root.mid")
         # And the group collapses again from the plan step's panel.
-        await click_node(page, "mid")
+        await open_node(page, "mid", "mid")
         await page.click("#step-links .expand-subplan")
         await until_drawn(page, "node.child-step", 0)
         assert await drawn(page, "node.subplan-group") == set()

@@ -860,12 +860,16 @@
       const open = current.subplansOpen !== false;
       const details = el("details", { open: open ? "" : null },
         el("summary", { text: `sub-plans (${tree.children.length})` }), subplanList(tree.children));
-      details.addEventListener("toggle", () => { current.subplansOpen = details.open; });
+      details.addEventListener("toggle", () => { current.subplansOpen = details.open; if (current.cy) current.cy.resize(); });
       items.push(details);
     }
     const box = $("run-subplans");
+    const shown = !box.hidden;
     box.hidden = !items.length;
     box.replaceChildren(...items);
+    // The box sits above the graph: shown, it moves the canvas, and Cytoscape maps clicks from where the canvas was
+    // until told (a tap on a node missed it by the box's height).
+    if (current.cy && shown !== !box.hidden) current.cy.resize();
   }
 
   // -- a plan step's child run drawn inside the parent's graph: a group after the step, collapsed by default --------
