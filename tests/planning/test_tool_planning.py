@@ -191,3 +191,23 @@ def test_the_benchmark_compares_both_modes_on_the_same_goal() -> None:
         assert mode["valid_replies"] == mode["replies"] >= 1 and mode["rejected"] == 0
         assert 0.3 < mode["first_call"] < 1.5  # the first step of ~10 starts after one line or call, not the plan
     assert tools["prompt_tokens"] > text["prompt_tokens"]  # add_step's schema rides along with every planner call
+
+
+@on_virtual_clock
+async def test_a_stream_cut_in_the_middle_of_a_call_is_metered_for_its_arguments() -> None:
+    from collections.abc import AsyncIterator
+
+    from planweave.models import Completion, Delta
+    from planweave.models.budget import StreamMeter
+    from planweave.planning.loop import _consume
+
+    async def cut() -> AsyncIterator[Delta | Completion]:
+        yield Delta("", tool_call=ToolCallDelta(0, "c0", "add_step", '{"id": "a", "tool": "fetch", '))
+        yield Delta("", tool_call=ToolCallDelta(0, None, None, '"args": {"city": "Paris"'))
+        raise ConnectionError("cut")
+
+    meter, seen = StreamMeter(100), []
+    with pytest.raises(ConnectionError):
+        await _consume(cut(), lambda _text: None, meter, seen.append)
+    assert len(seen) == 2 and meter.received
+    assert meter.spent().completion_tokens == 14  # 55 characters of arguments, four a token

@@ -1045,10 +1045,14 @@ async def _consume(chunks: AsyncIterator[Delta | Completion], on_text: Callable[
     completion: Completion | None = None
     async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
         async for chunk in stream:
-            meter.feed(chunk)
-            if isinstance(chunk, Delta):
-                if chunk.tool_call is not None and on_tool is not None:
+            if isinstance(chunk, Delta) and chunk.tool_call is not None:
+                # a call's arguments are output too: a stream cut in the middle of a call is charged for them
+                meter.feed(Delta(chunk.tool_call.arguments, chunk.usage))
+                if on_tool is not None:
                     on_tool(chunk.tool_call)
+            else:
+                meter.feed(chunk)
+            if isinstance(chunk, Delta):
                 on_text(chunk.text)
             else:
                 completion = chunk
