@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from planweave.core.plan.graph import validate_plan
 from planweave.server import runs
 
 from .conftest import gated_tools, start_live
@@ -19,13 +20,13 @@ async def test_a_running_plan_is_not_validated_again_and_its_views_show_current_
     journal_url: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     validated: list[str] = []
-    real = runs.validate_plan
+    real = validate_plan
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         validated.append(str(kwargs.get("source")))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(runs, "validate_plan", counting)
+    monkeypatch.setattr("planweave.server.runs.validate_plan", counting)  # the index validates journaled plans so
     gate = asyncio.Event()
     steps: list[dict[str, Any]] = [{"id": f"s{i}", "tool": "noop", "args": {"i": i}} for i in range(40)]
     steps += [{"id": "g", "tool": "gate"}, {"id": "last", "tool": "noop", "after": ["g"]}]
