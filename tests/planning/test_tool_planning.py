@@ -206,7 +206,7 @@ async def test_a_stream_cut_in_the_middle_of_a_call_is_metered_for_its_arguments
         yield Delta("", tool_call=ToolCallDelta(0, None, None, '"args": {"city": "Paris"'))
         raise ConnectionError("cut")
 
-    meter, seen = StreamMeter(100), []
+    meter, seen = StreamMeter(100), list[ToolCallDelta]()
     with pytest.raises(ConnectionError):
         await _consume(cut(), lambda _text: None, meter, seen.append)
     assert len(seen) == 2 and meter.received
