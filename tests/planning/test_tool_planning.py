@@ -1,9 +1,9 @@
 """Tool-call planning: the planner's ``add_step`` calls stream into execution one step at a time.
 
-A scripted server on loopback speaks Chat Completions and Anthropic Messages, streaming each ``add_step`` call's
-arguments in pieces at 20 tokens/s after 0.5 s to the first token. Everything runs on the virtual clock, so "the first
-step started before the planner's stream ended" is an exact ordering of clock readings, not a race. Tools record when
-they ran; assertions come after the run.
+A scripted server on loopback speaks Chat Completions and Anthropic Messages (and the Responses API, in the first
+test), streaming each ``add_step`` call's arguments in pieces at 20 tokens/s after 0.5 s to the first token.
+Everything runs on the virtual clock, so "the first step started before the planner's stream ended" is an exact
+ordering of clock readings, not a race. Tools record when they ran; assertions come after the run.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from planweave.journal.memory import MemoryJournal
 from planweave.models import ToolCallDelta
 from planweave.models.anthropic import AnthropicClient
 from planweave.models.openai import OpenAIChatClient
+from planweave.models.openai_responses import OpenAIResponsesClient
 from planweave.planning import PlanningLoop, PlanningOptions
 from planweave.planning.tool_calls import StepCalls, planner_tools
 from planweave.testing.scripted_dialects import Call
@@ -36,7 +37,8 @@ PLAN = [
 ]
 ANSWER = json.dumps({"answer": "Rome is warmer"})
 SLOW = {"ttft": 0.5, "tokens_per_second": 20.0}
-CLIENTS: dict[str, type[OpenAIChatClient]] = {"chat": OpenAIChatClient, "anthropic": AnthropicClient}
+CLIENTS: dict[str, type[OpenAIChatClient]] = {"chat": OpenAIChatClient, "anthropic": AnthropicClient,
+                                              "responses": OpenAIResponsesClient}
 
 
 def tools_of(clock: VirtualClock, fetched: list[tuple[str, float]]) -> Toolbox:
@@ -85,7 +87,7 @@ def plan_call(result: RunResult) -> dict[str, Any]:
     return next(c for c in result.state.model_calls if c["purpose"] == "plan")
 
 
-@pytest.mark.parametrize("dialect", ["chat", "anthropic"])
+@pytest.mark.parametrize("dialect", ["chat", "anthropic", "responses"])
 @on_virtual_clock
 async def test_the_first_step_starts_before_the_planner_has_finished_its_tool_calls(dialect: str) -> None:
     fetched: list[tuple[str, float]] = []
