@@ -213,3 +213,28 @@ async def test_a_stream_cut_in_the_middle_of_a_call_is_metered_for_its_arguments
         await _consume(cut(), lambda _text: None, meter, seen.append)
     assert len(seen) == 2 and meter.received
     assert meter.spent().completion_tokens == 14  # 55 characters of arguments, four a token
+
+
+@on_virtual_clock
+async def test_a_draft_model_is_asked_for_json_lines_while_the_planner_calls_add_step() -> None:
+    def reply(req: RecordedRequest) -> Reply:
+        if purpose(req) == "join":
+            return Text(ANSWER)
+        if req.body.get("model") == "draft":
+            return Text(plan_lines(PLAN), ttft=0.1, tokens_per_second=300)
+        return Text("", tool_calls=step_calls(PLAN), **SLOW)  # type: ignore[arg-type]
+
+    clock = VirtualClock()
+    tools = tools_of(clock, [])
+    server = ScriptedLLM(reply, models=("main", "draft"))
+    async with server as base_url, OpenAIChatClient("main", base_url=base_url, api_key="k") as client, \
+            OpenAIChatClient("draft", base_url=base_url, api_key="k") as drafter, \
+            Engine(MemoryJournal(), tools=tools, clock=clock) as engine:
+        loop = PlanningLoop(engine, client, tools, options=PlanningOptions(draft=drafter))
+        result = await asyncio.wait_for(loop.run(GOAL), 60)
+    assert result.ok, result.error
+    by_model = {r.body.get("model"): r for r in server.model_requests if purpose(r) == "plan"}
+    assert offers_add_step(by_model["main"]) and not offers_add_step(by_model["draft"])
+    assert "JSON Lines" in str(by_model["draft"].messages[0].get("content", ""))
+    assert "add_step" not in str(by_model["draft"].messages[0].get("content", ""))
+    assert {s["outcome"] for s in result.state.speculations} == {"adopted"}

@@ -379,6 +379,14 @@ class PlanningLoop:
         return prompts.planner_system(self.tools.values(), report=self.options.context == "references",
                                       via_tools=self._via_tools)
 
+    def _in_text(self, messages: list[Message]) -> list[Message]:
+        """``messages`` asking for JSON Lines: the draft model writes text (it is offered no function), whatever the
+        planner is asked."""
+        if not self._via_tools or not messages or messages[0].role != "system":
+            return messages
+        text = prompts.planner_system(self.tools.values(), report=self.options.context == "references")
+        return [Message("system", text), *messages[1:]]
+
     def _plan_lines(self, sids: list[str]) -> str:
         """Steps ``sids`` of the live plan as the planner's JSON Lines, with the engine's secrets hidden."""
         run = self._active
@@ -557,7 +565,7 @@ class PlanningLoop:
             known = frozenset({*run.state.records, *(rec.id for _, rec in run.state.retired)})
         accepted: list[str] = []
         first_started = self.engine.clock.now()
-        draft: DraftSession | None = None if self._draft is None else self._draft.begin(run, messages)
+        draft: DraftSession | None = None if self._draft is None else self._draft.begin(run, self._in_text(messages))
         try:
             await self._initial_lines(messages, version, accepted, first_started, draft, known)
         finally:
@@ -674,7 +682,7 @@ class PlanningLoop:
         With a draft model (planning/draft.py) the model's first answer is drafted too: verified draft attempts are
         kept only if that answer is the proposal spliced in."""
         run = self._active
-        draft = None if self._draft is None else self._draft.begin_replan(run, messages)
+        draft = None if self._draft is None else self._draft.begin_replan(run, self._in_text(messages))
         spliced = False
         try:
             spliced = await self._propose_lines(purpose, messages, keep, trigger, draft)
