@@ -902,6 +902,8 @@
     await loadChildPlan(current, childRun);
     if (view !== current || !current.subExpanded.has(stepId)) return;
     buildDag(current);
+    const box = current.cy.getElementById(`subplan:${childRun}`); // the step and its child's steps in view
+    if (box.nonempty()) current.cy.center(box.union(current.cy.getElementById(stepId)));
   }
 
   async function loadChildPlan(current, childRun) {
