@@ -61,6 +61,26 @@ def test_importing_the_core_loads_no_runtime_journal_or_tool() -> None:
     assert not outside, f"importing the core loaded {outside}"
 
 
+RUNTIME_MAY_IMPORT = ("planweave.core", "planweave.engine", "planweave.journal")
+
+
+def test_the_runtime_imports_only_the_core_and_the_journal_protocol() -> None:
+    """engine/ is the asyncio runtime: it runs what the core decides on a journal, and composes nothing else (limits,
+    models, planning live above it). The one exception: the built-in toolbox, imported lazily as the default catalog
+    of an ``Engine`` given no tools."""
+    bad = []
+    for name, path in MODULES.items():
+        if not name.startswith("planweave.engine"):
+            continue
+        for imported in sorted(runtime_imports(path)):
+            if imported.startswith(RUNTIME_MAY_IMPORT):
+                continue
+            if name == "planweave.engine.runtime" and imported == "planweave.tools":
+                continue
+            bad.append(f"{path.relative_to(SRC)} imports {imported}")
+    assert not bad, "\n".join(bad)
+
+
 def test_journals_do_not_import_the_runtime_or_tools() -> None:
     bad = []
     for path in sorted((SRC / "journal").glob("*.py")):

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from planweave.core.clock import Clock
 from planweave.core.plan.catalog import ToolCatalog
-from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import DEFAULT_CONCURRENCY, Engine, Run, RunResult
 from planweave.journal import open_journal
 from planweave.journal.base import Journal
+from planweave.limits import RunLimits
 from planweave.tools import Toolbox, builtin_tools
 
 if TYPE_CHECKING:

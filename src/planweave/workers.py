@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from planweave.core.errors import JournalError, PlanweaveError, RunError, RunNotFound
 from planweave.core.events import Event
 from planweave.core.plan.catalog import ToolCatalog
-from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
 from planweave.journal.leases import DEFAULT_LEASE_S, Claim, Fence, LeaseStore
 from planweave.journal.postgres import PostgresJournal
+from planweave.limits import JournaledLimits, RunLimits
 
 if TYPE_CHECKING:
     from planweave.allocate import AllocationSeam

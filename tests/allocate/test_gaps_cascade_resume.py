@@ -19,7 +19,7 @@ from planweave import open_journal
 from planweave.allocate.cascade import Cascade
 from planweave.allocate.monitors import Fire
 from planweave.core.state import RunState
-from planweave.engine.limits import JournaledLimits
+from planweave.limits import JournaledLimits
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
 from planweave.testing.scripted_llm import plan_lines
 from tests.allocate.conftest import planner_script

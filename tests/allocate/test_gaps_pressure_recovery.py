@@ -14,8 +14,8 @@ import pytest
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
 from planweave.allocate.pressure_watch import forecast_and_watch
 from planweave.core.events import Event
-from planweave.engine.limits import RunLimits
 from planweave.forecast import live as live_module
+from planweave.limits import RunLimits
 from planweave.server.limits import resume_within_limits
 
 

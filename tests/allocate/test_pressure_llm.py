@@ -14,9 +14,9 @@ from planweave.allocate import AllocationSeam, Allocator, TierProfile, TierTable
 from planweave.allocate.pressure_watch import PressureWatch
 from planweave.core.events import Event
 from planweave.core.plan.model import DeadlinePressure
-from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import cancel_at_deadline
 from planweave.forecast.live import LiveOptions, start_live_forecast
+from planweave.limits import RunLimits
 from planweave.models.openai import Backoff, OpenAIChatClient
 from planweave.planning import build_planning_loop
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text

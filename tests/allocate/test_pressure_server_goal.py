@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from planweave.engine.limits import JournaledLimits
+from planweave.limits import JournaledLimits
 from planweave.testing.scripted_llm import RecordedRequest, Reply, Text, plan_lines
 from tests.allocate.test_pressure_server import LATE
 from tests.server.conftest import start_live

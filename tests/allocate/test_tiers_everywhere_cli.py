@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 import planweave.forecast.live as live_module
 from planweave.cli.main import app
-from planweave.engine.limits import JournaledLimits
 from planweave.journal import open_journal
+from planweave.limits import JournaledLimits
 from planweave.testing import RecordedRequest, Reply, ScriptedLLM, Text
 from tests.allocate.conftest import run_planweave as planweave
 from tests.allocate.test_pressure import LATE

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from planweave.engine.limits import JournaledLimits
+from planweave.limits import JournaledLimits
 from planweave.testing.scripted_llm import RecordedRequest, Reply, Text
 from tests.server.conftest import gated_tools, start_live
 

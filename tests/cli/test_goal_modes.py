@@ -13,7 +13,7 @@ import pytest
 
 from planweave import VirtualClock, builtin_tools, open_engine, open_journal, run_virtual
 from planweave.cli.run_cmd import AgentFlags, _journaled_modes
-from planweave.engine.limits import JournaledLimits
+from planweave.limits import JournaledLimits
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from tests.cli.subplan_tools import toolbox as marks
 from tests.threaded_llm import ThreadedLLM

@@ -13,9 +13,9 @@ import pytest
 
 from planweave import VirtualClock, builtin_tools
 from planweave.cli.run_cmd import AgentFlags
-from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine
 from planweave.journal import open_journal
+from planweave.limits import RunLimits
 from planweave.planning import PlanningLoop
 from planweave.server.limits import open_server_model
 

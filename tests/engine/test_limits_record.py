@@ -8,8 +8,8 @@ from typing import Any
 
 from planweave import Engine, VirtualClock, run_virtual
 from planweave.core.events import Event
-from planweave.engine.limits import JournaledLimits, LimitsRecord, RunLimits
 from planweave.journal.memory import MemoryJournal
+from planweave.limits import JournaledLimits, LimitsRecord, RunLimits
 from tests.engine.conftest import Recorder
 
 SLOW = {"steps": [{"id": "a", "tool": "work", "args": {"name": "a", "seconds": 5}}]}

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from planweave import Engine, builtin_tools
-from planweave.engine.limits import LimitsRecord
 from planweave.journal import open_journal
+from planweave.limits import LimitsRecord
 from planweave.runtree import child_ids, parent_link, run_tree
 
 from .conftest import Backend

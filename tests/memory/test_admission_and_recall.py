@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
-from planweave.engine.limits import RunLimits
+from planweave.limits import RunLimits
 from planweave.memory import Candidate, InMemoryStore, MemoryRecall, MemoryStoreError, RecallLimits, memory_prompt, rank
 from planweave.memory.verify import admit_by_person, verify, verify_all
 from planweave.models.openai import OpenAIChatClient

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from planweave import Toolbox, VirtualClock, builtin_tools, open_engine
-from planweave.engine.limits import RunLimits
+from planweave.limits import RunLimits
 from planweave.memory import Candidate, InMemoryStore, MemoryRecall, MemoryStoreError, RecallLimits
 from planweave.memory.distill import distill
 from planweave.memory.retrieval import FENCE_CLOSE, FENCE_OPEN

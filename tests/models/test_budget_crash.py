@@ -14,7 +14,7 @@ from pathlib import Path
 
 from planweave import open_journal
 from planweave.core.state import RunState
-from planweave.engine.limits import JournaledLimits
+from planweave.limits import JournaledLimits
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 
 ENV = {**os.environ, "OPENAI_API_KEY": "sk-test-key-123456"}

@@ -17,7 +17,7 @@ import pytest
 from planweave import Toolbox, builtin_tools, open_engine, open_journal
 from planweave.allocate import TierTable
 from planweave.allocate.model import AllocationError
-from planweave.engine.limits import JournaledLimits, RunLimits
+from planweave.limits import JournaledLimits, RunLimits
 from planweave.models import Endpoint, EndpointError, RoutedClient, open_routes, parse_headers, resolve_model
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines
 from planweave.tools.llm import llm_tool

@@ -13,8 +13,8 @@ from planweave import Toolbox, open_journal
 from planweave.core.events import Event
 from planweave.core.state import RunState
 from planweave.engine.executor import Executor, InProcessExecutor, ThreadExecutor
-from planweave.engine.limits import JournaledLimits
 from planweave.engine.runtime import Engine
+from planweave.limits import JournaledLimits
 from planweave.models import Budget, Chunk, Completion, CompletionRequest
 from planweave.models.openai import OpenAIChatClient
 from planweave.testing import ScriptedLLM, Stall

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
-from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import RunResult
+from planweave.limits import RunLimits
 from planweave.models import Budget, Reservation
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import build_planning_loop

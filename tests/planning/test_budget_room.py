@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from planweave import VirtualClock, builtin_tools, open_engine, run_virtual
-from planweave.engine.limits import RunLimits
+from planweave.limits import RunLimits
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import build_planning_loop
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Stall, Text, plan_lines

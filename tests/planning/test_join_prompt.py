@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from planweave import VirtualClock, builtin_tools, open_engine
-from planweave.engine.limits import RunLimits
+from planweave.limits import RunLimits
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import build_planning_loop
 from planweave.testing.scripted_llm import RecordedRequest, Reply, ScriptedLLM, Text, plan_lines

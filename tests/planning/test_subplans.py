@@ -16,8 +16,8 @@ import pytest
 from planweave import VirtualClock, builtin_tools, open_engine
 from planweave.core.events import Event
 from planweave.core.state import RunState
-from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import RunResult
+from planweave.limits import JournaledLimits, RunLimits
 from planweave.models.openai import OpenAIChatClient
 from planweave.planning import build_planning_loop
 from planweave.planning.subplans import parent_of

@@ -109,7 +109,7 @@ class GoalRow:
 async def _family(goals: list[str], memory: bool) -> list[GoalRow]:
     from planweave import Toolbox, builtin_tools, open_engine
     from planweave.core.clock import VirtualClock
-    from planweave.engine.limits import RunLimits
+    from planweave.limits import RunLimits
     from planweave.memory import InMemoryStore, MemoryRecall
     from planweave.memory.distill import distill
     from planweave.memory.verify import verify_all

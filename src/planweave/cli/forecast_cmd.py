@@ -68,7 +68,7 @@ def _target(spec: str, url: str) -> tuple[Any, float | None, float | None, str]:
     from planweave.core.events import Event
     from planweave.core.plan.graph import validate_plan
     from planweave.core.state import RunState
-    from planweave.engine.limits import JournaledLimits
+    from planweave.limits import JournaledLimits
     from planweave.planfile import load_plan_file
 
     path = Path(spec)

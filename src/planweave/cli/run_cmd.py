@@ -47,7 +47,6 @@ from planweave.core.errors import PlanInvalid, RunNotFound
 from planweave.core.events import Event
 from planweave.core.plan.defaults import check_seconds, with_default_timeout
 from planweave.core.plan.graph import Plan, validate_plan
-from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import (
     DEFAULT_CONCURRENCY,
     Engine,
@@ -55,6 +54,7 @@ from planweave.engine.runtime import (
 )
 from planweave.engine.speculative import resolve_policy
 from planweave.journal import Journal, default_journal_url, redact_url
+from planweave.limits import JournaledLimits, RunLimits
 from planweave.planfile import load_plan_file
 from planweave.tools import Toolbox
 

@@ -53,7 +53,7 @@ from planweave.engine.speculative import Speculator, resolve_policy
 from planweave.journal.base import Journal, NullJournal, ReplyWritten, append_reply, canonical_output
 
 if TYPE_CHECKING:
-    from planweave.engine.limits import LimitsRecord
+    from planweave.limits import LimitsRecord
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_MAX_OUTPUT_BYTES", "Engine", "EventListener", "Run", "RunHost", "RunResult",
            "cancel_at_deadline", "check_value", "mark_done", "process_alive", "request_cancel", "send_approval",
@@ -507,9 +507,9 @@ class Engine:
         (:meth:`Run.subscribe` after ``start`` returns misses those emitted while it started).
         ``on_failure`` (``stop`` or ``continue``) says what a step failing for good does; it defaults to the plan's
         ``on_failure``, else ``continue`` for a held run (a planner may repair the failure) and ``stop`` otherwise.
-        ``limits`` (:meth:`RunLimits.journaled <planweave.engine.limits.RunLimits.journaled>`: budget, deadline,
+        ``limits`` (:meth:`RunLimits.journaled <planweave.limits.RunLimits.journaled>`: budget, deadline,
         model...) is journaled in ``run_created`` as ``options.limits``, for the edges that enforce them to apply them
-        again on resume (:class:`planweave.engine.limits.JournaledLimits`).
+        again on resume (:class:`planweave.limits.JournaledLimits`).
         ``speculation`` (a policy, or a mode ``off``/``safe``/``eager`` keeping the plan's limits) overrides the
         plan's ``speculation:``; journaled as ``options.speculation``, which a resume keeps (docs/speculation.md).
         ``predictor`` (e.g. :class:`planweave.models.predictor.ModelPredictor`) is asked for the outputs of running

@@ -18,7 +18,7 @@ the provider bills.
 
 A budget lives in one process; its callers journal each reservation (``model_reserved``, durable before the
 request goes out) and settle it by id in the call's ``model_call``, so a resume after a kill rebuilds the budget
-with a call left unsettled counted at its worst case (:class:`~planweave.engine.limits.JournaledLimits`).
+with a call left unsettled counted at its worst case (:class:`~planweave.limits.JournaledLimits`).
 
 Bookkeeping with no I/O: ``reserve``, ``settle`` and ``release`` never wait; the lock makes them safe for tools that
 run in worker threads, and a settle in a thread wakes the calls waiting in ``acquire`` through their loop. Dollars

@@ -1,6 +1,6 @@
 """The one way to build a :class:`PlanningLoop` for a goal run, used by ``planweave run --goal`` and the server.
 
-Both edges hand over the run's :class:`~planweave.engine.limits.RunLimits` (budget, deadline, re-plans) and the
+Both edges hand over the run's :class:`~planweave.limits.RunLimits` (budget, deadline, re-plans) and the
 planning flags; this module turns them into the loop's budget, its ``llm`` tool and its :class:`PlanningOptions`,
 so a limit given to either edge means the same thing. A zero budget is a budget (every model call is refused), not
 "no budget": only a limit left out (None) is unlimited.
@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from planweave.allocate.cascade_seam import CascadeSeam, PlannerCascade
 from planweave.allocate.model import TierTable
-from planweave.engine.limits import RunLimits
 from planweave.engine.runtime import Engine
+from planweave.limits import RunLimits
 from planweave.models import Budget, Endpoint, ModelClient
 from planweave.planning.loop import PlanningLoop, PlanningOptions, PlanVia
 from planweave.planning.subplans import DEFAULT_MAX_DEPTH, SUBPLAN_TOOL, SubplanSeam, plan_tool

@@ -30,8 +30,8 @@ from planweave.core.plan.model import PlanSpec
 from planweave.core.plan.refs import rename_refs
 from planweave.core.splice import StaleProposal
 from planweave.core.state import RunState
-from planweave.engine.limits import LimitsRecord, RunLimits
 from planweave.engine.runtime import Engine, Run, RunResult
+from planweave.limits import LimitsRecord, RunLimits
 from planweave.models import (
     Budget,
     BudgetExceeded,

@@ -28,8 +28,8 @@ from planweave.core.context import StepContext, current_step
 from planweave.core.errors import RunError, ToolError
 from planweave.core.events import Event
 from planweave.core.state import RunState
-from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run
+from planweave.limits import JournaledLimits, RunLimits
 from planweave.models import Budget, BudgetExceeded, Reservation
 from planweave.runtree import parent_link
 from planweave.tools import Toolbox

@@ -238,7 +238,7 @@ class GoalRollouts(RolloutEngine):
 
     async def _start_goal_with_planner(self, spec: EpisodeSpec, client: Any, run_id: str) -> Any:
         """The goal planned by ``spec.planner``, its ``llm`` steps on the policy's ``client``, one budget."""
-        from planweave.engine.limits import RunLimits
+        from planweave.limits import RunLimits
         from planweave.planning import build_planning_loop
         from planweave.planning.goal import launch_goal
         from planweave.tools.builtins import builtin_tools
@@ -253,7 +253,7 @@ class GoalRollouts(RolloutEngine):
         return await launch_goal(loop, spec.goal, run_id=run_id)
 
     async def _start_plan(self, spec: EpisodeSpec, client: Any, run_id: str) -> Any:
-        from planweave.engine.limits import RunLimits
+        from planweave.limits import RunLimits
         from planweave.tools.builtins import builtin_tools
         from planweave.tools.llm import llm_tool
 

@@ -4,7 +4,7 @@ A request to ``POST /runs`` may give ``budget_usd``, ``budget_tokens``, ``deadli
 ``planweave serve --max-budget-usd/--max-budget-tokens/--max-deadline/--max-replans`` set caps that no request can
 exceed: a request above a cap is refused (422 naming the cap), a request without a value gets the cap.
 
-A run's limits are journaled in its ``run_created`` (:mod:`planweave.engine.limits`), so the server's recovery and
+A run's limits are journaled in its ``run_created`` (:mod:`planweave.limits`), so the server's recovery and
 ``POST /runs/{id}/resume`` apply them again (:func:`resume_within_limits`).
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from planweave.core.errors import PlanInvalid, PlanProblem
-from planweave.engine.limits import JournaledLimits, RunLimits
 from planweave.engine.runtime import Engine, Run, cancel_at_deadline
+from planweave.limits import JournaledLimits, RunLimits
 from planweave.models.endpoint import Endpoint, EndpointError
 from planweave.server.endpoints import EndpointPolicy
 from planweave.server.live import ServerError
