@@ -112,7 +112,9 @@ def test_a_run_with_a_deadline_journals_its_forecast_and_a_resumed_one_goes_on(t
         proc.kill()
         proc.wait()
     before = forecast_events(url, "fr")
-    assert before and before[0].data["makespan"]["p50"] == pytest.approx(1.6, abs=0.1)  # estimates: 0.1 + 1.5 s
+    assert before
+    first = before[0].data  # estimates: 0.1 + 1.5 s from the run's start, forecast at `elapsed` into the run (a busy
+    assert 1.5 <= first["makespan"]["p50"] <= first["elapsed"] + 1.7  # machine starts it later: not a fixed 1.6)
     assert before[0].data["deadline"] == 100.0 and before[0].data["p_deadline"] == 1.0
     resumed = planweave("resume", "fr", "--journal", url)
     assert resumed.returncode == 0, resumed.stderr
