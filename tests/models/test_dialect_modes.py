@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
 
@@ -246,8 +246,9 @@ async def run_under(dialect: str, budget: Budget) -> tuple[RunResult, ScriptedLL
 
 @pytest.mark.parametrize("unit", ["tokens", "usd"])
 async def test_a_budget_stops_a_run_of_the_dialect_within_its_cap(dialect: str, unit: str) -> None:
-    # one call: about 10 prompt tokens and 16 completion tokens; the cap holds a few calls, not eight
-    cap: Mapping[str, Any] = {"tokens": 150} if unit == "tokens" else {"usd": 4e-5 if dialect != "anthropic" else 3e-4}
+    # a call's worst case is its prompt and 40 tokens: the cap holds a few calls' worth, not eight
+    worst_usd = database_cost(MODELS[dialect], 20, 40)
+    cap: Mapping[str, Any] = {"tokens": 150} if unit == "tokens" else {"usd": 3.5 * worst_usd}
     budget = Budget(**cap)
     result, server = await run_under(dialect, budget)
     assert result.status == "failed" and "budget" in (result.error or "").lower(), result.error
