@@ -23,7 +23,7 @@ steps:
 
 def planweave(*args: str, cluster: LocalRayCluster) -> list[str]:
     return [sys.executable, "-m", "planweave.cli.main", *args, "--tools", "tests.ray.ray_tools:own_tools",
-            "--executor", "ray", "--ray-address", cluster.address]
+            "--config", "executor=ray", "--config", f"ray_address={cluster.address}"]
 
 
 def lines(path: Path) -> list[str]:
@@ -55,7 +55,7 @@ def test_a_killed_driver_resumes_without_running_finished_steps(ray_cluster: Loc
         os.killpg(driver.pid, signal.SIGKILL)
         _, killed_err = driver.communicate(timeout=30)
     assert driver.returncode == -signal.SIGKILL
-    assert "resume with: planweave resume crash" in killed_err and "--executor ray" in killed_err
+    assert "resume with: planweave resume crash" in killed_err and "executor=ray" in killed_err
 
     gate.touch()
     resumed = subprocess.Popen(planweave("resume", "crash", "--journal", journal, "--json", cluster=ray_cluster),

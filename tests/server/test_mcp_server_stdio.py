@@ -53,7 +53,9 @@ async def test_a_plan_started_over_stdio_is_waited_for_and_its_outputs_read(tmp_
         step = (await call("get_step", {"run_id": "over-stdio", "step": "a"})).structured_content
     assert started.structured_content == {"run_id": "over-stdio", "status": "running"}
     assert done["task_status"] == "completed" and done["outputs"]["b"] == {"from_a": 1}
-    assert step["args"]["token"].startswith("***$OPENAI_API_KEY")  # sealed in the journal, as GET shows it
+    assert step["args"]["token"].startswith("***") and SECRET not in str(step)  # hidden, as GET shows it
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*"))
+    assert SECRET.encode() not in raw and b"***$OPENAI_API_KEY#" in raw  # sealed in the journal, for a resume
     async with stdio_session(journal) as (call, again):  # the journal keeps it for the next session
         listed = (await call("list_runs", {})).structured_content
         report = (await call("get_run", {"run_id": "over-stdio"})).structured_content

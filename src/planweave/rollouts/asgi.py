@@ -23,7 +23,11 @@ async def serve_app(app: Any, *, host: str = "127.0.0.1", port: int = 0, what: s
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     url = f"http://{host}:{sock.getsockname()[1]}"
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_keep_alive=30))
+    # log_config and log_level None: an embedded server leaves the process's logging alone (uvicorn's default config
+    # and a log level would set its loggers' propagation and levels for the rest of the process, hiding every later
+    # server's access log).
+    server = uvicorn.Server(uvicorn.Config(app, log_level=None, log_config=None, lifespan="off",
+                                           timeout_keep_alive=30, access_log=False))
     serving = asyncio.create_task(server.serve(sockets=[sock]), name=f"{what} on {url}")
     try:
         while not server.started:  # uvicorn offers no readiness event but this flag
