@@ -43,6 +43,11 @@ async def stdio_session(journal: Path, *flags: str) -> AsyncIterator[tuple[Any, 
         yield call, seen
 
 
+def journal_bytes(folder: Path) -> bytes:
+    """Every byte of the SQLite journal in ``folder`` (the database and its WAL)."""
+    return b"".join(p.read_bytes() for p in folder.glob("runs.db*"))
+
+
 async def test_a_plan_started_over_stdio_is_waited_for_and_its_outputs_read(tmp_path: Path) -> None:
     journal = tmp_path / "runs.db"
     plan = {"steps": [{"id": "a", "tool": "noop", "args": {"token": SECRET, "n": 1}},
@@ -54,7 +59,7 @@ async def test_a_plan_started_over_stdio_is_waited_for_and_its_outputs_read(tmp_
     assert started.structured_content == {"run_id": "over-stdio", "status": "running"}
     assert done["task_status"] == "completed" and done["outputs"]["b"] == {"from_a": 1}
     assert step["args"]["token"].startswith("***") and SECRET not in str(step)  # hidden, as GET shows it
-    raw = b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*"))
+    raw = journal_bytes(tmp_path)
     assert SECRET.encode() not in raw and b"***$OPENAI_API_KEY#" in raw  # sealed in the journal, for a resume
     async with stdio_session(journal) as (call, again):  # the journal keeps it for the next session
         listed = (await call("list_runs", {})).structured_content
