@@ -102,7 +102,12 @@ def test_with_the_owner_alive_of_two_sends_at_once_exactly_one_is_accepted_and_t
             assert len(winners) == 1 and len(losers) == 1, done
             accepted[f"ask{i}"] = winners[0][0]
             assert "the process running it applies it (confirmed" in winners[0][2], winners
-            assert f"first reply is final: the value {winners[0][0]} by " in losers[0][3], losers
+            refused = losers[0][3]
+            # The later send is told which reply won; after the last round's winner the run may already have ended
+            # on it before the later send read the journal, and then that is what it is told (also a refusal).
+            last = i == ROUNDS - 1
+            assert (f"first reply is final: the value {winners[0][0]} by " in refused
+                    or (last and "run 'r1' already ended: succeeded" in refused)), losers
         out, err = owner.communicate(timeout=60)
     assert owner.returncode == 0, err
     summary = json.loads(out)
